@@ -1,0 +1,35 @@
+"""tether — a durable supervisor for AI coding agents.
+
+The public SDK is :class:`tether.Client` (blocking) and :class:`tether.AsyncClient`
+(asyncio). They are imported lazily so that the monitor process, which imports
+``tether.monitor`` with nothing but the standard library, stays small.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from tether.client.aio import AsyncClient
+    from tether.client.errors import TetherError
+    from tether.client.sync import Client
+
+__all__ = ["AsyncClient", "Client", "TetherError", "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Client":
+        from tether.client.sync import Client
+
+        return Client
+    if name == "AsyncClient":
+        from tether.client.aio import AsyncClient
+
+        return AsyncClient
+    if name == "TetherError":
+        from tether.client.errors import TetherError
+
+        return TetherError
+    raise AttributeError(name)

@@ -1,0 +1,1 @@
+"""The ``tether`` command line, built on :class:`tether.Client`."""

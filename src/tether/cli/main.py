@@ -1,0 +1,398 @@
+"""``tether``: run commands under a daemon that can crash without losing them.
+
+Exit codes: a command's own exit code for ``run``/``wait`` (128+N when killed by
+signal N); 1 for a tether error (message on stderr); 2 for a usage error;
+125 when the daemon cannot be reached; 126/127 when a command cannot start.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+import click
+
+from tether import __version__
+from tether.cli import output as out
+from tether.client.daemonctl import resolve_home
+from tether.client.errors import DaemonUnavailable, TetherError
+from tether.client.sync import Client
+
+
+class Ctx:
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self._client: Client | None = None
+
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = Client(self.home)
+        return self._client
+
+
+def _die(message: str, code: int = 1, hint: str | None = None) -> NoReturn:
+    out.fail(message, hint)
+    sys.exit(code)
+
+
+def _kv(pairs: tuple[str, ...], what: str) -> dict[str, str]:
+    result: dict[str, str] = {}
+    for p in pairs:
+        if "=" not in p:
+            if what == "env" and p in os.environ:
+                result[p] = os.environ[p]
+                continue
+            raise click.BadParameter(f"{p!r} is not KEY=VALUE", param_hint=what)
+        k, v = p.split("=", 1)
+        result[k] = v
+    return result
+
+
+class TetherGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except DaemonUnavailable as e:
+            _die(str(e), 125)
+        except TetherError as e:
+            _die(e.message, 1)
+
+
+@click.group(cls=TetherGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="tether home (default: $TETHER_HOME or ~/.local/state/tether)")
+@click.version_option(__version__, prog_name="tether")
+@click.pass_context
+def cli(ctx: click.Context, home: Path | None) -> None:
+    """tether — a durable supervisor for AI coding agents and long-running commands."""
+    ctx.obj = Ctx(resolve_home(home))
+
+
+def _client(ctx: click.Context) -> Client:
+    obj: Ctx = ctx.obj
+    return obj.client()
+
+
+# ---------------------------------------------------------------------- run
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("-d", "--detach", is_flag=True, help="print the exec id and return")
+@click.option("--name", help="a name to address the exec by")
+@click.option("--sandbox", default="default", show_default=True)
+@click.option("-e", "--env", "envs", multiple=True, help="KEY=VALUE (or KEY to copy)")
+@click.option("--cwd", type=click.Path(file_okay=False), help="working directory")
+@click.option("--timeout", type=float, help="cancel after SEC seconds")
+@click.option("--clean-env", is_flag=True, help="do not pass this shell's environment")
+@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.pass_context
+def run(ctx: click.Context, detach: bool, name: str | None, sandbox: str, envs: tuple[str, ...],
+        cwd: str | None, timeout: float | None, clean_env: bool, argv: tuple[str, ...]) -> None:
+    """Run a command under the daemon: tether run [-d] -- CMD ARGS..."""
+    c = _client(ctx)
+    env = {} if clean_env else dict(os.environ)
+    env.update(_kv(envs, "env"))
+    workdir = os.path.abspath(cwd) if cwd else os.getcwd()
+    try:
+        x = c.exec_start(list(argv), sandbox=sandbox, env=env, cwd=workdir, timeout=timeout,
+                         name=name)
+    except TetherError as e:
+        if e.code == "START_FAILED":
+            _die(e.message, 127 if "not found" in e.message else 126)
+        raise
+    if detach:
+        click.echo(x["id"])
+        return
+    sys.exit(_attach_output(c, x["id"]))
+
+
+def _pump(home: Path, exec_id: str, stream: str, sink: Any) -> None:
+    with Client(home) as c:
+        for data in c.read_logs(exec_id, stream=stream, follow=True):
+            sink.write(data)
+            sink.flush()
+
+
+def _exit_code(x: dict[str, Any]) -> int:
+    if x.get("exit_code") is not None:
+        return int(x["exit_code"])
+    if x.get("signal"):
+        return 128 + int(x["signal"])
+    return 1 if x["state"] == "FAILED" else 0
+
+
+def _attach_output(c: Client, exec_id: str) -> int:
+    """Stream both logs until the exec ends; Ctrl-C cancels it (twice: kill)."""
+    threads = [threading.Thread(target=_pump, args=(c.home, exec_id, s, sink), daemon=True)
+               for s, sink in (("stdout", sys.stdout.buffer), ("stderr", sys.stderr.buffer))]
+    for t in threads:
+        t.start()
+    interrupts = 0
+    while True:
+        try:
+            x = c.exec_wait(exec_id, timeout=1.0)
+            if x["state"] in ("FINISHED", "FAILED", "CANCELLED"):
+                break
+        except KeyboardInterrupt:
+            interrupts += 1
+            sig = "TERM" if interrupts == 1 else "KILL"
+            c.exec_cancel(exec_id, signal=sig, grace=5.0, reason="interrupted (Ctrl-C)")
+    for t in threads:
+        t.join(timeout=10)
+    if x["state"] == "FAILED" and x.get("reason"):
+        out.fail(f"exec {exec_id} failed: {x['reason']}")
+    return _exit_code(x)
+
+
+# ---------------------------------------------------------------------- inspect
+@cli.command()
+@click.option("-a", "--all", "all_", is_flag=True, help="include ended execs")
+@click.option("--sandbox", default=None)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def ps(ctx: click.Context, all_: bool, sandbox: str | None, as_json: bool) -> None:
+    """List execs (running ones; -a for all)."""
+    execs = _client(ctx).exec_list(sandbox=sandbox, all=all_)["execs"]
+    if as_json:
+        out.emit_json([out.exec_row(x) for x in execs])
+    else:
+        out.exec_table(execs)
+
+
+@cli.command()
+@click.option("-f", "--follow", is_flag=True, help="keep printing until the exec ends")
+@click.option("--stderr", "use_stderr", is_flag=True, help="the stderr log instead of stdout")
+@click.option("--offset", type=click.IntRange(min=0), default=0, help="start at this byte")
+@click.argument("exec_ref")
+@click.pass_context
+def logs(ctx: click.Context, follow: bool, use_stderr: bool, offset: int, exec_ref: str) -> None:
+    """Print an exec's output, byte for byte."""
+    c = _client(ctx)
+    stream = "stderr" if use_stderr else "stdout"
+    sink = sys.stdout.buffer
+    try:
+        for data in c.read_logs(exec_ref, stream=stream, offset=offset, follow=follow):
+            sink.write(data)
+            sink.flush()
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+@cli.command()
+@click.argument("exec_ref")
+@click.pass_context
+def wait(ctx: click.Context, exec_ref: str) -> None:
+    """Wait for an exec to end; print its exit code and exit with it."""
+    c = _client(ctx)
+    while True:
+        x = c.exec_wait(exec_ref, timeout=30.0)
+        if x["state"] in ("FINISHED", "FAILED", "CANCELLED"):
+            break
+    code = _exit_code(x)
+    click.echo(code)
+    sys.exit(code)
+
+
+@cli.command()
+@click.option("-s", "--signal", "sig", default="TERM", show_default=True,
+              help="first signal (name or number)")
+@click.option("--grace", type=float, default=5.0, show_default=True,
+              help="seconds before SIGKILL")
+@click.argument("exec_refs", nargs=-1, required=True)
+@click.pass_context
+def kill(ctx: click.Context, sig: str, grace: float, exec_refs: tuple[str, ...]) -> None:
+    """Cancel execs: SIGNAL to the process group, then SIGKILL after GRACE."""
+    c = _client(ctx)
+    status = 0
+    for ref in exec_refs:
+        try:
+            x = c.exec_cancel(ref, signal=sig, grace=grace, reason="tether kill")
+            click.echo(x["id"])
+        except TetherError as e:
+            out.fail(e.message)
+            status = 1
+    sys.exit(status)
+
+
+@cli.command()
+@click.option("-f", "--follow", is_flag=True)
+@click.option("--since", type=click.IntRange(min=0), default=0,
+              help="cursor: global seq, or the sandbox's seq with --sandbox")
+@click.option("--sandbox", default=None)
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
+@click.pass_context
+def events(ctx: click.Context, follow: bool, since: int, sandbox: str | None,
+           as_json: bool) -> None:
+    """Print the event journal (resumable with --since)."""
+    c = _client(ctx)
+
+    def show(ev: dict[str, Any]) -> None:
+        if as_json:
+            out.emit_json(ev)
+        else:
+            click.echo(out.event_line(ev))
+        sys.stdout.flush()
+
+    try:
+        if follow:
+            for ev in c.subscribe(since=since, sandbox=sandbox):
+                show(ev)
+        else:
+            cursor = since
+            while True:
+                page = c.events_list(since=cursor, sandbox=sandbox, limit=1000)
+                for ev in page["events"]:
+                    show(ev)
+                if len(page["events"]) < 1000:
+                    break
+                cursor = page["next"]
+    except KeyboardInterrupt:
+        pass
+
+
+# ---------------------------------------------------------------------- sandboxes
+@cli.group()
+def sandbox() -> None:
+    """Create and manage sandboxes."""
+
+
+@sandbox.command("create")
+@click.option("--workspace", type=click.Path(exists=True, file_okay=False))
+@click.option("-e", "--env", "envs", multiple=True)
+@click.option("--label", "labels", multiple=True)
+@click.option("--runtime", default="process", show_default=True)
+@click.argument("name")
+@click.pass_context
+def sandbox_create(ctx: click.Context, workspace: str | None, envs: tuple[str, ...],
+                   labels: tuple[str, ...], runtime: str, name: str) -> None:
+    """Create a sandbox."""
+    ws = os.path.abspath(workspace) if workspace else None
+    sb = _client(ctx).sandbox_create(name, runtime=runtime, workspace=ws, env=_kv(envs, "env"),
+                                     labels=_kv(labels, "label"))
+    click.echo(sb["id"])
+
+
+@sandbox.command("ls")
+@click.option("-a", "--all", "all_", is_flag=True, help="include deleted sandboxes")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def sandbox_ls(ctx: click.Context, all_: bool, as_json: bool) -> None:
+    """List sandboxes."""
+    sbs = _client(ctx).sandbox_list(all=all_)["sandboxes"]
+    if as_json:
+        out.emit_json(sbs)
+    else:
+        out.sandbox_table(sbs)
+
+
+@sandbox.command("inspect")
+@click.argument("ref")
+@click.pass_context
+def sandbox_inspect(ctx: click.Context, ref: str) -> None:
+    """Show a sandbox as JSON."""
+    out.emit_json(_client(ctx).sandbox_get(ref))
+
+
+@sandbox.command("stop")
+@click.option("--grace", type=float, default=5.0, show_default=True)
+@click.argument("ref")
+@click.pass_context
+def sandbox_stop(ctx: click.Context, grace: float, ref: str) -> None:
+    """Stop a sandbox (cancels its execs)."""
+    click.echo(_client(ctx).sandbox_stop(ref, grace=grace)["state"])
+
+
+@sandbox.command("start")
+@click.argument("ref")
+@click.pass_context
+def sandbox_start(ctx: click.Context, ref: str) -> None:
+    """Start a stopped sandbox again."""
+    click.echo(_client(ctx).sandbox_start(ref)["state"])
+
+
+@sandbox.command("rm")
+@click.option("--grace", type=float, default=5.0, show_default=True)
+@click.argument("ref")
+@click.pass_context
+def sandbox_rm(ctx: click.Context, grace: float, ref: str) -> None:
+    """Delete a sandbox (cancels its execs; keeps their logs)."""
+    click.echo(_client(ctx).sandbox_delete(ref, grace=grace)["state"])
+
+
+# ---------------------------------------------------------------------- daemon
+@cli.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Show the daemon's status."""
+    st = _client(ctx).status()
+    if as_json:
+        out.emit_json(st)
+        return
+    counts = st["counts"]
+    execs = ", ".join(f"{k.lower()} {v}" for k, v in sorted(counts["execs"].items())) or "none"
+    click.echo(f"daemon   pid {st['pid']}, {st['state']}, up {st['uptime']:.0f}s, "
+               f"version {st['version']}")
+    click.echo(f"home     {st['home']}")
+    click.echo(f"runtime  {st['runtime']}")
+    click.echo(f"execs    {execs} (watched {counts['watched']})")
+    click.echo(f"sandboxes {counts['sandboxes']}, clients {counts['connections']}")
+
+
+@cli.group(invoke_without_command=True)
+@click.option("--pool", type=click.IntRange(0, 64), default=2, show_default=True,
+              help="idle monitors kept ready to start execs")
+@click.pass_context
+def daemon(ctx: click.Context, pool: int) -> None:
+    """Run the daemon in the foreground (systemd Type=notify friendly)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from tether.daemon.daemon import serve
+
+    sys.exit(serve(ctx.obj.home, pool_size=pool))
+
+
+@daemon.command("stop")
+@click.option("--timeout", type=float, default=30.0, show_default=True)
+@click.pass_context
+def daemon_stop(ctx: click.Context, timeout: float) -> None:
+    """Stop the daemon gracefully (SIGTERM). Running execs keep running."""
+    from tether.daemon.home import read_lock_pid
+    from tether.model.layout import HomeLayout
+
+    layout = HomeLayout(ctx.obj.home)
+    pid = read_lock_pid(layout)
+    if pid is None:
+        click.echo("no daemon is running")
+        return
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        click.echo("no daemon is running")
+        return
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if read_lock_pid(layout) != pid:
+            click.echo(f"daemon {pid} stopped")
+            return
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            click.echo(f"daemon {pid} stopped")
+            return
+        time.sleep(0.05)
+    _die(f"daemon {pid} did not stop within {timeout}s", 1)
+
+
+def main() -> None:
+    cli(prog_name="tether")
+
+
+if __name__ == "__main__":
+    main()

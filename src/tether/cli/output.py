@@ -1,0 +1,82 @@
+"""Rendering for the CLI: rich tables for people, JSON for programs, errors on stderr."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import shlex
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+err_console = Console(stderr=True, highlight=False)
+
+
+def when(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def emit_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, indent=None, sort_keys=False) + "\n")
+
+
+def fail(message: str, hint: str | None = None) -> None:
+    err_console.print(f"[bold red]tether:[/] {message}", markup=True, soft_wrap=True)
+    if hint:
+        err_console.print(f"  {hint}", soft_wrap=True)
+
+
+def exec_row(x: dict[str, Any]) -> dict[str, Any]:
+    """The fields `tether ps --json` promises."""
+    return {
+        "id": x["id"], "name": x.get("name"), "sandbox": x["sandbox"], "state": x["state"],
+        "exit_code": x.get("exit_code"), "signal": x.get("signal"), "pid": x.get("pid"),
+        "started_at": x.get("started_at"), "ended_at": x.get("ended_at"),
+        "reason": x.get("reason"), "argv": x["spec"]["argv"],
+    }
+
+
+def exec_table(execs: Iterable[dict[str, Any]]) -> None:
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("ID", "NAME", "SANDBOX", "STATE", "EXIT", "PID", "STARTED", "COMMAND"):
+        t.add_column(col, overflow="fold" if col == "COMMAND" else "ellipsis", no_wrap=True)
+    for x in execs:
+        code = x.get("exit_code")
+        sig = x.get("signal")
+        exit_s = str(code) if code is not None else (f"sig{sig}" if sig else "-")
+        t.add_row(x["id"], x.get("name") or "-", x["sandbox"], x["state"], exit_s,
+                  str(x.get("pid") or "-"), when(x.get("started_at")),
+                  shlex.join(x["spec"]["argv"])[:60])
+    Console(highlight=False).print(t)
+
+
+def sandbox_table(sbs: Iterable[dict[str, Any]]) -> None:
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("ID", "NAME", "STATE", "RUNTIME", "WORKSPACE", "CREATED"):
+        t.add_column(col, no_wrap=True)
+    for s in sbs:
+        t.add_row(s["id"], s["name"], s["state"], s["spec"].get("runtime", "process"),
+                  s["spec"].get("workspace") or "-", when(s.get("created_at")))
+    Console(highlight=False).print(t)
+
+
+def event_line(ev: dict[str, Any]) -> str:
+    parts = [f"{ev['gseq']:>6}", f"{ev.get('sandbox') or '(daemon)'}#{ev['seq']}",
+             when(ev["time"]), ev["type"]]
+    if ev.get("exec"):
+        parts.append(ev["exec"])
+    if ev.get("state"):
+        parts.append(ev["state"])
+    data = ev.get("data") or {}
+    if "exit_code" in data:
+        parts.append(f"exit={data['exit_code']}")
+    if "signal" in data:
+        parts.append(f"signal={data['signal']}")
+    if ev.get("reason"):
+        parts.append(f"({ev['reason']})")
+    return "  ".join(parts)

@@ -1,0 +1,1 @@
+"""The daemon: composition root (``daemon.py``), its services and its RPC surface."""

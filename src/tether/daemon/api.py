@@ -1,0 +1,134 @@
+"""The daemon's JSON-RPC methods: validate, resolve references, call a service.
+
+Each handler is thin on purpose; the services own the behaviour.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from tether import __version__
+from tether.daemon.execs import parse_signal
+from tether.model.errors import TetherError
+from tether.model.records import ExecSpec, SandboxSpec, to_builtins
+from tether.model.states import DaemonState
+from tether.rpc import messages as m
+from tether.rpc.server import Connection, Router
+
+if TYPE_CHECKING:
+    from tether.daemon.daemon import Daemon
+
+LONG_POLL_METHODS = {"exec.wait", "exec.logs", "events.subscribe"}
+
+
+def build_router(d: Daemon) -> Router:
+    r = Router()
+    execs, sandboxes, store, bus = d.execs, d.sandboxes, d.store, d.bus
+
+    async def health(p: m.Empty, c: Connection) -> Any:
+        serving = d.state == DaemonState.RUNNING and d.server_accepting()
+        return {"status": "SERVING" if serving else "NOT_SERVING", "state": str(d.state)}
+
+    async def status(p: m.Empty, c: Connection) -> Any:
+        return {
+            "pid": os.getpid(), "version": __version__, "state": str(d.state),
+            "home": str(d.layout.root), "instance": d.instance,
+            "started_at": d.started_at, "uptime": time.time() - d.started_at,
+            "runtime": "process",
+            "recovery": d.recovery_summary,
+            "counts": {"sandboxes": len(store.list_sandboxes()), "execs": store.count_execs(),
+                       "watched": execs.live_count(), "connections": d.connection_count(),
+                       "subscriptions": len(bus.subs)},
+        }
+
+    async def sandbox_create(p: m.SandboxCreate, c: Connection) -> Any:
+        spec = SandboxSpec(runtime=p.runtime, workspace=p.workspace, env=p.env,
+                           labels=p.labels)
+        return to_builtins(sandboxes.create(p.name, spec))
+
+    async def sandbox_get(p: m.SandboxRef, c: Connection) -> Any:
+        return to_builtins(sandboxes.resolve(p.sandbox))
+
+    async def sandbox_list(p: m.SandboxList, c: Connection) -> Any:
+        return {"sandboxes": to_builtins(store.list_sandboxes(include_deleted=p.all))}
+
+    async def sandbox_stop(p: m.SandboxStop, c: Connection) -> Any:
+        return to_builtins(await sandboxes.stop(sandboxes.resolve(p.sandbox), p.grace))
+
+    async def sandbox_start(p: m.SandboxRef, c: Connection) -> Any:
+        return to_builtins(sandboxes.start(sandboxes.resolve(p.sandbox)))
+
+    async def sandbox_delete(p: m.SandboxStop, c: Connection) -> Any:
+        return to_builtins(await sandboxes.delete(sandboxes.resolve(p.sandbox), p.grace))
+
+    async def exec_start(p: m.ExecStart, c: Connection) -> Any:
+        sb = sandboxes.resolve(p.sandbox)
+        spec = ExecSpec(argv=p.argv, env=p.env, cwd=p.cwd, timeout=p.timeout, name=p.name,
+                        kill_grace=p.kill_grace)
+        return execs.view(await execs.start(sb, spec, p.request_key))
+
+    async def exec_get(p: m.ExecRef, c: Connection) -> Any:
+        return execs.view(execs.resolve(p.exec))
+
+    async def exec_list(p: m.ExecList, c: Connection) -> Any:
+        sb = sandboxes.resolve(p.sandbox).id if p.sandbox else None
+        states = None if p.all else ("PENDING", "RUNNING")
+        return {"execs": [execs.view(x) for x in store.list_execs(sandbox=sb, states=states)]}
+
+    async def exec_wait(p: m.ExecWait, c: Connection) -> Any:
+        return execs.view(await execs.wait(execs.resolve(p.exec), p.timeout))
+
+    async def exec_cancel(p: m.ExecCancel, c: Connection) -> Any:
+        sig = parse_signal(p.signal)
+        rec = execs.resolve(p.exec)
+        return execs.view(await execs.cancel(rec, sig, p.grace, p.reason or "cancelled"))
+
+    async def exec_logs(p: m.ExecLogs, c: Connection) -> Any:
+        rec = execs.resolve(p.exec)
+        return await execs.logs(rec, p.stream, p.offset, p.limit, p.wait)
+
+    async def events_list(p: m.EventsList, c: Connection) -> Any:
+        sb = _stream(p.sandbox)
+        evs = store.events_since(since=p.since, sandbox=sb, per_sandbox=p.sandbox is not None,
+                                 limit=p.limit)
+        nxt = (evs[-1].seq if p.sandbox is not None else evs[-1].gseq) if evs else p.since
+        return {"events": to_builtins(evs), "next": nxt}
+
+    def _stream(ref: str | None) -> str | None:
+        if ref is None or ref == "":
+            return None
+        return sandboxes.resolve(ref).id if ref != "daemon" else None
+
+    async def events_subscribe(p: m.EventsSubscribe, c: Connection) -> Any:
+        sb = _stream(p.sandbox)
+        if p.sandbox is not None and sb is None:
+            raise TetherError(-32602, "INVALID_PARAMS", "use sandbox=null for all events")
+        sub = bus.subscribe(c, sb, p.since)
+        return {"subscription": sub.id, "since": p.since}
+
+    async def events_unsubscribe(p: m.EventsUnsubscribe, c: Connection) -> Any:
+        return {"ok": bus.unsubscribe(p.subscription, c)}
+
+    for name, params, fn in [
+        ("daemon.health", m.Empty, health),
+        ("daemon.status", m.Empty, status),
+        ("sandbox.create", m.SandboxCreate, sandbox_create),
+        ("sandbox.get", m.SandboxRef, sandbox_get),
+        ("sandbox.list", m.SandboxList, sandbox_list),
+        ("sandbox.stop", m.SandboxStop, sandbox_stop),
+        ("sandbox.start", m.SandboxRef, sandbox_start),
+        ("sandbox.delete", m.SandboxStop, sandbox_delete),
+        ("exec.start", m.ExecStart, exec_start),
+        ("exec.get", m.ExecRef, exec_get),
+        ("exec.list", m.ExecList, exec_list),
+        ("exec.wait", m.ExecWait, exec_wait),
+        ("exec.cancel", m.ExecCancel, exec_cancel),
+        ("exec.logs", m.ExecLogs, exec_logs),
+        ("events.list", m.EventsList, events_list),
+        ("events.subscribe", m.EventsSubscribe, events_subscribe),
+        ("events.unsubscribe", m.EventsUnsubscribe, events_unsubscribe),
+    ]:
+        r.add(name, params, fn)
+    return r

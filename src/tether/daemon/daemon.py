@@ -1,0 +1,227 @@
+"""The composition root: builds every subsystem, owns every task, runs the lifecycle.
+
+STOPPED → STARTING (lock, store, recovery, bind) → RUNNING (pid file, SERVING)
+→ STOPPING (NOT_SERVING, stop accepting, drain in-flight requests, flush)
+→ STOPPED. Execs are never killed by a daemon stop: they belong to their
+monitors, and the next daemon re-adopts them.
+
+Lock order (docs/ARCHITECTURE.md): the home lock (process-wide, first) →
+SQLite's write lock (inside one ``Store`` transaction, never held across an
+await) → per-exec claim files (taken by monitors or by recovery, never while
+holding the SQLite write lock across an await). Everything else runs on the
+single event-loop thread and needs no lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from tether import __version__
+from tether.daemon import home as homes
+from tether.daemon.api import LONG_POLL_METHODS, build_router
+from tether.daemon.events import QUEUE_LIMIT, EventBus
+from tether.daemon.execs import ExecService
+from tether.daemon.faults import Faults
+from tether.daemon.sandboxes import SandboxService
+from tether.model.layout import MAX_SOCKET_PATH, HomeLayout
+from tether.model.states import DaemonState, check_transition
+from tether.rpc.server import RpcServer
+from tether.runtime.process import ProcessRuntime
+from tether.store import SchemaTooNew, Store
+
+log = logging.getLogger("tether.daemon")
+
+SWEEP_INTERVAL = 5.0
+DRAIN_TIMEOUT = 10.0
+
+
+class StartupError(Exception):
+    pass
+
+
+class Daemon:
+    def __init__(self, home: Path, *, pool_size: int = 2) -> None:
+        self.layout = HomeLayout(home.absolute())
+        self.pool_size = pool_size
+        self.state = DaemonState.STOPPED
+        self.instance = secrets.token_hex(4)
+        self.started_at = time.time()
+        self.recovery_summary: dict[str, int] = {}
+        self._stop = asyncio.Event()
+        self._lock = homes.HomeLock(self.layout)
+        self._server: asyncio.AbstractServer | None = None
+        self._rpc: RpcServer | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def _to(self, state: DaemonState) -> None:
+        check_transition("daemon", "daemon", self.state, state)
+        log.info("daemon %s -> %s", self.state, state)
+        self.state = state
+
+    def server_accepting(self) -> bool:
+        return self._rpc is not None and self._rpc.accepting
+
+    def connection_count(self) -> int:
+        return len(self._rpc.connections) if self._rpc else 0
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def run(self) -> int:
+        """Run in the foreground until SIGTERM/SIGINT. Returns the exit code."""
+        use_uvloop = os.environ.get("TETHER_NO_UVLOOP") is None
+        if use_uvloop:
+            try:
+                import uvloop
+
+                return uvloop.run(self._main())
+            except ImportError:
+                pass
+        return asyncio.run(self._main())
+
+    async def _main(self) -> int:
+        self._to(DaemonState.STARTING)
+        try:
+            self._start_infrastructure()
+        except StartupError as e:
+            print(f"tether: {e}", file=sys.stderr)
+            self._to(DaemonState.STOPPED)
+            return 1
+        try:
+            async with asyncio.TaskGroup() as tg:
+                await self._recover()
+                await self._bind()
+                self._to(DaemonState.RUNNING)
+                homes.write_pid_file(self.layout)
+                self.bus.publish(self.store.append_event(
+                    None, "daemon.started", state=str(self.state),
+                    data={"pid": os.getpid(), "version": __version__,
+                          "instance": self.instance, "recovery": self.recovery_summary}))
+                _sd_notify("READY=1")
+                tg.create_task(self._pool_loop(), name="monitor-pool")
+                tg.create_task(self._sweep_loop(), name="sweep")
+                await self._stop.wait()
+                await self._shutdown()
+                raise _Stopped
+        except* _Stopped:
+            pass
+        finally:
+            self._close_infrastructure()
+        self._to(DaemonState.STOPPED)
+        return 0
+
+    def _start_infrastructure(self) -> None:
+        os.umask(0o077)
+        homes.prepare(self.layout)
+        if len(os.fsencode(self.layout.socket)) > MAX_SOCKET_PATH:
+            raise StartupError(f"socket path {self.layout.socket} is longer than "
+                               f"{MAX_SOCKET_PATH} bytes; choose a shorter --home")
+        try:
+            self._lock.acquire()
+        except homes.HomeLocked as e:
+            raise StartupError(str(e)) from None
+        try:
+            self.store = Store(self.layout.db)
+        except SchemaTooNew as e:
+            self._lock.release()
+            raise StartupError(str(e)) from None
+        except Exception as e:
+            self._lock.release()
+            raise StartupError(f"cannot open the store {self.layout.db}: {e}") from None
+        faults = Faults(os.environ.get("TETHER_FAULT"))
+        self.runtime = ProcessRuntime(pool_size=self.pool_size)
+        queue_limit = int(os.environ.get("TETHER_SUBSCRIBER_QUEUE", QUEUE_LIMIT))
+        self.bus = EventBus(self.store, queue_limit=queue_limit)
+        self.execs = ExecService(self.store, self.layout, self.runtime, self.bus, faults)
+        self.sandboxes = SandboxService(self.store, self.bus, self.execs)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+
+    async def _recover(self) -> None:
+        t0 = time.monotonic()
+        await self.sandboxes.recover()
+        summary = await self.execs.recover()
+        summary["ms"] = int((time.monotonic() - t0) * 1000)
+        self.recovery_summary = summary
+        self.bus.publish(self.store.append_event(None, "daemon.recovered", data=summary))
+        log.info("recovery: %s", summary)
+
+    async def _bind(self) -> None:
+        self._rpc = RpcServer(build_router(self))
+        self._rpc.long_poll = set(LONG_POLL_METHODS)
+        with contextlib.suppress(FileNotFoundError):
+            self.layout.socket.unlink()  # stale: we hold the home lock
+        self._server = await asyncio.start_unix_server(
+            self._rpc.handle_connection, path=str(self.layout.socket), limit=2**20)
+        os.chmod(self.layout.socket, 0o600)
+
+    async def _shutdown(self) -> None:
+        self._to(DaemonState.STOPPING)
+        _sd_notify("STOPPING=1")
+        assert self._server is not None and self._rpc is not None
+        self._server.close()  # stop accepting connections
+        await self._rpc.drain(DRAIN_TIMEOUT)
+        with contextlib.suppress(Exception):
+            self.bus.publish(self.store.append_event(None, "daemon.stopping",
+                                                     state=str(self.state)))
+        for conn in list(self._rpc.connections):
+            conn.writer.close()
+        self.execs.detach_all()
+
+    def _close_infrastructure(self) -> None:
+        with contextlib.suppress(Exception):
+            self.runtime.close()
+        with contextlib.suppress(Exception):
+            self.store.close()
+        with contextlib.suppress(FileNotFoundError):
+            if self._server is not None:
+                self.layout.socket.unlink()
+        homes.remove_pid_file(self.layout)
+        self._lock.release()
+
+    # ------------------------------------------------------------------ background
+    async def _pool_loop(self) -> None:
+        while True:
+            self.runtime.fill_pool()
+            self.execs.pool_wanted.clear()
+            await self.execs.pool_wanted.wait()
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SWEEP_INTERVAL)
+            try:
+                self.execs.sweep()
+            except Exception:
+                log.exception("sweep failed")
+
+
+class _Stopped(Exception):
+    """Raised inside the TaskGroup to cancel every background task on shutdown."""
+
+
+def _sd_notify(state: str) -> None:
+    """Tell systemd (Type=notify) about our state, if it asked."""
+    addr = os.environ.get("NOTIFY_SOCKET")
+    if not addr:
+        return
+    if addr.startswith("@"):
+        addr = "\0" + addr[1:]
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.sendto(state.encode(), addr)
+
+
+def serve(home: Path, **kw: Any) -> int:
+    logging.basicConfig(level=os.environ.get("TETHER_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return Daemon(home, **kw).run()

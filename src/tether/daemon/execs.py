@@ -1,0 +1,337 @@
+"""Execs: accept (intent first), hand to a monitor, watch, cancel, wait, read logs,
+and re-adopt after a crash.
+
+In-memory state here is category C only — pidfd watches, wait events and
+pending cancels — and :meth:`ExecService.recover` rebuilds it from the store
+(A), the monitor files (D) and the process table (B).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from tether.daemon.events import EventBus
+from tether.daemon.faults import Faults
+from tether.model.errors import RpcCode, TetherError, invalid_params, not_found
+from tether.model.layout import ExecPaths, HomeLayout
+from tether.model.records import Event, ExecRecord, ExecSpec, SandboxRecord, to_builtins
+from tether.model.states import EXEC_TERMINAL, ExecState, SandboxState
+from tether.runtime.process import Inspection, ProcessRuntime, StartError
+from tether.store import Store
+
+log = logging.getLogger("tether.execs")
+
+LOG_POLL_INTERVAL = 0.02
+MAX_LOG_CHUNK = 1024 * 1024
+
+
+def parse_signal(value: int | str) -> int:
+    if isinstance(value, int):
+        try:
+            return int(signal.Signals(value))
+        except ValueError:
+            raise invalid_params(f"unknown signal number {value}") from None
+    name = value.upper()
+    if name.isdigit():
+        return parse_signal(int(name))
+    if not name.startswith("SIG"):
+        name = "SIG" + name
+    try:
+        return int(signal.Signals[name])
+    except KeyError:
+        raise invalid_params(f"unknown signal {value!r} (try TERM, INT, KILL or a number)",
+                             ) from None
+
+
+@dataclass
+class _Watch:
+    pidfd: int
+    handles: dict[str, Any] | None
+
+
+class ExecService:
+    def __init__(self, store: Store, layout: HomeLayout, runtime: ProcessRuntime,
+                 bus: EventBus, faults: Faults) -> None:
+        self.store = store
+        self.layout = layout
+        self.runtime = runtime
+        self.bus = bus
+        self.faults = faults
+        self._watches: dict[str, _Watch] = {}
+        self._done: dict[str, asyncio.Event] = {}
+        self._pending_cancel: dict[str, tuple[int, float, str]] = {}
+        self._pids: dict[str, int] = {}
+        self.pool_wanted = asyncio.Event()
+
+    # ------------------------------------------------------------------ helpers
+    def paths(self, rec: ExecRecord) -> ExecPaths:
+        return self.layout.exec_paths(rec.sandbox, rec.id)
+
+    def _commit(self, result: tuple[ExecRecord, Event]) -> ExecRecord:
+        rec, ev = result
+        self.bus.publish(ev)
+        if rec.state in EXEC_TERMINAL:
+            self._done.setdefault(rec.id, asyncio.Event()).set()
+        return rec
+
+    def resolve(self, ref: str) -> ExecRecord:
+        found = self.store.find_execs(ref)
+        if not found:
+            raise not_found("exec", ref)
+        if len(found) > 1:
+            raise TetherError(RpcCode.AMBIGUOUS, "AMBIGUOUS",
+                              f"{ref!r} matches {len(found)} execs; give more of the id",
+                              {"ref": ref, "matches": [r.id for r in found]})
+        return found[0]
+
+    def view(self, rec: ExecRecord) -> dict[str, Any]:
+        out: dict[str, Any] = to_builtins(rec)
+        paths = self.paths(rec)
+        out["pid"] = self._pids.get(rec.id) if rec.state == ExecState.RUNNING else None
+        out["stdout_path"] = str(paths.stdout)
+        out["stderr_path"] = str(paths.stderr)
+        return out
+
+    def live_count(self) -> int:
+        return len(self._watches)
+
+    # ------------------------------------------------------------------ start
+    async def start(self, sandbox: SandboxRecord, spec: ExecSpec, request_key: str | None,
+                    ) -> ExecRecord:
+        if request_key:
+            existing = self.store.exec_by_request_key(request_key)
+            if existing is not None:
+                return existing
+        if sandbox.state != SandboxState.READY:
+            raise TetherError(RpcCode.INVALID_STATE, "SANDBOX_NOT_READY",
+                              f"sandbox {sandbox.name!r} is {sandbox.state}; start it with "
+                              f"`tether sandbox start {sandbox.name}`",
+                              {"sandbox": sandbox.id, "state": sandbox.state})
+        if spec.name and self.store.live_exec_named(spec.name) is not None:
+            raise TetherError(RpcCode.CONFLICT, "NAME_IN_USE",
+                              f"an exec named {spec.name!r} is still running; pick another "
+                              f"name or stop it with `tether kill {spec.name}`",
+                              {"name": spec.name})
+        cwd = spec.cwd or sandbox.spec.workspace
+        if cwd is not None:
+            if not os.path.isabs(cwd):
+                raise invalid_params(f"cwd must be an absolute path, got {cwd!r}")
+            if not os.path.isdir(cwd):
+                raise invalid_params(f"cwd {cwd!r} is not an existing directory")
+        exec_id = self.store.reserve_id("exec")
+        rec = ExecRecord(id=exec_id, sandbox=sandbox.id, state=ExecState.PENDING,
+                         spec=spec, name=spec.name, created_at=time.time(),
+                         request_key=request_key)
+        self._commit(self.store.create_exec(rec))
+        self.faults.hit("exec.after_commit")
+
+        env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+               "HOME": os.environ.get("HOME", "/"), "LANG": os.environ.get("LANG", "C.UTF-8")}
+        env.update(sandbox.spec.env)
+        env.update(spec.env)
+        env["TETHER_EXEC_ID"] = exec_id
+        env["TETHER_SANDBOX"] = sandbox.id
+        run_spec = spec if cwd == spec.cwd else ExecSpec(**{**to_builtins(spec), "cwd": cwd})
+        run_rec = rec if run_spec is spec else ExecRecord(**{**to_builtins(rec), "spec": run_spec})
+        paths = self.paths(rec)
+        try:
+            started = await self.runtime.start(run_rec, paths, env)
+        except StartError as e:
+            failed = self._commit(self.store.transition_exec(
+                exec_id, ExecState.FAILED, reason=str(e), ended_at=time.time(),
+                exit_code=127 if e.code == "START_FAILED" else None))
+            raise TetherError(RpcCode.START_FAILED, e.code, str(e),
+                              {"exec": failed.id}) from None
+        finally:
+            self.pool_wanted.set()
+        self.faults.hit("exec.after_handoff")
+        rec = self._commit(self.store.transition_exec(
+            exec_id, ExecState.RUNNING, started_at=started.started_at))
+        handles = {"monitor": {"pid": started.monitor_pid,
+                               "start_time": started.monitor_start_time},
+                   "child": {"pid": started.pid, "start_time": started.start_time}}
+        self._pids[exec_id] = started.pid
+        self._watch(rec, handles)
+        pending = self._pending_cancel.pop(exec_id, None)
+        if pending is not None:
+            await self._send_cancel(rec, *pending)
+        return self.store.get_exec(exec_id) or rec
+
+    # ------------------------------------------------------------------ watching
+    def _watch(self, rec: ExecRecord, handles: dict[str, Any] | None) -> None:
+        paths = self.paths(rec)
+        fd = self.runtime.watch_fd(handles, paths)
+        if fd is None:
+            self._settle(rec.id)
+            return
+        self._watches[rec.id] = _Watch(fd, handles)
+        asyncio.get_running_loop().add_reader(fd, self._on_monitor_exit, rec.id)
+
+    def _unwatch(self, exec_id: str) -> None:
+        w = self._watches.pop(exec_id, None)
+        if w is not None:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(w.pidfd)
+            os.close(w.pidfd)
+
+    def _on_monitor_exit(self, exec_id: str) -> None:
+        self._unwatch(exec_id)
+        self.runtime.reap_children()
+        try:
+            self._settle(exec_id)
+        except Exception:
+            log.exception("settling exec %s failed", exec_id)
+
+    def _settle(self, exec_id: str) -> None:
+        """The monitor is gone (or never came): record what really happened."""
+        rec = self.store.get_exec(exec_id)
+        if rec is None or rec.state in EXEC_TERMINAL:
+            return
+        self._apply(rec, self.runtime.inspect(self.paths(rec)))
+
+    def _apply(self, rec: ExecRecord, insp: Inspection) -> str:
+        """Bring the record in line with an inspection. Returns what was done."""
+        if insp.kind == "exited":
+            assert insp.exit is not None
+            st = insp.exit
+            if rec.state == ExecState.PENDING:
+                rec = self._commit(self.store.transition_exec(
+                    rec.id, ExecState.RUNNING, started_at=st.get("started_at"),
+                    reason="started while the daemon was down"))
+            outcome = st.get("outcome", "exited")
+            to = {"cancelled": ExecState.CANCELLED, "timeout": ExecState.CANCELLED,
+                  "start_failed": ExecState.FAILED}.get(outcome, ExecState.FINISHED)
+            reason = st.get("reason") or {"cancelled": "cancelled"}.get(outcome)
+            self._commit(self.store.transition_exec(
+                rec.id, to, reason=reason, exit_code=st.get("exit_code"),
+                signal=st.get("signal"), ended_at=st.get("ended_at"),
+                data={"outcome": outcome}))
+            self._pids.pop(rec.id, None)
+            return "finished"
+        if insp.kind == "alive":
+            if rec.state == ExecState.PENDING:
+                started_at = (insp.handles or {}).get("started_at")
+                rec = self._commit(self.store.transition_exec(
+                    rec.id, ExecState.RUNNING, started_at=started_at,
+                    reason="started while the daemon was down"))
+            if insp.handles is not None:
+                self._pids[rec.id] = insp.handles["child"]["pid"]
+            if rec.id not in self._watches:
+                self._watch(rec, insp.handles)
+            return "adopted"
+        if insp.kind == "unstarted" and rec.state == ExecState.RUNNING:
+            insp = Inspection("lost", reason="RUNNING in the store but its handles file is "
+                              "missing and no monitor holds it")
+        if insp.kind == "unstarted" and not self.runtime.claim_for_failure(self.paths(rec)):
+            return "starting"  # a monitor claimed it this instant; look again
+        if insp.kind == "starting":
+            return "starting"
+        reason = insp.reason or ("INTERRUPTED: the daemon stopped after accepting this exec "
+                                 "and before starting it; it was never started")
+        self._commit(self.store.transition_exec(rec.id, ExecState.FAILED, reason=reason,
+                                                ended_at=time.time()))
+        self._pids.pop(rec.id, None)
+        return "failed"
+
+    async def recover(self) -> dict[str, int]:
+        """Re-adopt, finish or fail every exec the store says is live."""
+        summary = {"adopted": 0, "finished": 0, "failed": 0}
+        todo = self.store.list_execs(states=(ExecState.PENDING, ExecState.RUNNING))
+        for _attempt in range(100):
+            later: list[ExecRecord] = []
+            for rec in todo:
+                done = self._apply(rec, self.runtime.inspect(self.paths(rec)))
+                if done == "starting":
+                    later.append(rec)
+                else:
+                    summary[done] += 1
+            if not later:
+                break
+            todo = [r for r in (self.store.get_exec(x.id) for x in later) if r is not None]
+            await asyncio.sleep(0.02)
+        else:
+            for rec in todo:
+                self._commit(self.store.transition_exec(
+                    rec.id, ExecState.FAILED, ended_at=time.time(),
+                    reason="a monitor claimed this exec but never reported its process"))
+                summary["failed"] += 1
+        return summary
+
+    def sweep(self) -> None:
+        """Periodic safety net: settle any watched exec whose monitor is gone."""
+        self.runtime.reap_children()
+        for exec_id in list(self._watches):
+            rec = self.store.get_exec(exec_id)
+            if rec is None:
+                continue
+            insp = self.runtime.inspect(self.paths(rec))
+            if insp.kind != "alive":
+                self._unwatch(exec_id)
+                self._apply(rec, insp)
+
+    def detach_all(self) -> None:
+        """Stop watching (daemon shutdown). The execs keep running under their monitors."""
+        for exec_id in list(self._watches):
+            self._unwatch(exec_id)
+
+    # ------------------------------------------------------------------ cancel / wait
+    async def cancel(self, rec: ExecRecord, sig: int, grace: float, reason: str) -> ExecRecord:
+        if rec.state in EXEC_TERMINAL:
+            return rec
+        if rec.state == ExecState.PENDING:
+            self._pending_cancel[rec.id] = (sig, grace, reason)
+            return rec
+        await self._send_cancel(rec, sig, grace, reason)
+        return self.store.get_exec(rec.id) or rec
+
+    async def _send_cancel(self, rec: ExecRecord, sig: int, grace: float, reason: str) -> None:
+        paths = self.paths(rec)
+        loop = asyncio.get_running_loop()
+        try:
+            reply = await loop.run_in_executor(None, self.runtime.control, paths, {
+                "op": "cancel", "signal": sig, "grace": grace, "reason": reason})
+            if reply.get("ok"):
+                return
+            log.warning("monitor of %s refused cancel: %s", rec.id, reply)
+        except OSError as e:
+            log.warning("monitor of %s unreachable for cancel: %s", rec.id, e)
+        self._settle(rec.id)
+
+    async def wait(self, rec: ExecRecord, timeout: float | None) -> ExecRecord:
+        if rec.state in EXEC_TERMINAL:
+            return rec
+        ev = self._done.setdefault(rec.id, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(ev.wait(), timeout)
+        return self.store.get_exec(rec.id) or rec
+
+    # ------------------------------------------------------------------ logs
+    async def logs(self, rec: ExecRecord, stream: str, offset: int, limit: int,
+                   wait: float) -> dict[str, Any]:
+        path = self.paths(rec).log(stream)
+        deadline = time.monotonic() + wait
+        while True:
+            # State first, size second: once terminal is seen, the size is final.
+            rec = self.store.get_exec(rec.id) or rec
+            try:
+                size = os.stat(path).st_size
+            except FileNotFoundError:
+                size = 0
+            if offset < size:
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    data = f.read(min(limit, MAX_LOG_CHUNK))
+                return {"data": data, "offset": offset + len(data), "size": size,
+                        "eof": False, "state": rec.state}
+            terminal = rec.state in EXEC_TERMINAL
+            if terminal or time.monotonic() >= deadline:
+                return {"data": b"", "offset": offset, "size": size, "eof": terminal,
+                        "state": rec.state}
+            await asyncio.sleep(LOG_POLL_INTERVAL)

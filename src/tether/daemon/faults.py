@@ -1,0 +1,28 @@
+"""Fault injection for crash tests: ``TETHER_FAULT=<point>`` makes the daemon SIGKILL
+itself at that point, so a test can prove what a crash *there* leaves behind.
+
+Points (docs/STATE.md lists what each must leave):
+
+* ``exec.after_commit`` — the exec's intent is committed, no monitor has it yet;
+* ``exec.after_handoff`` — the monitor has the spec, RUNNING is not committed yet.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+POINTS = frozenset({"exec.after_commit", "exec.after_handoff"})
+
+
+class Faults:
+    def __init__(self, spec: str | None) -> None:
+        self.armed = {p.strip() for p in (spec or "").split(",") if p.strip()}
+        unknown = self.armed - POINTS
+        if unknown:
+            raise ValueError(f"unknown TETHER_FAULT point(s): {', '.join(sorted(unknown))}; "
+                             f"known: {', '.join(sorted(POINTS))}")
+
+    def hit(self, point: str) -> None:
+        if point in self.armed:
+            os.kill(os.getpid(), signal.SIGKILL)

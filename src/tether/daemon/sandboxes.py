@@ -1,0 +1,117 @@
+"""Sandboxes for the ``process`` runtime: a named place (workspace, env, labels)
+that execs run in. Stopping or deleting one cancels its execs first."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+
+from tether.daemon.events import EventBus
+from tether.daemon.execs import ExecService
+from tether.model.errors import RpcCode, TetherError, invalid_params, not_found
+from tether.model.records import DEFAULT_SANDBOX, Event, SandboxRecord, SandboxSpec
+from tether.model.states import EXEC_TERMINAL, ExecState, SandboxState
+from tether.store import Store
+
+RUNTIMES = ("process",)
+
+
+class SandboxService:
+    def __init__(self, store: Store, bus: EventBus, execs: ExecService) -> None:
+        self.store = store
+        self.bus = bus
+        self.execs = execs
+
+    def _commit(self, result: tuple[SandboxRecord, Event]) -> SandboxRecord:
+        self.bus.publish(result[1])
+        return result[0]
+
+    def resolve(self, ref: str) -> SandboxRecord:
+        found = self.store.find_sandboxes(ref)
+        if not found:
+            raise not_found("sandbox", ref)
+        if len(found) > 1:
+            raise TetherError(RpcCode.AMBIGUOUS, "AMBIGUOUS",
+                              f"{ref!r} matches {len(found)} sandboxes; give more of the id",
+                              {"ref": ref, "matches": [r.id for r in found]})
+        return found[0]
+
+    def create(self, name: str, spec: SandboxSpec) -> SandboxRecord:
+        if spec.runtime not in RUNTIMES:
+            raise invalid_params(f"runtime {spec.runtime!r} is not available yet; "
+                                 f"use one of: {', '.join(RUNTIMES)}")
+        if spec.workspace is not None:
+            if not os.path.isabs(spec.workspace) or not os.path.isdir(spec.workspace):
+                raise invalid_params(
+                    f"workspace {spec.workspace!r} must be an existing absolute directory")
+            spec.workspace = os.path.realpath(spec.workspace)
+        rec = self._commit(self.store.create_sandbox(name, spec))
+        return self._commit(self.store.transition_sandbox(rec.id, SandboxState.READY,
+                                                          reason="process runtime ready"))
+
+    async def _stop_execs(self, sb: SandboxRecord, grace: float, reason: str) -> None:
+        live = self.store.list_execs(sandbox=sb.id,
+                                     states=(ExecState.PENDING, ExecState.RUNNING))
+        for rec in live:
+            await self.execs.cancel(rec, signal.SIGTERM, grace, reason)
+        for rec in live:
+            await self.execs.wait(rec, grace + 5.0)
+
+    async def stop(self, sb: SandboxRecord, grace: float) -> SandboxRecord:
+        if sb.state == SandboxState.STOPPED:
+            return sb
+        self._guard(sb, SandboxState.STOPPED)
+        await self._stop_execs(sb, grace, f"sandbox {sb.name} stopped")
+        return self._commit(self.store.transition_sandbox(sb.id, SandboxState.STOPPED,
+                                                          reason="stopped by request"))
+
+    def start(self, sb: SandboxRecord) -> SandboxRecord:
+        if sb.state == SandboxState.READY:
+            return sb
+        self._guard(sb, SandboxState.READY)
+        return self._commit(self.store.transition_sandbox(sb.id, SandboxState.READY,
+                                                          reason="started by request"))
+
+    async def delete(self, sb: SandboxRecord, grace: float) -> SandboxRecord:
+        if sb.id == DEFAULT_SANDBOX:
+            raise TetherError(RpcCode.INVALID_STATE, "DEFAULT_SANDBOX",
+                              "the default sandbox cannot be deleted (it can be stopped)")
+        if sb.state != SandboxState.DELETING:
+            self._guard(sb, SandboxState.DELETING)
+            sb = self._commit(self.store.transition_sandbox(sb.id, SandboxState.DELETING,
+                                                            reason="delete requested"))
+        await self._stop_execs(sb, grace, f"sandbox {sb.name} deleted")
+        return self._finish_delete(sb)
+
+    def _finish_delete(self, sb: SandboxRecord) -> SandboxRecord:
+        # Scratch files go; logs and exit files stay (they are history).
+        for rec in self.store.list_execs(sandbox=sb.id):
+            if rec.state not in EXEC_TERMINAL:
+                continue
+            paths = self.execs.paths(rec)
+            for p in (paths.handles, paths.socket):
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+        return self._commit(self.store.transition_sandbox(sb.id, SandboxState.DELETED,
+                                                          reason="deleted"))
+
+    def _guard(self, sb: SandboxRecord, to: SandboxState) -> None:
+        from tether.model.states import SANDBOX_TRANSITIONS, can_transition
+
+        if not can_transition(SANDBOX_TRANSITIONS, sb.state, to):
+            raise TetherError(RpcCode.INVALID_STATE, "INVALID_STATE",
+                              f"sandbox {sb.name!r} is {sb.state} and cannot become {to}",
+                              {"sandbox": sb.id, "state": sb.state})
+
+    async def recover(self) -> None:
+        for sb in self.store.list_sandboxes():
+            if sb.state == SandboxState.PENDING:
+                self._commit(self.store.transition_sandbox(
+                    sb.id, SandboxState.FAILED,
+                    reason="INTERRUPTED_PENDING: the daemon stopped while creating it"))
+            elif sb.state == SandboxState.DELETING:
+                await self._stop_execs(sb, 5.0, f"sandbox {sb.name} deleted")
+                self._finish_delete(sb)
+        await asyncio.sleep(0)

@@ -1,0 +1,82 @@
+"""Where everything lives under the tether home (category C: derived from ids).
+
+Pure functions only; nothing here touches the disk.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+# sun_path is 108 bytes on Linux, including the terminating NUL.
+MAX_SOCKET_PATH = 107
+
+
+def default_home() -> Path:
+    """``$TETHER_HOME``, else ``$XDG_STATE_HOME/tether``, else ``~/.local/state/tether``."""
+    env = os.environ.get("TETHER_HOME")
+    if env:
+        return Path(env).expanduser().absolute()
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
+    return (base / "tether").absolute()
+
+
+@dataclass(frozen=True)
+class HomeLayout:
+    root: Path
+
+    @property
+    def db(self) -> Path:
+        return self.root / "tether.db"
+
+    @property
+    def socket(self) -> Path:
+        return self.root / "tether.sock"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.root / "daemon.pid"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.root / "daemon.lock"
+
+    @property
+    def log_file(self) -> Path:
+        return self.root / "daemon.log"
+
+    @property
+    def logs(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def run(self) -> Path:
+        return self.root / "run"
+
+    def exec_paths(self, sandbox: str, exec_id: str) -> ExecPaths:
+        logdir = self.logs / sandbox
+        return ExecPaths(
+            stdout=logdir / f"{exec_id}.stdout.log",
+            stderr=logdir / f"{exec_id}.stderr.log",
+            exit=logdir / f"{exec_id}.exit",
+            handles=self.run / f"{exec_id}.handles.json",
+            socket=self.run / f"{exec_id}.sock",
+            claim=self.run / f"{exec_id}.claim",
+            monitor_log=self.run / f"{exec_id}.monitor.log",
+        )
+
+
+@dataclass(frozen=True)
+class ExecPaths:
+    stdout: Path
+    stderr: Path
+    exit: Path
+    handles: Path
+    socket: Path
+    claim: Path
+    monitor_log: Path
+
+    def log(self, stream: str) -> Path:
+        return self.stderr if stream == "stderr" else self.stdout

@@ -1,0 +1,95 @@
+"""State machines as data: the states, the allowed transitions, and one guard.
+
+The store calls :func:`check_transition` inside the transaction that changes a
+state, so an illegal transition is refused at the only place that writes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+from typing import Any
+
+
+class SandboxState(StrEnum):
+    PENDING = "PENDING"
+    READY = "READY"
+    STOPPED = "STOPPED"
+    FAILED = "FAILED"
+    DELETING = "DELETING"
+    DELETED = "DELETED"
+
+
+class ExecState(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+class DaemonState(StrEnum):
+    STOPPED = "STOPPED"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
+
+
+SANDBOX_TRANSITIONS: dict[SandboxState, frozenset[SandboxState]] = {
+    SandboxState.PENDING: frozenset(
+        {SandboxState.READY, SandboxState.FAILED, SandboxState.DELETING}
+    ),
+    SandboxState.READY: frozenset(
+        {SandboxState.STOPPED, SandboxState.FAILED, SandboxState.DELETING}
+    ),
+    SandboxState.STOPPED: frozenset(
+        {SandboxState.READY, SandboxState.FAILED, SandboxState.DELETING}
+    ),
+    SandboxState.FAILED: frozenset({SandboxState.DELETING}),
+    SandboxState.DELETING: frozenset({SandboxState.DELETED}),
+    SandboxState.DELETED: frozenset(),
+}
+
+EXEC_TRANSITIONS: dict[ExecState, frozenset[ExecState]] = {
+    ExecState.PENDING: frozenset({ExecState.RUNNING, ExecState.FAILED, ExecState.CANCELLED}),
+    ExecState.RUNNING: frozenset({ExecState.FINISHED, ExecState.FAILED, ExecState.CANCELLED}),
+    ExecState.FINISHED: frozenset(),
+    ExecState.FAILED: frozenset(),
+    ExecState.CANCELLED: frozenset(),
+}
+
+DAEMON_TRANSITIONS: dict[DaemonState, frozenset[DaemonState]] = {
+    DaemonState.STOPPED: frozenset({DaemonState.STARTING}),
+    DaemonState.STARTING: frozenset({DaemonState.RUNNING, DaemonState.STOPPED}),
+    DaemonState.RUNNING: frozenset({DaemonState.STOPPING}),
+    DaemonState.STOPPING: frozenset({DaemonState.STOPPED}),
+}
+
+EXEC_TERMINAL = frozenset({ExecState.FINISHED, ExecState.FAILED, ExecState.CANCELLED})
+SANDBOX_ACCEPTS_EXECS = frozenset({SandboxState.READY})
+
+
+class IllegalTransition(Exception):
+    """A caller asked for a transition the state machine does not allow."""
+
+    def __init__(self, kind: str, ident: str, current: str, wanted: str) -> None:
+        super().__init__(f"{kind} {ident}: illegal transition {current} -> {wanted}")
+        self.kind = kind
+        self.ident = ident
+        self.current = current
+        self.wanted = wanted
+
+
+def can_transition(table: Mapping[Any, frozenset[Any]], current: str, wanted: str) -> bool:
+    """True when ``current -> wanted`` is an edge of ``table``."""
+    allowed = table.get(current)
+    return allowed is not None and wanted in allowed
+
+
+def check_transition(kind: str, ident: str, current: str, wanted: str) -> None:
+    """The one guard: raise :class:`IllegalTransition` unless the edge exists."""
+    table: Mapping[Any, frozenset[Any]] = {
+        "sandbox": SANDBOX_TRANSITIONS, "exec": EXEC_TRANSITIONS, "daemon": DAEMON_TRANSITIONS,
+    }[kind]
+    if not can_transition(table, current, wanted):
+        raise IllegalTransition(kind, ident, current, wanted)

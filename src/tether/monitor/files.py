@@ -1,0 +1,176 @@
+"""The monitor's files (category D) and process identity. Standard library only.
+
+* handles file — pid and kernel start time of the monitor and of the child,
+  written atomically once the child runs (momentary reality, source 003);
+* exit file — how the child ended, written atomically *and durably*;
+* claim file — created with ``O_EXCL`` by whoever decides an exec's fate first
+  (a monitor that will start it, or a recovering daemon that fails it), and
+  ``flock``-ed by the monitor for its whole life.
+
+A process is identified by ``(pid, start_time)`` where ``start_time`` is field 22
+of ``/proc/PID/stat`` (clock ticks since boot): a reused pid has another start
+time, so nothing is ever adopted or signalled on a bare pid.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+HANDLES_VERSION = 1
+EXIT_VERSION = 1
+
+
+class FileCorrupt(Exception):
+    """A monitor file exists but cannot be understood."""
+
+
+def proc_start_time(pid: int) -> int | None:
+    """Kernel start time of ``pid`` in clock ticks, or None if there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    except OSError:
+        return None
+    # The command name (field 2) may contain spaces and parentheses.
+    rest = stat[stat.rfind(b")") + 2:].split()
+    try:
+        return int(rest[19])  # field 22 overall; rest starts at field 3
+    except (IndexError, ValueError):
+        return None
+
+
+def proc_state(pid: int) -> str | None:
+    """The one-letter state of ``pid`` (``Z`` for a zombie), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    rest = stat[stat.rfind(b")") + 2:].split()
+    return rest[0].decode() if rest else None
+
+
+def is_same_process(pid: int, start_time: int) -> bool:
+    """True when ``pid`` exists, is not a zombie, and started at ``start_time``."""
+    return proc_start_time(pid) == start_time and proc_state(pid) not in (None, "Z", "X")
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str, data: bytes, *, durable: bool = True) -> None:
+    """tmp + (fsync) + rename + (fsync dir): readers see the old file or the new one."""
+    directory = os.path.dirname(path) or "."
+    tmp = f"{path}.tmp.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+    if durable:
+        fsync_dir(directory)
+
+
+def _read_json(path: str, what: str) -> dict[str, Any] | None:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        obj = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise FileCorrupt(f"{what} file {path} is corrupt ({len(raw)} bytes): {e}") from None
+    if not isinstance(obj, dict):
+        raise FileCorrupt(f"{what} file {path} is corrupt: not a JSON object")
+    return obj
+
+
+def _require_int(obj: dict[str, Any], key: str, what: str, path: str,
+                 optional: bool = False) -> int | None:
+    value = obj.get(key)
+    if value is None and optional:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise FileCorrupt(f"{what} file {path} is corrupt: field {key!r} is {value!r}")
+    return value
+
+
+def write_handles(path: str, handles: dict[str, Any]) -> None:
+    # Not fsynced: processes do not survive a power cut, so neither need their handles.
+    atomic_write(path, json.dumps({"version": HANDLES_VERSION, **handles}).encode(),
+                 durable=False)
+
+
+def read_handles(path: str) -> dict[str, Any] | None:
+    """The handles dict, None if absent; :class:`FileCorrupt` if unreadable."""
+    obj = _read_json(path, "handles")
+    if obj is None:
+        return None
+    for who in ("monitor", "child"):
+        sub = obj.get(who)
+        if not isinstance(sub, dict):
+            raise FileCorrupt(f"handles file {path} is corrupt: no {who!r} entry")
+        _require_int(sub, "pid", "handles", path)
+        _require_int(sub, "start_time", "handles", path)
+    return obj
+
+
+def write_exit(path: str, status: dict[str, Any]) -> None:
+    atomic_write(path, json.dumps({"version": EXIT_VERSION, **status}).encode(), durable=True)
+
+
+def read_exit(path: str) -> dict[str, Any] | None:
+    """The exit status dict, None if absent; :class:`FileCorrupt` if unreadable."""
+    obj = _read_json(path, "exit")
+    if obj is None:
+        return None
+    _require_int(obj, "exit_code", "exit", path, optional=True)
+    _require_int(obj, "signal", "exit", path, optional=True)
+    if obj.get("exit_code") is None and obj.get("signal") is None:
+        raise FileCorrupt(f"exit file {path} is corrupt: neither exit_code nor signal")
+    if not isinstance(obj.get("ended_at"), (int, float)):
+        raise FileCorrupt(f"exit file {path} is corrupt: no ended_at")
+    return obj
+
+
+def claim(path: str, owner: str) -> int | None:
+    """Create the claim file exclusively; return its fd, or None if already claimed."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return None
+    os.write(fd, owner.encode())
+    return fd
+
+
+def claim_is_held(path: str) -> bool:
+    """True while a live monitor holds the claim's flock."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False

@@ -1,0 +1,61 @@
+"""Line framing with a hard size limit that never buffers an oversized line.
+
+A line longer than ``limit`` is reported as :class:`LineTooLong` once, and its
+remaining bytes are discarded as they arrive, chunk by chunk, up to its newline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+MAX_LINE = 1024 * 1024  # 1 MiB per JSON-RPC message (docs/PROTOCOL.md)
+_CHUNK = 64 * 1024
+
+
+class LineTooLong:
+    """Marker yielded in place of a line that exceeded the limit."""
+
+    def __init__(self, seen: int) -> None:
+        self.seen = seen
+
+
+class LineReader:
+    def __init__(self, reader: asyncio.StreamReader, limit: int = MAX_LINE) -> None:
+        self._reader = reader
+        self._limit = limit
+        self._buf = bytearray()
+        self._discarding = False
+        self._eof = False
+
+    async def next(self) -> bytes | LineTooLong | None:
+        """The next line (without newline), a LineTooLong marker, or None at EOF."""
+        while True:
+            nl = self._buf.find(b"\n")
+            if nl >= 0:
+                if self._discarding:
+                    del self._buf[: nl + 1]
+                    self._discarding = False
+                    continue
+                line = bytes(self._buf[:nl])
+                del self._buf[: nl + 1]
+                if len(line) > self._limit:
+                    return LineTooLong(len(line))
+                return line
+            if self._discarding:
+                self._buf.clear()
+            elif len(self._buf) > self._limit:
+                seen = len(self._buf)
+                self._buf.clear()
+                self._discarding = True
+                return LineTooLong(seen)
+            if self._eof:
+                if self._buf and not self._discarding:
+                    line = bytes(self._buf)
+                    self._buf.clear()
+                    return line
+                return None
+            chunk = await self._reader.read(_CHUNK)
+            if not chunk:
+                self._eof = True
+            else:
+                self._buf += chunk

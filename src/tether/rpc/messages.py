@@ -1,0 +1,101 @@
+"""Typed params of every JSON-RPC method (docs/PROTOCOL.md mirrors this file).
+
+Unknown fields are refused (``forbid_unknown_fields``) so that a typo in a param
+name is an error, not a silently ignored option.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+from msgspec import Meta
+
+NonEmpty = Annotated[str, Meta(min_length=1, max_length=4096)]
+Name = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")]
+Seconds = Annotated[float, Meta(ge=0, le=10 * 365 * 86400)]
+Cursor = Annotated[int, Meta(ge=0)]
+
+
+class _P(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    pass
+
+
+class Empty(_P):
+    pass
+
+
+class SandboxCreate(_P):
+    name: Name
+    runtime: str = "process"
+    workspace: str | None = None
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class SandboxRef(_P):
+    sandbox: NonEmpty
+
+
+class SandboxStop(_P):
+    sandbox: NonEmpty
+    grace: Seconds = 5.0
+
+
+class SandboxList(_P):
+    all: bool = False
+
+
+class ExecStart(_P):
+    argv: Annotated[list[Annotated[str, Meta(max_length=131072)]], Meta(min_length=1)]
+    sandbox: NonEmpty = "default"
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    cwd: str | None = None
+    timeout: Annotated[float, Meta(gt=0)] | None = None
+    name: Name | None = None
+    kill_grace: Seconds = 5.0
+    request_key: Annotated[str, Meta(min_length=8, max_length=128)] | None = None
+
+
+class ExecRef(_P):
+    exec: NonEmpty
+
+
+class ExecList(_P):
+    sandbox: str | None = None
+    all: bool = False
+
+
+class ExecWait(_P):
+    exec: NonEmpty
+    timeout: Seconds | None = None
+
+
+class ExecCancel(_P):
+    exec: NonEmpty
+    signal: int | str = "TERM"
+    grace: Seconds = 5.0
+    reason: Annotated[str, Meta(max_length=1024)] = ""
+
+
+class ExecLogs(_P):
+    exec: NonEmpty
+    stream: Literal["stdout", "stderr"] = "stdout"
+    offset: Cursor = 0
+    limit: Annotated[int, Meta(gt=0, le=1024 * 1024)] = 256 * 1024
+    wait: Annotated[float, Meta(ge=0, le=60)] = 0.0
+
+
+class EventsList(_P):
+    since: Cursor = 0
+    sandbox: str | None = None
+    limit: Annotated[int, Meta(gt=0, le=10000)] = 1000
+
+
+class EventsSubscribe(_P):
+    since: Cursor = 0
+    sandbox: str | None = None
+
+
+class EventsUnsubscribe(_P):
+    subscription: NonEmpty

@@ -1,0 +1,244 @@
+"""The JSON-RPC 2.0 server: framing, validation, dispatch, errors, batches.
+
+Every connection owns a TaskGroup for its in-flight requests and subscription
+pumps; when the connection ends they are cancelled with it. A failure inside
+one handler becomes that request's error response and never reaches another
+client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from tether.model.errors import RpcCode, TetherError
+from tether.rpc.framing import MAX_LINE, LineReader, LineTooLong
+
+log = logging.getLogger("tether.rpc")
+
+_enc = msgspec.json.Encoder()
+MAX_INFLIGHT_PER_CONNECTION = 256
+MAX_BATCH = 1000
+
+Handler = Callable[[Any, "Connection"], Awaitable[Any]]
+
+
+@dataclass
+class Method:
+    name: str
+    params: type[Any]
+    handler: Handler
+
+
+class Router:
+    def __init__(self) -> None:
+        self.methods: dict[str, Method] = {}
+
+    def add(self, name: str, params: type[Any], handler: Handler) -> None:
+        self.methods[name] = Method(name, params, handler)
+
+
+@dataclass(eq=False)
+class Connection:
+    """One client connection. Subsystems may attach per-connection state in ``extra``."""
+
+    writer: asyncio.StreamWriter
+    tasks: asyncio.TaskGroup
+    closed: asyncio.Event = field(default_factory=asyncio.Event)
+    extra: dict[str, Any] = field(default_factory=dict)
+    # Tasks that wait on outside events (long polls, subscription pumps): they
+    # are cancelled when the client goes away or the daemon drains.
+    long_tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+
+    def spawn_long(self, coro: Any) -> asyncio.Task[Any]:
+        task = self.tasks.create_task(coro)
+        self.long_tasks.add(task)
+        task.add_done_callback(self.long_tasks.discard)
+        return task
+
+    def send(self, message: dict[str, Any]) -> None:
+        if self.writer.is_closing():
+            return
+        self.writer.write(_enc.encode(message) + b"\n")
+
+    async def drain(self) -> None:
+        await self.writer.drain()
+
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        self.send({"jsonrpc": "2.0", "method": method, "params": params})
+
+
+def _error(rid: Any, code: int, message: str, data: dict[str, Any] | None = None,
+           ) -> dict[str, Any]:
+    err: dict[str, Any] = {"code": int(code), "message": message}
+    if data is not None:
+        err["data"] = data
+    return {"jsonrpc": "2.0", "id": rid, "error": err}
+
+
+def _std(code: RpcCode, message: str, **data: Any) -> TetherError:
+    return TetherError(code, code.name, message, data)
+
+
+class RpcServer:
+    def __init__(self, router: Router, *, max_line: int = MAX_LINE) -> None:
+        self.router = router
+        self.max_line = max_line
+        self.accepting = True
+        self.inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.connections: set[Connection] = set()
+        # Methods that wait for an outside event; cancelled (not awaited) on drain.
+        self.long_poll: set[str] = set()
+
+    async def handle_connection(self, reader: asyncio.StreamReader,
+                                writer: asyncio.StreamWriter) -> None:
+        lines = LineReader(reader, self.max_line)
+        slots = asyncio.Semaphore(MAX_INFLIGHT_PER_CONNECTION)
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                conn = Connection(writer=writer, tasks=tasks)
+                self.connections.add(conn)
+                try:
+                    while True:
+                        item = await lines.next()
+                        if item is None:
+                            break
+                        if isinstance(item, LineTooLong):
+                            conn.send(_error(None, RpcCode.INVALID_REQUEST,
+                                             f"message larger than the {self.max_line}-byte "
+                                             "limit; it was discarded",
+                                             {"code": "REQUEST_TOO_LARGE",
+                                              "limit": self.max_line}))
+                            continue
+                        if not item.strip():
+                            continue
+                        await slots.acquire()
+                        coro = self._handle_line(conn, item, slots)
+                        if self._is_long(item):
+                            conn.spawn_long(coro)
+                        else:
+                            tasks.create_task(coro)
+                        await conn.drain()
+                finally:
+                    conn.closed.set()
+                    self.connections.discard(conn)
+                    for t in list(conn.long_tasks):
+                        t.cancel()
+        except* (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except* Exception:
+            log.exception("connection handler failed")
+        finally:
+            with contextlib.suppress(Exception):
+                writer.close()
+
+    def _is_long(self, raw: bytes) -> bool:
+        # A cheap sniff decides only which set the task lands in; dispatch validates.
+        return any(f'"{m}"'.encode() in raw for m in self.long_poll)
+
+    async def _handle_line(self, conn: Connection, raw: bytes,
+                           slots: asyncio.Semaphore) -> None:
+        self.inflight += 1
+        self._idle.clear()
+        try:
+            reply = await self._handle_message(conn, raw)
+            if reply is not None:
+                conn.send(reply)
+                with contextlib.suppress(ConnectionError):
+                    await conn.drain()
+        finally:
+            slots.release()
+            self.inflight -= 1
+            if self.inflight == 0:
+                self._idle.set()
+
+    async def _handle_message(self, conn: Connection, raw: bytes) -> Any:
+        try:
+            msg = msgspec.json.decode(raw)
+        except (msgspec.DecodeError, UnicodeDecodeError) as e:
+            return _error(None, RpcCode.PARSE_ERROR, f"parse error: {e}",
+                          {"code": "PARSE_ERROR"})
+        if isinstance(msg, list):
+            if not msg:
+                return _error(None, RpcCode.INVALID_REQUEST, "empty batch",
+                              {"code": "INVALID_REQUEST"})
+            if len(msg) > MAX_BATCH:
+                return _error(None, RpcCode.INVALID_REQUEST,
+                              f"batch of {len(msg)} requests exceeds the limit of {MAX_BATCH}",
+                              {"code": "INVALID_REQUEST", "limit": MAX_BATCH})
+            replies = await asyncio.gather(*(self._handle_one(conn, m) for m in msg))
+            out = [r for r in replies if r is not None]
+            return out or None
+        return await self._handle_one(conn, msg)
+
+    async def _handle_one(self, conn: Connection, msg: Any) -> dict[str, Any] | None:
+        if not isinstance(msg, dict):
+            return _error(None, RpcCode.INVALID_REQUEST, "a request must be a JSON object",
+                          {"code": "INVALID_REQUEST"})
+        rid = msg.get("id")
+        is_notification = "id" not in msg
+        if not (rid is None or isinstance(rid, (str, int)) and not isinstance(rid, bool)):
+            return _error(None, RpcCode.INVALID_REQUEST, "id must be a string, number or null",
+                          {"code": "INVALID_REQUEST"})
+        try:
+            if msg.get("jsonrpc") != "2.0":
+                raise _std(RpcCode.INVALID_REQUEST, 'missing or wrong "jsonrpc": "2.0"')
+            name = msg.get("method")
+            if not isinstance(name, str):
+                raise _std(RpcCode.INVALID_REQUEST, '"method" must be a string')
+            method = self.router.methods.get(name)
+            if method is None:
+                raise TetherError(RpcCode.METHOD_NOT_FOUND, "METHOD_NOT_FOUND",
+                                  f"unknown method {name!r}; see docs/PROTOCOL.md for the list",
+                                  {"method": name})
+            raw_params = msg.get("params", {})
+            if raw_params is None:
+                raw_params = {}
+            if not isinstance(raw_params, dict):
+                raise _std(RpcCode.INVALID_PARAMS, "params must be a JSON object (named params)")
+            try:
+                params = msgspec.convert(raw_params, method.params, strict=True)
+            except msgspec.ValidationError as e:
+                raise _std(RpcCode.INVALID_PARAMS, f"invalid params for {name}: {e}") from None
+            if not self.accepting and name not in ("daemon.health", "daemon.status"):
+                raise TetherError(RpcCode.DAEMON_STOPPING, "DAEMON_STOPPING",
+                                  "the daemon is stopping; retry in a moment (a new daemon "
+                                  "starts on the next command)")
+            result = await method.handler(params, conn)
+        except TetherError as e:
+            if is_notification:
+                return None
+            return {"jsonrpc": "2.0", "id": rid, "error": e.to_wire()}
+        except asyncio.CancelledError:
+            if conn.closed.is_set() or self.accepting:
+                raise
+            if is_notification:
+                return None
+            return _error(rid, RpcCode.DAEMON_STOPPING, "the daemon is stopping; retry",
+                          {"code": "DAEMON_STOPPING"})
+        except Exception as e:  # a bug in one handler must not take the daemon down
+            log.exception("internal error in %r", msg.get("method"))
+            if is_notification:
+                return None
+            return _error(rid, RpcCode.INTERNAL_ERROR, f"internal error: {e!r}",
+                          {"code": "INTERNAL_ERROR"})
+        if is_notification:
+            return None
+        return {"jsonrpc": "2.0", "id": rid, "result": result}
+
+    async def drain(self, timeout: float) -> None:
+        """Stop accepting work, cancel long polls, wait for the rest to finish."""
+        self.accepting = False
+        for conn in list(self.connections):
+            for t in list(conn.long_tasks):
+                t.cancel()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), timeout)

@@ -1,0 +1,51 @@
+"""Forward-only, numbered schema migrations.
+
+Each migration runs in its own transaction together with the row that records
+it in ``schema_migrations``; a crash mid-migration leaves the previous version.
+Never edit a shipped migration: append a new one.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: list[tuple[int, str, str]] = [
+    (
+        1,
+        "initial buckets of source 000 as tables",
+        """
+        CREATE TABLE id_reservations (
+            id          TEXT PRIMARY KEY,
+            kind        TEXT NOT NULL,
+            reserved_at REAL NOT NULL
+        );
+        CREATE TABLE sandboxes (
+            id     TEXT PRIMARY KEY,
+            name   TEXT NOT NULL,
+            state  TEXT NOT NULL,
+            record BLOB NOT NULL
+        );
+        CREATE UNIQUE INDEX sandboxes_live_name ON sandboxes(name) WHERE state != 'DELETED';
+        CREATE TABLE execs (
+            id          TEXT PRIMARY KEY,
+            sandbox_id  TEXT NOT NULL REFERENCES sandboxes(id),
+            name        TEXT,
+            state       TEXT NOT NULL,
+            request_key TEXT UNIQUE,
+            record      BLOB NOT NULL
+        );
+        CREATE INDEX execs_sandbox ON execs(sandbox_id);
+        CREATE INDEX execs_state ON execs(state);
+        CREATE INDEX execs_name ON execs(name);
+        CREATE TABLE events (
+            gseq   INTEGER PRIMARY KEY AUTOINCREMENT,
+            stream TEXT NOT NULL,
+            seq    INTEGER NOT NULL,
+            body   BLOB NOT NULL,
+            UNIQUE(stream, seq)
+        );
+        CREATE TABLE sandbox_deletions (
+            sandbox_id TEXT PRIMARY KEY,
+            deleted_at REAL NOT NULL
+        );
+        """,
+    ),
+]

@@ -1,0 +1,307 @@
+"""The SQLite store: WAL mode, ``BEGIN IMMEDIATE``, one writer (the daemon).
+
+Every state change is written together with its journal event in one
+transaction, so the journal can have no gap and no duplicate, and the next
+sequence number after a crash is simply ``MAX(seq) + 1``.
+
+``synchronous=NORMAL`` in WAL mode survives any process crash (``kill -9``) with
+every committed transaction; a power cut may lose the last few commits but
+never corrupts the file. ``docs/STATE.md`` states this promise.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from tether.model.errors import RpcCode, TetherError
+from tether.model.records import (
+    DEFAULT_SANDBOX,
+    Event,
+    ExecRecord,
+    SandboxRecord,
+    SandboxSpec,
+)
+from tether.model.states import ExecState, SandboxState, check_transition
+from tether.store.migrations import MIGRATIONS
+
+_enc = msgspec.json.Encoder()
+_dec_sandbox = msgspec.json.Decoder(SandboxRecord)
+_dec_exec = msgspec.json.Decoder(ExecRecord)
+_dec_event = msgspec.json.Decoder(Event)
+
+DAEMON_STREAM = ""  # the journal stream of daemon-wide events (sandbox = None)
+
+
+class SchemaTooNew(Exception):
+    """The database was migrated by a newer tether than this one."""
+
+
+class Store:
+    """All reads and writes of category A state. Not thread-safe: one owner."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.execute("PRAGMA busy_timeout=5000")
+        self.migrate()
+
+    # ------------------------------------------------------------------ infra
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    def schema_version(self) -> int:
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+        )
+        row = self._db.execute("SELECT MAX(version) FROM schema_migrations").fetchone()
+        return int(row[0] or 0)
+
+    def migrate(self) -> None:
+        current = self.schema_version()
+        known = MIGRATIONS[-1][0]
+        if current > known:
+            raise SchemaTooNew(
+                f"{self.path} has schema version {current} but this tether knows up to "
+                f"{known}; upgrade tether (migrations are forward-only)"
+            )
+        for version, name, sql in MIGRATIONS:
+            if version <= current:
+                continue
+            with self._tx() as db:
+                for statement in sql.split(";"):
+                    if statement.strip():
+                        db.execute(statement)
+                db.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)",
+                           (version, name, time.time()))
+        self._ensure_default_sandbox()
+
+    def _ensure_default_sandbox(self) -> None:
+        if self.get_sandbox(DEFAULT_SANDBOX) is not None:
+            return
+        now = time.time()
+        rec = SandboxRecord(id=DEFAULT_SANDBOX, name=DEFAULT_SANDBOX, state=SandboxState.READY,
+                            spec=SandboxSpec(), created_at=now, updated_at=now)
+        with self._tx() as db:
+            db.execute("INSERT OR IGNORE INTO id_reservations VALUES (?, 'sandbox', ?)",
+                       (DEFAULT_SANDBOX, now))
+            self._insert_sandbox(db, rec)
+            self._append(db, rec.id, "sandbox.state", state=rec.state, reason="implicit default")
+
+    # ------------------------------------------------------------------ ids
+    def reserve_id(self, kind: str, nbytes: int = 6) -> str:
+        """Reserve a never-used id. Reservations outlive deletion (source 000)."""
+        with self._tx() as db:
+            while True:
+                ident = secrets.token_hex(nbytes)
+                try:
+                    db.execute("INSERT INTO id_reservations VALUES (?, ?, ?)",
+                               (ident, kind, time.time()))
+                    return ident
+                except sqlite3.IntegrityError:
+                    continue
+
+    # ------------------------------------------------------------------ events
+    def _append(self, db: sqlite3.Connection, sandbox: str | None, type_: str, *,
+                exec_id: str | None = None, state: str | None = None,
+                reason: str | None = None, data: dict[str, Any] | None = None) -> Event:
+        stream = DAEMON_STREAM if sandbox is None else sandbox
+        row = db.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE stream = ?",
+                         (stream,)).fetchone()
+        seq = int(row[0]) + 1
+        cur = db.execute("INSERT INTO events (stream, seq, body) VALUES (?, ?, x'')",
+                         (stream, seq))
+        gseq = int(cur.lastrowid or 0)
+        ev = Event(gseq=gseq, seq=seq, type=type_, time=time.time(), sandbox=sandbox,
+                   exec=exec_id, state=state, reason=reason, data=data or {})
+        db.execute("UPDATE events SET body = ? WHERE gseq = ?", (_enc.encode(ev), gseq))
+        return ev
+
+    def append_event(self, sandbox: str | None, type_: str, *, exec_id: str | None = None,
+                     state: str | None = None, reason: str | None = None,
+                     data: dict[str, Any] | None = None) -> Event:
+        with self._tx() as db:
+            return self._append(db, sandbox, type_, exec_id=exec_id, state=state,
+                                reason=reason, data=data)
+
+    def events_since(self, *, since: int = 0, sandbox: str | None = None,
+                     per_sandbox: bool = False, limit: int = 1000) -> list[Event]:
+        """Events after a cursor: global ``gseq`` or, with ``per_sandbox``, that stream's seq."""
+        if per_sandbox:
+            stream = DAEMON_STREAM if sandbox is None else sandbox
+            rows = self._db.execute(
+                "SELECT body FROM events WHERE stream = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (stream, since, limit)).fetchall()
+        elif sandbox is not None:
+            rows = self._db.execute(
+                "SELECT body FROM events WHERE stream = ? AND gseq > ? ORDER BY gseq LIMIT ?",
+                (sandbox, since, limit)).fetchall()
+        else:
+            rows = self._db.execute(
+                "SELECT body FROM events WHERE gseq > ? ORDER BY gseq LIMIT ?",
+                (since, limit)).fetchall()
+        return [_dec_event.decode(r[0]) for r in rows]
+
+    def last_gseq(self) -> int:
+        row = self._db.execute("SELECT COALESCE(MAX(gseq), 0) FROM events").fetchone()
+        return int(row[0])
+
+    # ------------------------------------------------------------------ sandboxes
+    def _insert_sandbox(self, db: sqlite3.Connection, rec: SandboxRecord) -> None:
+        db.execute("INSERT INTO sandboxes VALUES (?, ?, ?, ?)",
+                   (rec.id, rec.name, rec.state, _enc.encode(rec)))
+
+    def create_sandbox(self, name: str, spec: SandboxSpec) -> tuple[SandboxRecord, Event]:
+        ident = self.reserve_id("sandbox")
+        now = time.time()
+        rec = SandboxRecord(id=ident, name=name, state=SandboxState.PENDING, spec=spec,
+                            created_at=now, updated_at=now)
+        with self._tx() as db:
+            try:
+                self._insert_sandbox(db, rec)
+            except sqlite3.IntegrityError:
+                raise TetherError(RpcCode.CONFLICT, "NAME_IN_USE",
+                                  f"a sandbox named {name!r} already exists; pick another "
+                                  "name or remove it with `tether sandbox rm`",
+                                  {"name": name}) from None
+            ev = self._append(db, ident, "sandbox.state", state=rec.state, reason="created")
+        return rec, ev
+
+    def get_sandbox(self, ident: str) -> SandboxRecord | None:
+        row = self._db.execute("SELECT record FROM sandboxes WHERE id = ?", (ident,)).fetchone()
+        return _dec_sandbox.decode(row[0]) if row else None
+
+    def find_sandboxes(self, ref: str) -> list[SandboxRecord]:
+        """Live sandboxes whose id or name is ``ref``, else whose id starts with it."""
+        rows = self._db.execute(
+            "SELECT record FROM sandboxes WHERE (id = ? OR name = ?) AND state != 'DELETED'",
+            (ref, ref)).fetchall()
+        if not rows:
+            rows = self._db.execute(
+                "SELECT record FROM sandboxes WHERE substr(id, 1, ?) = ? AND state != 'DELETED'",
+                (len(ref), ref)).fetchall()
+        return [_dec_sandbox.decode(r[0]) for r in rows]
+
+    def list_sandboxes(self, include_deleted: bool = False) -> list[SandboxRecord]:
+        sql = "SELECT record FROM sandboxes"
+        if not include_deleted:
+            sql += " WHERE state != 'DELETED'"
+        return [_dec_sandbox.decode(r[0]) for r in self._db.execute(sql + " ORDER BY rowid")]
+
+    def transition_sandbox(self, ident: str, to: SandboxState, reason: str | None = None,
+                           ) -> tuple[SandboxRecord, Event]:
+        with self._tx() as db:
+            row = db.execute("SELECT record FROM sandboxes WHERE id = ?", (ident,)).fetchone()
+            if row is None:
+                raise KeyError(ident)
+            rec = _dec_sandbox.decode(row[0])
+            check_transition("sandbox", ident, rec.state, to)
+            now = time.time()
+            rec = msgspec.structs.replace(rec, state=str(to), reason=reason, updated_at=now)
+            db.execute("UPDATE sandboxes SET state = ?, record = ? WHERE id = ?",
+                       (rec.state, _enc.encode(rec), ident))
+            if to == SandboxState.DELETED:
+                db.execute("INSERT OR REPLACE INTO sandbox_deletions VALUES (?, ?)", (ident, now))
+            ev = self._append(db, ident, "sandbox.state", state=rec.state, reason=reason)
+        return rec, ev
+
+    # ------------------------------------------------------------------ execs
+    def create_exec(self, rec: ExecRecord) -> tuple[ExecRecord, Event]:
+        """Commit an exec's intent (PENDING) before anything is started."""
+        with self._tx() as db:
+            db.execute("INSERT INTO execs VALUES (?, ?, ?, ?, ?, ?)",
+                       (rec.id, rec.sandbox, rec.name, rec.state, rec.request_key,
+                        _enc.encode(rec)))
+            ev = self._append(db, rec.sandbox, "exec.state", exec_id=rec.id, state=rec.state,
+                              reason=rec.reason, data={"argv": rec.spec.argv})
+        return rec, ev
+
+    def get_exec(self, ident: str) -> ExecRecord | None:
+        row = self._db.execute("SELECT record FROM execs WHERE id = ?", (ident,)).fetchone()
+        return _dec_exec.decode(row[0]) if row else None
+
+    def exec_by_request_key(self, key: str) -> ExecRecord | None:
+        row = self._db.execute("SELECT record FROM execs WHERE request_key = ?",
+                               (key,)).fetchone()
+        return _dec_exec.decode(row[0]) if row else None
+
+    def find_execs(self, ref: str) -> list[ExecRecord]:
+        """Resolve an exec reference: exact id, then unique name (newest), then id prefix."""
+        row = self._db.execute("SELECT record FROM execs WHERE id = ?", (ref,)).fetchone()
+        if row:
+            return [_dec_exec.decode(row[0])]
+        row = self._db.execute(
+            "SELECT record FROM execs WHERE name = ? ORDER BY rowid DESC LIMIT 1",
+            (ref,)).fetchone()
+        if row:
+            return [_dec_exec.decode(row[0])]
+        rows = self._db.execute(
+            "SELECT record FROM execs WHERE substr(id, 1, ?) = ? LIMIT 10",
+            (len(ref), ref)).fetchall()
+        return [_dec_exec.decode(r[0]) for r in rows]
+
+    def live_exec_named(self, name: str) -> ExecRecord | None:
+        row = self._db.execute(
+            "SELECT record FROM execs WHERE name = ? AND state IN ('PENDING', 'RUNNING')",
+            (name,)).fetchone()
+        return _dec_exec.decode(row[0]) if row else None
+
+    def list_execs(self, *, sandbox: str | None = None,
+                   states: tuple[str, ...] | None = None) -> list[ExecRecord]:
+        sql = "SELECT record FROM execs WHERE 1=1"
+        args: list[Any] = []
+        if sandbox is not None:
+            sql += " AND sandbox_id = ?"
+            args.append(sandbox)
+        if states:
+            sql += f" AND state IN ({','.join('?' * len(states))})"
+            args.extend(states)
+        rows = self._db.execute(sql + " ORDER BY rowid", args).fetchall()
+        return [_dec_exec.decode(r[0]) for r in rows]
+
+    def count_execs(self) -> dict[str, int]:
+        rows = self._db.execute("SELECT state, COUNT(*) FROM execs GROUP BY state").fetchall()
+        return {str(s): int(n) for s, n in rows}
+
+    def transition_exec(self, ident: str, to: ExecState, *, reason: str | None = None,
+                        data: dict[str, Any] | None = None, **fields: Any,
+                        ) -> tuple[ExecRecord, Event]:
+        """Move an exec to ``to`` (guarded) and journal it, in one transaction."""
+        with self._tx() as db:
+            row = db.execute("SELECT record FROM execs WHERE id = ?", (ident,)).fetchone()
+            if row is None:
+                raise KeyError(ident)
+            rec = _dec_exec.decode(row[0])
+            check_transition("exec", ident, rec.state, to)
+            rec = msgspec.structs.replace(rec, state=str(to), reason=reason, **fields)
+            db.execute("UPDATE execs SET state = ?, record = ? WHERE id = ?",
+                       (rec.state, _enc.encode(rec), ident))
+            payload: dict[str, Any] = dict(data or {})
+            if rec.exit_code is not None:
+                payload["exit_code"] = rec.exit_code
+            if rec.signal is not None:
+                payload["signal"] = rec.signal
+            ev = self._append(db, rec.sandbox, "exec.state", exec_id=ident, state=rec.state,
+                              reason=reason, data=payload)
+        return rec, ev
