@@ -121,6 +121,14 @@ class DaemonProc:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+        # A daemon auto-started by a client is not our child: find it by its lock.
+        try:
+            text = (self.home / "daemon.lock").read_text().strip()
+            cmdline = Path(f"/proc/{text}/cmdline").read_bytes() if text.isdigit() else b""
+            if str(self.home).encode() in cmdline.split(b"\0"):
+                os.kill(int(text), signal.SIGKILL)
+        except (OSError, ProcessLookupError):
+            pass
         kill_strays(self.home)
 
 

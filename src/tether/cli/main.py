@@ -7,7 +7,6 @@ signal N); 1 for a tether error (message on stderr); 2 for a usage error;
 
 from __future__ import annotations
 
-import base64
 import os
 import signal
 import sys
@@ -97,6 +96,7 @@ def run(ctx: click.Context, detach: bool, name: str | None, sandbox: str, envs: 
     env = {} if clean_env else dict(os.environ)
     env.update(_kv(envs, "env"))
     workdir = os.path.abspath(cwd) if cwd else os.getcwd()
+    interrupts = _Interrupts() if not detach else None
     try:
         x = c.exec_start(list(argv), sandbox=sandbox, env=env, cwd=workdir, timeout=timeout,
                          name=name)
@@ -104,10 +104,34 @@ def run(ctx: click.Context, detach: bool, name: str | None, sandbox: str, envs: 
         if e.code == "START_FAILED":
             _die(e.message, 127 if "not found" in e.message else 126)
         raise
-    if detach:
+    if interrupts is None:
         click.echo(x["id"])
         return
-    sys.exit(_attach_output(c, x["id"]))
+    sys.exit(_attach_output(c, x["id"], interrupts))
+
+
+class _Interrupted(Exception):
+    pass
+
+
+class _Interrupts:
+    """Counts Ctrl-C from before the exec starts, so none is lost to a race.
+
+    While ``armed`` (blocked waiting on the daemon) a Ctrl-C also raises, so the
+    wait is interrupted at once; otherwise it is only counted and acted on next.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.handled = 0
+        self.armed = False
+        signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        if self.armed:
+            self.armed = False
+            raise _Interrupted
 
 
 def _pump(home: Path, exec_id: str, stream: str, sink: Any) -> None:
@@ -125,22 +149,26 @@ def _exit_code(x: dict[str, Any]) -> int:
     return 1 if x["state"] == "FAILED" else 0
 
 
-def _attach_output(c: Client, exec_id: str) -> int:
+def _attach_output(c: Client, exec_id: str, interrupts: _Interrupts) -> int:
     """Stream both logs until the exec ends; Ctrl-C cancels it (twice: kill)."""
     threads = [threading.Thread(target=_pump, args=(c.home, exec_id, s, sink), daemon=True)
                for s, sink in (("stdout", sys.stdout.buffer), ("stderr", sys.stderr.buffer))]
     for t in threads:
         t.start()
-    interrupts = 0
     while True:
-        try:
-            x = c.exec_wait(exec_id, timeout=1.0)
-            if x["state"] in ("FINISHED", "FAILED", "CANCELLED"):
-                break
-        except KeyboardInterrupt:
-            interrupts += 1
-            sig = "TERM" if interrupts == 1 else "KILL"
+        if interrupts.count > interrupts.handled:
+            interrupts.handled = interrupts.count
+            sig = "TERM" if interrupts.handled == 1 else "KILL"
+            c.close()  # an interrupted call may have left a half-read reply behind
             c.exec_cancel(exec_id, signal=sig, grace=5.0, reason="interrupted (Ctrl-C)")
+        try:
+            interrupts.armed = True
+            x = c.exec_wait(exec_id, timeout=5.0)
+            interrupts.armed = False
+        except _Interrupted:
+            continue
+        if x["state"] in ("FINISHED", "FAILED", "CANCELLED"):
+            break
     for t in threads:
         t.join(timeout=10)
     if x["state"] == "FAILED" and x.get("reason"):

@@ -28,3 +28,14 @@ def spawn_daemon(home: Path) -> subprocess.Popen[bytes]:
         )
     finally:
         os.close(logf)
+
+
+def daemon_failure(layout: HomeLayout, proc: subprocess.Popen[bytes]) -> str:
+    """A message for an auto-started daemon that exited: its last log lines."""
+    try:
+        tail = layout.log_file.read_text(errors="replace").strip().splitlines()[-3:]
+    except OSError:
+        tail = []
+    said = ("; it said: " + " | ".join(tail)) if tail else ""
+    return (f"the tether daemon started for {layout.root} exited with status "
+            f"{proc.returncode}{said} (full log: {layout.log_file})")

@@ -8,6 +8,7 @@ import base64
 import itertools
 import os
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,13 +17,14 @@ from typing import Any
 import msgspec
 
 from tether.client.api import _Api
-from tether.client.daemonctl import resolve_home, spawn_daemon
+from tether.client.daemonctl import daemon_failure, resolve_home, spawn_daemon
 from tether.client.errors import DaemonUnavailable, TetherError
 from tether.model.errors import RpcCode
 from tether.model.layout import HomeLayout
 
 _enc = msgspec.json.Encoder()
 MAX_RESPONSE = 64 * 1024 * 1024
+AUTOSTART_RACE_GRACE = 2.0
 
 
 class _Conn:
@@ -75,6 +77,7 @@ class Client(_Api[Any]):
         self._conn: _Conn | None = None
         self._ids = itertools.count(1)
         self._spawned = False
+        self._daemon: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> Client:
         return self
@@ -93,16 +96,23 @@ class Client(_Api[Any]):
             return self._conn
         deadline = time.monotonic() + self.reconnect
         delay = 0.02
+        failed_at: float | None = None
         while True:
             try:
                 self._conn = _Conn(self.layout.socket, self.timeout)
                 return self._conn
             except (FileNotFoundError, ConnectionRefusedError):
                 if self.autostart and not self._spawned:
-                    spawn_daemon(self.home)
+                    self._daemon = spawn_daemon(self.home)
                     self._spawned = True
             except OSError:
                 pass
+            if self._daemon is not None and self._daemon.poll() not in (None, 0):
+                # Either it lost a start race to another daemon, which will answer
+                # shortly, or it failed: give the winner AUTOSTART_RACE_GRACE seconds.
+                failed_at = failed_at or time.monotonic()
+                if time.monotonic() - failed_at > AUTOSTART_RACE_GRACE:
+                    raise DaemonUnavailable(daemon_failure(self.layout, self._daemon))
             if time.monotonic() >= deadline:
                 hint = ("start one with `tether daemon`" if not self.autostart else
                         f"see {self.layout.log_file}")

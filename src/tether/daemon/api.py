@@ -15,7 +15,7 @@ from tether.model.errors import TetherError
 from tether.model.records import ExecSpec, SandboxSpec, to_builtins
 from tether.model.states import DaemonState
 from tether.rpc import messages as m
-from tether.rpc.server import Connection, Router
+from tether.rpc.server import Connection, Handler, Router
 
 if TYPE_CHECKING:
     from tether.daemon.daemon import Daemon
@@ -111,7 +111,7 @@ def build_router(d: Daemon) -> Router:
     async def events_unsubscribe(p: m.EventsUnsubscribe, c: Connection) -> Any:
         return {"ok": bus.unsubscribe(p.subscription, c)}
 
-    for name, params, fn in [
+    table: list[tuple[str, type[Any], Handler]] = [
         ("daemon.health", m.Empty, health),
         ("daemon.status", m.Empty, status),
         ("sandbox.create", m.SandboxCreate, sandbox_create),
@@ -129,6 +129,7 @@ def build_router(d: Daemon) -> Router:
         ("events.list", m.EventsList, events_list),
         ("events.subscribe", m.EventsSubscribe, events_subscribe),
         ("events.unsubscribe", m.EventsUnsubscribe, events_unsubscribe),
-    ]:
+    ]
+    for name, params, fn in table:
         r.add(name, params, fn)
     return r

@@ -52,7 +52,7 @@ def parse_signal(value: int | str) -> int:
 
 @dataclass
 class _Watch:
-    pidfd: int
+    pidfd: int | None  # None: no usable handles; the sweep loop polls it instead
     handles: dict[str, Any] | None
 
 
@@ -168,15 +168,16 @@ class ExecService:
     def _watch(self, rec: ExecRecord, handles: dict[str, Any] | None) -> None:
         paths = self.paths(rec)
         fd = self.runtime.watch_fd(handles, paths)
-        if fd is None:
-            self._settle(rec.id)
+        if fd is None and handles is not None:
+            self._settle(rec.id)  # the monitor ended between inspection and now
             return
         self._watches[rec.id] = _Watch(fd, handles)
-        asyncio.get_running_loop().add_reader(fd, self._on_monitor_exit, rec.id)
+        if fd is not None:
+            asyncio.get_running_loop().add_reader(fd, self._on_monitor_exit, rec.id)
 
     def _unwatch(self, exec_id: str) -> None:
         w = self._watches.pop(exec_id, None)
-        if w is not None:
+        if w is not None and w.pidfd is not None:
             with contextlib.suppress(Exception):
                 asyncio.get_running_loop().remove_reader(w.pidfd)
             os.close(w.pidfd)
@@ -272,7 +273,8 @@ class ExecService:
             if rec is None:
                 continue
             insp = self.runtime.inspect(self.paths(rec))
-            if insp.kind != "alive":
+            if insp.kind != "alive" or (insp.handles is not None
+                                        and self._watches[exec_id].handles is None):
                 self._unwatch(exec_id)
                 self._apply(rec, insp)
 

@@ -88,8 +88,9 @@ def can_transition(table: Mapping[Any, frozenset[Any]], current: str, wanted: st
 
 def check_transition(kind: str, ident: str, current: str, wanted: str) -> None:
     """The one guard: raise :class:`IllegalTransition` unless the edge exists."""
-    table: Mapping[Any, frozenset[Any]] = {
+    tables: dict[str, Mapping[Any, frozenset[Any]]] = {
         "sandbox": SANDBOX_TRANSITIONS, "exec": EXEC_TRANSITIONS, "daemon": DAEMON_TRANSITIONS,
-    }[kind]
+    }
+    table = tables[kind]
     if not can_transition(table, current, wanted):
         raise IllegalTransition(kind, ident, current, wanted)

@@ -30,7 +30,7 @@ from typing import Any
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tether.monitor.files import (  # noqa: E402
+from tether.monitor.files import (
     claim,
     proc_start_time,
     write_exit,

@@ -185,7 +185,7 @@ class RpcServer:
                           {"code": "INVALID_REQUEST"})
         rid = msg.get("id")
         is_notification = "id" not in msg
-        if not (rid is None or isinstance(rid, (str, int)) and not isinstance(rid, bool)):
+        if not (rid is None or (isinstance(rid, (str, int)) and not isinstance(rid, bool))):
             return _error(None, RpcCode.INVALID_REQUEST, "id must be a string, number or null",
                           {"code": "INVALID_REQUEST"})
         try:

@@ -1,0 +1,139 @@
+"""Daemon lifecycle: the exclusive home lock, SIGTERM drain, auto-start, permissions."""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import threading
+from pathlib import Path
+from typing import Any
+
+from tests.harness import TETHER, DaemonProc, raw_call, wait_for
+from tether.client.sync import Client
+
+
+def test_second_daemon_is_refused_naming_the_first(daemon: DaemonProc) -> None:
+    r = subprocess.run([*TETHER, "--home", str(daemon.home), "daemon"], capture_output=True,
+                       timeout=20)
+    assert r.returncode == 1
+    assert f"pid {daemon.pid}".encode() in r.stderr
+    assert b"already running" in r.stderr
+    assert daemon.client().health()["status"] == "SERVING"
+
+
+def test_two_daemons_racing_on_one_home_leave_exactly_one(stopped_daemon: DaemonProc) -> None:
+    procs = [subprocess.Popen([*TETHER, "--home", str(stopped_daemon.home), "daemon"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+             for _ in range(3)]
+    try:
+        wait_for(lambda: sum(p.poll() is not None for p in procs) == 2, timeout=20)
+        losers = [p for p in procs if p.poll() is not None]
+        assert all(p.returncode == 1 for p in losers)
+        winner = next(p for p in procs if p.poll() is None)
+        wait_for(lambda: _health(stopped_daemon.home) == "SERVING")
+        assert (stopped_daemon.home / "daemon.pid").read_text().strip() == str(winner.pid)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def _health(home: Path) -> str | None:
+    try:
+        return str(raw_call(home / "tether.sock", "daemon.health")["result"]["status"])
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def test_files_are_private(daemon: DaemonProc) -> None:
+    assert stat.S_IMODE(os.stat(daemon.home).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(daemon.socket).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(daemon.home / "tether.db").st_mode) == 0o600
+    x = daemon.client().exec_start(["true"])
+    daemon.client().exec_wait(x["id"], timeout=10)
+    log = daemon.home / "logs" / "default" / f"{x['id']}.stdout.log"
+    assert stat.S_IMODE(os.stat(log).st_mode) == 0o600
+
+
+def test_sigterm_drains_and_leaves_execs_running(daemon: DaemonProc, tmp_path: Path) -> None:
+    c = daemon.client()
+    x = c.exec_start(["sh", "-c", f"while [ ! -e {tmp_path}/go ]; do sleep 0.02; done"])
+    pid_file = daemon.home / "daemon.pid"
+    assert pid_file.read_text().strip() == str(daemon.pid)
+    assert daemon.term() == 0
+    assert not pid_file.exists()
+    assert not daemon.socket.exists()
+    child = daemon.handles(x["id"])["child"]
+    os.kill(child["pid"], 0)  # still running without any daemon
+    daemon.start()
+    c = daemon.client()
+    assert c.exec_get(x["id"])["state"] == "RUNNING"
+    (tmp_path / "go").touch()
+    assert c.exec_wait(x["id"], timeout=10)["state"] == "FINISHED"
+    types = [e["type"] for e in c.events_list()["events"] if e.get("sandbox") is None]
+    assert types == ["daemon.recovered", "daemon.started", "daemon.stopping",
+                     "daemon.recovered", "daemon.started"]
+
+
+def test_sigint_also_drains(daemon: DaemonProc) -> None:
+    assert daemon.proc is not None
+    os.kill(daemon.pid, signal.SIGINT)
+    assert daemon.proc.wait(20) == 0
+
+
+def test_waiter_survives_a_graceful_restart(daemon: DaemonProc, tmp_path: Path) -> None:
+    """A client blocked in exec.wait rides through a daemon stop and an auto-start."""
+    c = Client(daemon.home, autostart=True, reconnect=30)
+    x = c.exec_start(["sh", "-c", f"while [ ! -e {tmp_path}/go ]; do sleep 0.02; done; exit 6"])
+    result: dict[str, Any] = {}
+    t = threading.Thread(target=lambda: result.update(c.exec_wait(x["id"], timeout=30)))
+    t.start()
+    assert daemon.term() == 0
+    wait_for(lambda: _health(daemon.home) == "SERVING", timeout=20, what="auto-started daemon")
+    (tmp_path / "go").touch()
+    t.join(30)
+    assert result["state"] == "FINISHED" and result["exit_code"] == 6
+    c.close()
+
+
+def test_cli_autostarts_a_daemon(stopped_daemon: DaemonProc) -> None:
+    r = stopped_daemon.cli("run", "--", "echo", "hello")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == b"hello\n"
+    assert (stopped_daemon.home / "daemon.pid").exists()
+    r = stopped_daemon.cli("daemon", "stop")
+    assert r.returncode == 0 and b"stopped" in r.stdout
+    assert not (stopped_daemon.home / "daemon.pid").exists()
+
+
+def test_status_reports_counts(daemon: DaemonProc) -> None:
+    c = daemon.client()
+    c.exec_start(["sleep", "100"])
+    st = c.status()
+    assert st["pid"] == daemon.pid
+    assert st["home"] == str(daemon.home)
+    assert st["counts"]["execs"] == {"RUNNING": 1}
+    assert st["uptime"] >= 0
+    r = daemon.cli("status")
+    assert r.returncode == 0 and b"running 1" in r.stdout
+
+
+def test_unreadable_store_is_a_clear_startup_error(stopped_daemon: DaemonProc) -> None:
+    (stopped_daemon.home / "tether.db").write_bytes(b"this is not a database" * 100)
+    r = subprocess.run([*TETHER, "--home", str(stopped_daemon.home), "daemon"],
+                       capture_output=True, timeout=20)
+    assert r.returncode == 1
+    assert b"cannot open the store" in r.stderr
+
+
+def test_cli_without_daemon_and_autostart_impossible(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    home.mkdir()
+    (home / "tether.db").write_bytes(b"garbage" * 100)
+    r = subprocess.run([*TETHER, "--home", str(home), "ps"], capture_output=True, timeout=60,
+                       env={**os.environ})
+    assert r.returncode == 125
+    assert b"daemon.log" in r.stderr

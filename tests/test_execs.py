@@ -1,0 +1,239 @@
+"""Execs through the real daemon: exit codes, cancel (grandchildren included), timeouts,
+logs from offsets and while following, addressing by id, prefix and name."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.harness import TETHER, DaemonProc, wait_for
+from tether.client.errors import TetherError
+from tether.monitor.files import is_same_process
+
+
+def _pids_in_file(path: Path) -> list[int]:
+    return [int(x) for x in path.read_text().split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_cancel_kills_grandchildren_after_grace(daemon: DaemonProc, tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    # The leader ignores SIGTERM; its children do too; only SIGKILL ends them.
+    script = (f"trap '' TERM; (trap '' TERM; sleep 100 & echo $! >> {pids}; wait) & "
+              f"sleep 100 & echo $! >> {pids}; echo ready; wait")
+    c = daemon.client()
+    x = c.exec_start(["sh", "-c", script])
+    wait_for(lambda: pids.exists() and len(_pids_in_file(pids)) == 2)
+    t0 = time.monotonic()
+    c.exec_cancel(x["id"], grace=0.5)
+    done = c.exec_wait(x["id"], timeout=10)
+    elapsed = time.monotonic() - t0
+    assert done["state"] == "CANCELLED"
+    assert done["signal"] == signal.SIGKILL
+    assert elapsed >= 0.4
+    for pid in _pids_in_file(pids):
+        wait_for(lambda p=pid: not _alive(p), what=f"grandchild {pid} killed")
+
+
+def test_cancel_with_cooperative_child_ends_with_sigterm(daemon: DaemonProc) -> None:
+    c = daemon.client()
+    x = c.exec_start(["sleep", "100"])
+    c.exec_cancel(x["id"], grace=5)
+    done = c.exec_wait(x["id"], timeout=10)
+    assert (done["state"], done["signal"], done["exit_code"]) == ("CANCELLED", 15, None)
+    # Cancelling again is harmless and changes nothing.
+    assert c.exec_cancel(x["id"])["state"] == "CANCELLED"
+
+
+def test_cancel_with_custom_signal(daemon: DaemonProc) -> None:
+    c = daemon.client()
+    x = c.exec_start(["sleep", "100"])
+    c.exec_cancel(x["id"], signal="INT", grace=5)
+    done = c.exec_wait(x["id"], timeout=10)
+    assert done["signal"] == signal.SIGINT
+    with pytest.raises(TetherError) as e:
+        c.exec_cancel(x["id"], signal="NOPE")
+    assert e.value.rpc_code == -32602
+
+
+def test_timeout_cancels_and_says_so(daemon: DaemonProc) -> None:
+    c = daemon.client()
+    x = c.exec_start(["sh", "-c", "trap '' TERM; sleep 100"], timeout=0.3, kill_grace=0.3)
+    done = c.exec_wait(x["id"], timeout=10)
+    assert done["state"] == "CANCELLED"
+    assert done["signal"] == signal.SIGKILL
+    assert "timeout" in done["reason"]
+
+
+def test_signalled_exec_is_finished_with_signal(daemon: DaemonProc) -> None:
+    c = daemon.client()
+    x = c.exec_start(["sh", "-c", "kill -USR1 $$"])
+    done = c.exec_wait(x["id"], timeout=10)
+    assert (done["state"], done["exit_code"], done["signal"]) == ("FINISHED", None, 10)
+    r = daemon.cli("wait", x["id"])
+    assert r.returncode == 128 + 10 and r.stdout.strip() == b"138"
+
+
+def test_env_cwd_and_tether_variables(daemon: DaemonProc, tmp_path: Path) -> None:
+    c = daemon.client()
+    x = c.exec_start(["sh", "-c", 'printf "%s|%s|%s" "$FOO" "$PWD" "$TETHER_EXEC_ID"'],
+                     env={"FOO": "bar baz"}, cwd=str(tmp_path))
+    c.exec_wait(x["id"], timeout=10)
+    out = b"".join(c.read_logs(x["id"])).decode()
+    assert out == f"bar baz|{tmp_path}|{x['id']}"
+
+
+def test_start_errors(daemon: DaemonProc, tmp_path: Path) -> None:
+    c = daemon.client()
+    with pytest.raises(TetherError) as e:
+        c.exec_start(["definitely-not-a-command-xyz"])
+    assert e.value.code == "START_FAILED" and "command not found" in e.value.message
+    failed = c.exec_get(e.value.data["exec"])
+    assert failed["state"] == "FAILED"
+    with pytest.raises(TetherError) as e:
+        c.exec_start(["true"], cwd=str(tmp_path / "missing"))
+    assert e.value.rpc_code == -32602 and "cwd" in e.value.message
+    with pytest.raises(TetherError) as e:
+        c.exec_start(["true"], cwd="relative/dir")
+    assert e.value.rpc_code == -32602
+
+
+def test_addressing_by_prefix_and_name(daemon: DaemonProc) -> None:
+    c = daemon.client()
+    x = c.exec_start(["sleep", "100"], name="web-1")
+    assert c.exec_get("web-1")["id"] == x["id"]
+    assert c.exec_get(x["id"][:6])["id"] == x["id"]
+    with pytest.raises(TetherError) as e:
+        c.exec_start(["true"], name="web-1")
+    assert e.value.code == "NAME_IN_USE"
+    c.exec_cancel("web-1", grace=1)
+    c.exec_wait("web-1", timeout=10)
+    # Once the first ended, the name can be reused; it then means the newest exec.
+    y = c.exec_start(["true"], name="web-1")
+    assert c.exec_get("web-1")["id"] == y["id"]
+    with pytest.raises(TetherError) as e:
+        c.exec_get("zzzz")
+    assert e.value.code == "EXEC_NOT_FOUND"
+
+
+def test_logs_offset_and_follow(daemon: DaemonProc, tmp_path: Path) -> None:
+    c = daemon.client()
+    x = c.exec_start(["sh", "-c",
+                      f"printf 0123456789; while [ ! -e {tmp_path}/go ]; do sleep 0.02; done; "
+                      "printf abc"])
+    wait_for(lambda: c.exec_logs(x["id"])["size"] == 10)
+    chunk = c.exec_logs(x["id"], offset=4, limit=3)
+    assert base64.b64decode(chunk["data"]) == b"456" and chunk["offset"] == 7
+    got: list[bytes] = []
+    follower = threading.Thread(target=lambda: got.extend(c2.read_logs(x["id"], offset=7,
+                                                                       follow=True)))
+    c2 = daemon.client()
+    follower.start()
+    time.sleep(0.2)
+    (tmp_path / "go").touch()
+    follower.join(10)
+    assert not follower.is_alive()
+    assert b"".join(got) == b"789abc"
+    r = daemon.cli("logs", "--offset", "3", x["id"])
+    assert r.stdout == b"3456789abc"
+
+
+def test_cli_run_foreground_streams_and_exits_with_code(daemon: DaemonProc) -> None:
+    r = daemon.cli("run", "--", "sh", "-c", "echo out; echo err >&2; exit 9")
+    assert r.returncode == 9
+    assert r.stdout == b"out\n"
+    assert r.stderr == b"err\n"
+    r = daemon.cli("run", "-d", "--name", "bg", "--", "sleep", "100")
+    assert r.returncode == 0
+    exec_id = r.stdout.decode().strip()
+    assert daemon.client().exec_get("bg")["id"] == exec_id
+    r = daemon.cli("run", "--", "no-such-command-xyz")
+    assert r.returncode == 127 and b"command not found" in r.stderr
+
+
+def test_cli_ctrl_c_cancels_foreground_exec(daemon: DaemonProc) -> None:
+    p = subprocess.Popen([*TETHER, "--home", str(daemon.home), "run", "--name", "fg", "--",
+                          "sleep", "100"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    c = daemon.client()
+    wait_for(lambda: any(x.get("name") == "fg" for x in c.exec_list()["execs"]))
+    p.send_signal(signal.SIGINT)
+    assert p.wait(15) == 128 + signal.SIGTERM
+    assert c.exec_get("fg")["state"] == "CANCELLED"
+
+
+def test_cli_ps_json_fields(daemon: DaemonProc) -> None:
+    daemon.cli("run", "--", "true")
+    daemon.cli("run", "-d", "--name", "sleeper", "--", "sleep", "100")
+    import json
+
+    rows = json.loads(daemon.cli("ps", "-a", "--json").stdout)
+    assert len(rows) == 2
+    for row in rows:
+        for key in ("id", "name", "sandbox", "state", "exit_code", "pid", "started_at",
+                    "ended_at", "reason"):
+            assert key in row
+    running = json.loads(daemon.cli("ps", "--json").stdout)
+    assert [r["name"] for r in running] == ["sleeper"]
+    assert running[0]["pid"] and is_same_process(
+        running[0]["pid"], daemon.handles(running[0]["id"])["child"]["start_time"])
+    r = daemon.cli("kill", "--grace", "1", "sleeper")
+    assert r.returncode == 0
+    assert daemon.cli("wait", "sleeper").returncode == 128 + signal.SIGTERM
+
+
+def test_sandboxes_lifecycle(daemon: DaemonProc, tmp_path: Path) -> None:
+    c = daemon.client()
+    sb = c.sandbox_create("work", workspace=str(tmp_path), env={"SB": "1"})
+    assert sb["state"] == "READY"
+    x = c.exec_start(["sh", "-c", 'printf "%s %s" "$SB" "$PWD"; sleep 100'], sandbox="work")
+    wait_for(lambda: c.exec_logs(x["id"])["size"] > 0)
+    assert base64.b64decode(c.exec_logs(x["id"])["data"]) == f"1 {tmp_path}".encode()
+    assert c.sandbox_stop("work", grace=1)["state"] == "STOPPED"
+    assert c.exec_get(x["id"])["state"] == "CANCELLED"
+    with pytest.raises(TetherError) as e:
+        c.exec_start(["true"], sandbox="work")
+    assert e.value.code == "SANDBOX_NOT_READY"
+    assert c.sandbox_start("work")["state"] == "READY"
+    assert c.sandbox_delete("work")["state"] == "DELETED"
+    assert [s["name"] for s in c.sandbox_list()["sandboxes"]] == ["default"]
+    # Logs outlive the sandbox.
+    assert (daemon.home / "logs" / sb["id"] / f"{x['id']}.stdout.log").exists()
+    with pytest.raises(TetherError) as e:
+        c.sandbox_delete("default")
+    assert e.value.code == "DEFAULT_SANDBOX"
+
+
+def test_many_concurrent_starts(daemon: DaemonProc) -> None:
+    results: list[str] = []
+
+    def worker() -> None:
+        with daemon.client() as c:
+            for _ in range(10):
+                results.append(c.exec_start(["true"])["id"])
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(set(results)) == 40
+    c = daemon.client()
+    for x in results:
+        assert c.exec_wait(x, timeout=20)["state"] == "FINISHED"
+    assert sys.executable

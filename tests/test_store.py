@@ -1,0 +1,119 @@
+"""The store on its own: migrations, record compatibility, the transition guard."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tether.model.records import ExecRecord, ExecSpec, SandboxSpec
+from tether.model.states import (
+    EXEC_TERMINAL,
+    EXEC_TRANSITIONS,
+    SANDBOX_TRANSITIONS,
+    ExecState,
+    IllegalTransition,
+    SandboxState,
+    can_transition,
+)
+from tether.store import SchemaTooNew, Store
+
+
+def _exec(store: Store) -> ExecRecord:
+    rec = ExecRecord(id=store.reserve_id("exec"), sandbox="default", state="PENDING",
+                     spec=ExecSpec(argv=["true"]))
+    return store.create_exec(rec)[0]
+
+
+def test_migrations_are_recorded_and_idempotent(tmp_path: Path) -> None:
+    s = Store(tmp_path / "t.db")
+    assert s.schema_version() == 1
+    s.close()
+    s = Store(tmp_path / "t.db")
+    rows = s._db.execute("SELECT version FROM schema_migrations").fetchall()
+    assert rows == [(1,)]
+    assert [x.name for x in s.list_sandboxes()] == ["default"]
+    assert s._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_newer_schema_is_refused(tmp_path: Path) -> None:
+    Store(tmp_path / "t.db").close()
+    db = sqlite3.connect(tmp_path / "t.db")
+    db.execute("INSERT INTO schema_migrations VALUES (99, 'future', 0)")
+    db.commit()
+    db.close()
+    with pytest.raises(SchemaTooNew, match="upgrade tether"):
+        Store(tmp_path / "t.db")
+
+
+def test_records_from_newer_and_older_versions_load(tmp_path: Path) -> None:
+    s = Store(tmp_path / "t.db")
+    rec = _exec(s)
+    # A newer tether added fields (top level and nested); an older one lacked some.
+    newer = msgspec.json.decode(s._db.execute("SELECT record FROM execs").fetchone()[0])
+    newer["future_field"] = {"nested": [1, 2]}
+    newer["spec"]["future_spec_field"] = True
+    s._db.execute("UPDATE execs SET record = ? WHERE id = ?",
+                  (msgspec.json.encode(newer), rec.id))
+    assert s.get_exec(rec.id) == rec
+    older = {"id": "abc", "sandbox": "default", "state": "FINISHED", "spec": {"argv": ["x"]}}
+    s._db.execute("INSERT INTO execs VALUES ('abc', 'default', NULL, 'FINISHED', NULL, ?)",
+                  (msgspec.json.encode(older),))
+    old = s.get_exec("abc")
+    assert old is not None and old.exit_code is None and old.spec.env == {}
+    # The sandbox spec likewise.
+    sb = s.list_sandboxes()[0]
+    assert sb.spec == SandboxSpec()
+
+
+def test_store_refuses_illegal_transitions(tmp_path: Path) -> None:
+    s = Store(tmp_path / "t.db")
+    rec = _exec(s)
+    with pytest.raises(IllegalTransition):
+        s.transition_exec(rec.id, ExecState.FINISHED)  # PENDING -> FINISHED skips RUNNING
+    s.transition_exec(rec.id, ExecState.RUNNING)
+    s.transition_exec(rec.id, ExecState.FINISHED, exit_code=0)
+    with pytest.raises(IllegalTransition):
+        s.transition_exec(rec.id, ExecState.RUNNING)
+    got = s.get_exec(rec.id)
+    assert got is not None and got.state == "FINISHED"
+    with pytest.raises(IllegalTransition):
+        s.transition_sandbox("default", SandboxState.DELETED)
+    # A refused transition journals nothing.
+    seqs = [e.seq for e in s.events_since(sandbox="default", per_sandbox=True)]
+    assert seqs == list(range(1, len(seqs) + 1))
+    assert len(seqs) == 4  # default READY + PENDING + RUNNING + FINISHED
+
+
+@given(st.lists(st.sampled_from(list(ExecState)), max_size=8))
+def test_exec_walks_follow_the_table(walk: list[ExecState]) -> None:
+    state = ExecState.PENDING
+    for nxt in walk:
+        if can_transition(EXEC_TRANSITIONS, state, nxt):
+            assert state not in EXEC_TERMINAL
+            state = nxt
+    for terminal in EXEC_TERMINAL:
+        assert not EXEC_TRANSITIONS[terminal]
+
+
+def test_every_sandbox_state_can_reach_deleted() -> None:
+    for start in SandboxState:
+        seen, todo = {start}, [start]
+        while todo:
+            for n in SANDBOX_TRANSITIONS[todo.pop()]:
+                if n not in seen:
+                    seen.add(n)
+                    todo.append(n)
+        assert SandboxState.DELETED in seen
+
+
+def test_ids_are_never_reused(tmp_path: Path) -> None:
+    s = Store(tmp_path / "t.db")
+    ids = {s.reserve_id("exec", nbytes=1) for _ in range(200)}  # 200 of 256 possible
+    assert len(ids) == 200
+    count = s._db.execute("SELECT COUNT(*) FROM id_reservations").fetchone()[0]
+    assert count == len(ids) + 1  # + default sandbox
