@@ -15,6 +15,11 @@ from rich.table import Table
 err_console = Console(stderr=True, highlight=False)
 
 
+def _console() -> Console:
+    # Piped output keeps whole ids instead of rich's 80-column default.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 240)
+
+
 def when(ts: float | None) -> str:
     if not ts:
         return "-"
@@ -52,7 +57,7 @@ def exec_table(execs: Iterable[dict[str, Any]]) -> None:
         t.add_row(x["id"], x.get("name") or "-", x["sandbox"], x["state"], exit_s,
                   str(x.get("pid") or "-"), when(x.get("started_at")),
                   shlex.join(x["spec"]["argv"])[:60])
-    Console(highlight=False).print(t)
+    _console().print(t)
 
 
 def sandbox_table(sbs: Iterable[dict[str, Any]]) -> None:
@@ -62,7 +67,7 @@ def sandbox_table(sbs: Iterable[dict[str, Any]]) -> None:
     for s in sbs:
         t.add_row(s["id"], s["name"], s["state"], s["spec"].get("runtime", "process"),
                   s["spec"].get("workspace") or "-", when(s.get("created_at")))
-    Console(highlight=False).print(t)
+    _console().print(t)
 
 
 def event_line(ev: dict[str, Any]) -> str:

@@ -20,7 +20,8 @@ from tether.rpc.server import Connection, Handler, Router
 if TYPE_CHECKING:
     from tether.daemon.daemon import Daemon
 
-LONG_POLL_METHODS = {"exec.wait", "exec.logs", "events.subscribe"}
+# Methods that may wait on outside events; the RPC server runs them as tasks.
+LONG_POLL_METHODS = {"exec.wait", "exec.logs", "sandbox.stop", "sandbox.delete"}
 
 
 def build_router(d: Daemon) -> Router:

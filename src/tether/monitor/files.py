@@ -14,9 +14,13 @@ time, so nothing is ever adopted or signalled on a bare pid.
 
 from __future__ import annotations
 
-import json
 import os
-from typing import Any
+
+from tether.monitor import tinyjson
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see tether/__init__.py
+if TYPE_CHECKING:
+    from typing import Any
 
 HANDLES_VERSION = 1
 EXIT_VERSION = 1
@@ -93,7 +97,7 @@ def _read_json(path: str, what: str) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     try:
-        obj = json.loads(raw)
+        obj = tinyjson.loads(raw)
     except (ValueError, UnicodeDecodeError) as e:
         raise FileCorrupt(f"{what} file {path} is corrupt ({len(raw)} bytes): {e}") from None
     if not isinstance(obj, dict):
@@ -113,7 +117,7 @@ def _require_int(obj: dict[str, Any], key: str, what: str, path: str,
 
 def write_handles(path: str, handles: dict[str, Any]) -> None:
     # Not fsynced: processes do not survive a power cut, so neither need their handles.
-    atomic_write(path, json.dumps({"version": HANDLES_VERSION, **handles}).encode(),
+    atomic_write(path, tinyjson.dumps({"version": HANDLES_VERSION, **handles}).encode(),
                  durable=False)
 
 
@@ -132,7 +136,8 @@ def read_handles(path: str) -> dict[str, Any] | None:
 
 
 def write_exit(path: str, status: dict[str, Any]) -> None:
-    atomic_write(path, json.dumps({"version": EXIT_VERSION, **status}).encode(), durable=True)
+    atomic_write(path, tinyjson.dumps({"version": EXIT_VERSION, **status}).encode(),
+                 durable=True)
 
 
 def read_exit(path: str) -> dict[str, Any] | None:

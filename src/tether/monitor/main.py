@@ -1,6 +1,6 @@
 """The monitor process. Run as ``python -I -S .../tether/monitor/main.py``.
 
-Life of a monitor (no asyncio; one ``selectors`` loop):
+Life of a monitor (no asyncio; one ``epoll`` loop):
 
 1. Read one JSON spec line from stdin. A pooled monitor waits here until the
    daemon hands it an exec; EOF (the daemon died) means exit quietly.
@@ -16,26 +16,34 @@ Life of a monitor (no asyncio; one ``selectors`` loop):
 
 from __future__ import annotations
 
+# Low-level modules on purpose (``_signal``, ``_socket``, ``select.epoll``, our
+# ``tinyjson``): ``signal``/``socket`` pull in ``enum``, ``selectors`` and ``json``
+# pull in more; together ~2.5 MB of RSS in a process we run once per exec.
+import _signal as signal  # type: ignore[import-not-found]
+import _socket as socket
 import errno
 import fcntl
-import json
 import os
-import selectors
-import signal
-import socket
+import select
 import sys
 import time
-from typing import Any
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see tether/__init__.py
+if TYPE_CHECKING:
+    from typing import Any
 
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tether.monitor.files import (
+from tether.monitor import tinyjson as json  # noqa: E402
+from tether.monitor.files import (  # noqa: E402
     claim,
     proc_start_time,
     write_exit,
     write_handles,
 )
+
+_VALID_SIGNALS = set(range(1, signal.NSIG))
 
 # Signals a child must start with default dispositions (Python ignores SIGPIPE
 # and SIGXFSZ; a daemon started under nohup ignores SIGHUP).
@@ -80,12 +88,13 @@ class Monitor:
         self.spec = spec
         self.exec_id: str = spec["exec_id"]
         self.paths: dict[str, str] = spec["paths"]
-        self.sel = selectors.DefaultSelector()
+        self.poll = select.epoll()
+        self.fds: dict[int, Any] = {}  # fd -> "wake" | "listen" | client socket
         self.pid = 0
         self.started_at = 0.0
         self.cancel: dict[str, Any] | None = None  # {"reason", "signal", "kill_at"}
         self.deadline: float | None = None
-        self.clients: dict[socket.socket, bytes] = {}
+        self.clients: dict[int, bytes] = {}
         self.listener: socket.socket | None = None
 
     # -------------------------------------------------------------- start
@@ -117,6 +126,7 @@ class Monitor:
         os.chmod(self.paths["socket"], 0o600)
         self.listener.listen(16)
         self.listener.setblocking(False)
+        os.set_inheritable(self.listener.fileno(), False)
 
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, lambda *_: None)
@@ -173,8 +183,8 @@ class Monitor:
     # -------------------------------------------------------------- loop
     def loop(self) -> int:
         assert self.listener is not None
-        self.sel.register(self._wake_r, selectors.EVENT_READ, "wake")
-        self.sel.register(self.listener, selectors.EVENT_READ, "listen")
+        self._register(self._wake_r, "wake")
+        self._register(self.listener.fileno(), "listen")
         while True:
             status = self._poll_child()
             if status is not None:
@@ -182,18 +192,23 @@ class Monitor:
             now = time.monotonic()
             timers = [t for t in (self.deadline,
                                   self.cancel["kill_at"] if self.cancel else None) if t]
-            wait = max(0.0, min(timers) - now) if timers else None
-            for key, _ in self.sel.select(wait):
-                if key.data == "wake":
+            wait = max(0.0, min(timers) - now) if timers else -1
+            try:
+                ready = self.poll.poll(wait)
+            except InterruptedError:
+                ready = []
+            for fd, _ in ready:
+                what = self.fds.get(fd)
+                if what == "wake":
                     try:
                         while os.read(self._wake_r, 4096):
                             pass
                     except BlockingIOError:
                         pass
-                elif key.data == "listen":
+                elif what == "listen":
                     self._accept()
-                else:
-                    self._client_readable(key.fileobj)  # type: ignore[arg-type]
+                elif what is not None:
+                    self._client_readable(what)
             now = time.monotonic()
             if self.deadline is not None and now >= self.deadline and self.cancel is None:
                 self._begin_cancel("timeout", signal.SIGTERM,
@@ -201,6 +216,10 @@ class Monitor:
             if self.cancel and self.cancel["kill_at"] and now >= self.cancel["kill_at"]:
                 self._killpg(signal.SIGKILL)
                 self.cancel["kill_at"] = None
+
+    def _register(self, fd: int, what: Any) -> None:
+        self.fds[fd] = what
+        self.poll.register(fd, select.EPOLLIN)
 
     def _poll_child(self) -> tuple[int | None, int | None] | None:
         # Observe the exit without reaping, so the pgid cannot be reused while we
@@ -236,16 +255,20 @@ class Monitor:
     def _accept(self) -> None:
         assert self.listener is not None
         try:
-            conn, _ = self.listener.accept()
+            fd, _ = self.listener._accept()  # type: ignore[attr-defined]
         except (BlockingIOError, InterruptedError):
             return
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd)
+        os.set_inheritable(fd, False)
         conn.setblocking(False)
-        self.clients[conn] = b""
-        self.sel.register(conn, selectors.EVENT_READ, "client")
+        self.clients[fd] = b""
+        self._register(fd, conn)
 
     def _drop(self, conn: socket.socket) -> None:
-        self.sel.unregister(conn)
-        self.clients.pop(conn, None)
+        fd = conn.fileno()
+        self.poll.unregister(fd)
+        self.fds.pop(fd, None)
+        self.clients.pop(fd, None)
         conn.close()
 
     def _client_readable(self, conn: socket.socket) -> None:
@@ -258,18 +281,17 @@ class Monitor:
         if not chunk:
             self._drop(conn)
             return
-        buf = self.clients[conn] + chunk
+        buf = self.clients[conn.fileno()] + chunk
         while b"\n" in buf:
             line, buf = buf.split(b"\n", 1)
             self._send(conn, self._command(line))
         if len(buf) > MAX_CONTROL_LINE:
             self._drop(conn)
             return
-        self.clients[conn] = buf
+        self.clients[conn.fileno()] = buf
 
     def _send(self, conn: socket.socket, reply: dict[str, Any]) -> None:
         try:
-            conn.setblocking(True)
             conn.settimeout(1.0)
             conn.sendall((json.dumps(reply) + "\n").encode())
             conn.setblocking(False)
@@ -288,17 +310,19 @@ class Monitor:
             try:
                 sig = int(cmd.get("signal", signal.SIGTERM))
                 grace = float(cmd.get("grace", 5.0))
-                signal.Signals(sig)
             except (ValueError, TypeError):
                 return {"ok": False, "error": "bad signal or grace"}
+            if sig not in _VALID_SIGNALS:
+                return {"ok": False, "error": f"bad signal {sig}"}
             self._begin_cancel("cancelled", sig, grace, str(cmd.get("reason", "")))
             return {"ok": True}
         if op == "signal":
             try:
                 sig = int(cmd["signal"])
-                signal.Signals(sig)
             except (ValueError, TypeError, KeyError):
                 return {"ok": False, "error": "bad signal"}
+            if sig not in _VALID_SIGNALS:
+                return {"ok": False, "error": f"bad signal {sig}"}
             self._killpg(sig)
             return {"ok": True}
         return {"ok": False, "error": f"unknown op {op!r}"}
@@ -313,7 +337,8 @@ class Monitor:
         if outcome == "timeout":
             record["reason"] = f"timeout after {self.spec.get('timeout')}s"
         write_exit(self.paths["exit"], record)
-        for conn in list(self.clients):
+        for fd in list(self.clients):
+            conn = self.fds[fd]
             self._send(conn, {"event": "exit", **record})
             self._drop(conn)
         try:

@@ -1,9 +1,13 @@
 """The JSON-RPC 2.0 server: framing, validation, dispatch, errors, batches.
 
-Every connection owns a TaskGroup for its in-flight requests and subscription
-pumps; when the connection ends they are cancelled with it. A failure inside
-one handler becomes that request's error response and never reaches another
-client.
+Memory per connection is bounded. Short requests are answered inline, one at a
+time, and the next line is read only after the reply has drained into the
+socket: a client that never reads stops being read (backpressure) instead of
+piling up replies. Long polls (methods that wait for an outside event) run as
+tasks, at most ``MAX_LONG_POLLS_PER_CONNECTION`` at once, owned by the
+connection's TaskGroup and cancelled with it. A batch reply is capped at
+``MAX_BATCH_REPLY`` bytes. A failure inside one handler becomes that request's
+error response and never reaches another client.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ from tether.rpc.framing import MAX_LINE, LineReader, LineTooLong
 log = logging.getLogger("tether.rpc")
 
 _enc = msgspec.json.Encoder()
-MAX_INFLIGHT_PER_CONNECTION = 256
+MAX_LONG_POLLS_PER_CONNECTION = 16
 MAX_BATCH = 1000
+MAX_BATCH_REPLY = 8 * 1024 * 1024
 
 Handler = Callable[[Any, "Connection"], Awaitable[Any]]
 
@@ -101,7 +106,7 @@ class RpcServer:
     async def handle_connection(self, reader: asyncio.StreamReader,
                                 writer: asyncio.StreamWriter) -> None:
         lines = LineReader(reader, self.max_line)
-        slots = asyncio.Semaphore(MAX_INFLIGHT_PER_CONNECTION)
+        slots = asyncio.Semaphore(MAX_LONG_POLLS_PER_CONNECTION)
         try:
             async with asyncio.TaskGroup() as tasks:
                 conn = Connection(writer=writer, tasks=tasks)
@@ -120,12 +125,11 @@ class RpcServer:
                             continue
                         if not item.strip():
                             continue
-                        await slots.acquire()
-                        coro = self._handle_line(conn, item, slots)
                         if self._is_long(item):
-                            conn.spawn_long(coro)
+                            await slots.acquire()
+                            conn.spawn_long(self._handle_line(conn, item, slots))
                         else:
-                            tasks.create_task(coro)
+                            await self._handle_line(conn, item, None)
                         await conn.drain()
                 finally:
                     conn.closed.set()
@@ -145,7 +149,7 @@ class RpcServer:
         return any(f'"{m}"'.encode() in raw for m in self.long_poll)
 
     async def _handle_line(self, conn: Connection, raw: bytes,
-                           slots: asyncio.Semaphore) -> None:
+                           slots: asyncio.Semaphore | None) -> None:
         self.inflight += 1
         self._idle.clear()
         try:
@@ -155,7 +159,8 @@ class RpcServer:
                 with contextlib.suppress(ConnectionError):
                     await conn.drain()
         finally:
-            slots.release()
+            if slots is not None:
+                slots.release()
             self.inflight -= 1
             if self.inflight == 0:
                 self._idle.set()
@@ -174,8 +179,20 @@ class RpcServer:
                 return _error(None, RpcCode.INVALID_REQUEST,
                               f"batch of {len(msg)} requests exceeds the limit of {MAX_BATCH}",
                               {"code": "INVALID_REQUEST", "limit": MAX_BATCH})
-            replies = await asyncio.gather(*(self._handle_one(conn, m) for m in msg))
-            out = [r for r in replies if r is not None]
+            out: list[dict[str, Any]] = []
+            size = 0
+            for member in msg:
+                if size > MAX_BATCH_REPLY:
+                    reply = _error(member.get("id") if isinstance(member, dict) else None,
+                                   RpcCode.INVALID_REQUEST,
+                                   f"batch reply exceeded {MAX_BATCH_REPLY} bytes; this member "
+                                   "was not run; send fewer requests per batch",
+                                   {"code": "BATCH_REPLY_TOO_LARGE"})
+                else:
+                    reply = await self._handle_one(conn, member)
+                if reply is not None:
+                    out.append(reply)
+                    size += len(_enc.encode(reply))
             return out or None
         return await self._handle_one(conn, msg)
 
@@ -184,7 +201,10 @@ class RpcServer:
             return _error(None, RpcCode.INVALID_REQUEST, "a request must be a JSON object",
                           {"code": "INVALID_REQUEST"})
         rid = msg.get("id")
-        is_notification = "id" not in msg
+        # Only a well-formed request without an id is a notification (JSON-RPC 2.0 §4.1);
+        # an invalid one is still answered, with id null.
+        is_notification = ("id" not in msg and msg.get("jsonrpc") == "2.0"
+                           and isinstance(msg.get("method"), str))
         if not (rid is None or (isinstance(rid, (str, int)) and not isinstance(rid, bool))):
             return _error(None, RpcCode.INVALID_REQUEST, "id must be a string, number or null",
                           {"code": "INVALID_REQUEST"})
