@@ -182,6 +182,7 @@ class RpcServer:
             out: list[dict[str, Any]] = []
             size = 0
             for member in msg:
+                reply: dict[str, Any] | None
                 if size > MAX_BATCH_REPLY:
                     reply = _error(member.get("id") if isinstance(member, dict) else None,
                                    RpcCode.INVALID_REQUEST,
