@@ -137,3 +137,16 @@ def test_cli_without_daemon_and_autostart_impossible(tmp_path: Path) -> None:
                        env={**os.environ})
     assert r.returncode == 125
     assert b"daemon.log" in r.stderr
+
+
+def test_home_too_long_for_unix_sockets_is_refused_at_startup(tmp_path: Path) -> None:
+    home = Path("/tmp") / ("h" * 100)
+    try:
+        r = subprocess.run([*TETHER, "--home", str(home), "daemon"], capture_output=True,
+                           timeout=20)
+        assert r.returncode == 1
+        assert b"shorter --home" in r.stderr
+    finally:
+        import shutil
+
+        shutil.rmtree(home, ignore_errors=True)

@@ -123,9 +123,12 @@ class Daemon:
     def _start_infrastructure(self) -> None:
         os.umask(0o077)
         homes.prepare(self.layout)
-        if len(os.fsencode(self.layout.socket)) > MAX_SOCKET_PATH:
-            raise StartupError(f"socket path {self.layout.socket} is longer than "
-                               f"{MAX_SOCKET_PATH} bytes; choose a shorter --home")
+        # The longest socket path we will bind is a monitor's (run/<12 hex>.sock).
+        longest = self.layout.exec_paths("default", "0" * 12).socket
+        if len(os.fsencode(longest)) > MAX_SOCKET_PATH:
+            raise StartupError(f"socket paths under {self.layout.root} would exceed "
+                               f"{MAX_SOCKET_PATH} bytes (e.g. {longest}); choose a shorter "
+                               "--home or $TETHER_HOME")
         try:
             self._lock.acquire()
         except homes.HomeLocked as e:

@@ -60,6 +60,33 @@ class Inspection:
     reason: str | None = None
 
 
+async def _read_report(fd: int) -> bytes:
+    """Read the monitor's one-line start report without blocking the event loop."""
+    loop = asyncio.get_running_loop()
+    os.set_blocking(fd, False)
+    buf = b""
+    while not buf.endswith(b"\n"):
+        ready: asyncio.Future[None] = loop.create_future()
+
+        def wake(ready: asyncio.Future[None] = ready) -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        loop.add_reader(fd, wake)
+        try:
+            await ready
+        finally:
+            loop.remove_reader(fd)
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            break
+        buf += chunk
+    return buf
+
+
 class _IdleMonitor:
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self.proc = proc
@@ -147,10 +174,11 @@ class ProcessRuntime:
             mon.proc.stdin.close()
         except OSError as e:
             raise StartError(f"could not hand the exec to its monitor: {e}") from e
-        loop = asyncio.get_running_loop()
-        line = await asyncio.wait_for(
-            loop.run_in_executor(None, mon.proc.stdout.readline), START_REPORT_TIMEOUT)
-        mon.proc.stdout.close()
+        try:
+            line = await asyncio.wait_for(_read_report(mon.proc.stdout.fileno()),
+                                          START_REPORT_TIMEOUT)
+        finally:
+            mon.proc.stdout.close()
         if not line:
             raise StartError("the monitor exited before starting the command "
                              f"(see {paths.monitor_log})")
