@@ -78,6 +78,11 @@ def event_line(ev: dict[str, Any]) -> str:
     if ev.get("state"):
         parts.append(ev["state"])
     data = ev.get("data") or {}
+    if ev["type"].startswith("daemon."):
+        rec = data.get("recovery", data)
+        parts += [f"{k}={rec[k]}" for k in ("adopted", "finished", "failed", "ms") if k in rec]
+        if "pid" in data:
+            parts.append(f"pid={data['pid']}")
     if "exit_code" in data:
         parts.append(f"exit={data['exit_code']}")
     if "signal" in data:

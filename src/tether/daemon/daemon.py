@@ -196,8 +196,8 @@ class Daemon:
     # ------------------------------------------------------------------ background
     async def _pool_loop(self) -> None:
         while True:
-            self.runtime.fill_pool()
             self.execs.pool_wanted.clear()
+            await self.runtime.refill_pool()
             await self.execs.pool_wanted.wait()
 
     async def _sweep_loop(self) -> None:

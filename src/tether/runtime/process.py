@@ -113,16 +113,21 @@ class ProcessRuntime:
         self._children.add(proc.pid)
         return _IdleMonitor(proc)
 
-    def fill_pool(self) -> None:
-        while len(self._pool) < self.pool_size:
-            self._pool.append(self._spawn_monitor())
+    def pool_deficit(self) -> int:
+        return self.pool_size - len(self._pool)
 
-    def _take_monitor(self) -> _IdleMonitor:
+    async def refill_pool(self) -> None:
+        """Top the pool up. Spawning runs in a thread: fork/exec would stall the loop."""
+        loop = asyncio.get_running_loop()
+        while self.pool_deficit() > 0:
+            self._pool.append(await loop.run_in_executor(None, self._spawn_monitor))
+
+    async def _take_monitor(self) -> _IdleMonitor:
         while self._pool:
             mon = self._pool.popleft()
             if mon.proc.poll() is None:
                 return mon
-        return self._spawn_monitor()
+        return await asyncio.get_running_loop().run_in_executor(None, self._spawn_monitor)
 
     def close(self) -> None:
         """Idle monitors exit on EOF of their spec pipe."""
@@ -166,7 +171,7 @@ class ProcessRuntime:
             "paths": {k: str(getattr(paths, k)) for k in
                       ("stdout", "stderr", "exit", "handles", "socket", "claim", "monitor_log")},
         }
-        mon = self._take_monitor()
+        mon = await self._take_monitor()
         assert mon.proc.stdin is not None and mon.proc.stdout is not None
         try:
             mon.proc.stdin.write(json.dumps(spec).encode() + b"\n")
