@@ -105,6 +105,7 @@ class Daemon:
                 homes.write_pid_file(self.layout)
                 self.bus.publish(self.store.append_event(
                     None, "daemon.started", state=str(self.state),
+                    reason=f"daemon pid {os.getpid()} serving",
                     data={"pid": os.getpid(), "version": __version__,
                           "instance": self.instance, "recovery": self.recovery_summary}))
                 _sd_notify("READY=1")
@@ -157,7 +158,10 @@ class Daemon:
         summary = await self.execs.recover()
         summary["ms"] = int((time.monotonic() - t0) * 1000)
         self.recovery_summary = summary
-        self.bus.publish(self.store.append_event(None, "daemon.recovered", data=summary))
+        self.bus.publish(self.store.append_event(
+            None, "daemon.recovered", state=str(self.state), data=summary,
+            reason=(f"recovery: {summary['adopted']} adopted, {summary['finished']} finished "
+                    f"while down, {summary['failed']} failed")))
         log.info("recovery: %s", summary)
 
     async def _bind(self) -> None:
@@ -177,7 +181,8 @@ class Daemon:
         await self._rpc.drain(DRAIN_TIMEOUT)
         with contextlib.suppress(Exception):
             self.bus.publish(self.store.append_event(None, "daemon.stopping",
-                                                     state=str(self.state)))
+                                                     state=str(self.state),
+                                                     reason="SIGTERM/SIGINT: draining"))
         for conn in list(self._rpc.connections):
             conn.writer.close()
         self.execs.detach_all()

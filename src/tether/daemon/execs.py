@@ -50,6 +50,18 @@ def parse_signal(value: int | str) -> int:
                              ) from None
 
 
+def _describe_exit(outcome: str, st: dict[str, Any]) -> str:
+    if outcome == "cancelled":
+        return "cancelled"
+    if st.get("signal"):
+        try:
+            name = signal.Signals(st["signal"]).name
+        except ValueError:
+            name = f"signal {st['signal']}"
+        return f"killed by {name}"
+    return f"exited with code {st.get('exit_code')}"
+
+
 @dataclass
 class _Watch:
     pidfd: int | None  # None: no usable handles; the sweep loop polls it instead
@@ -153,7 +165,8 @@ class ExecService:
             self.pool_wanted.set()
         self.faults.hit("exec.after_handoff")
         rec = self._commit(self.store.transition_exec(
-            exec_id, ExecState.RUNNING, started_at=started.started_at))
+            exec_id, ExecState.RUNNING, reason=f"started as pid {started.pid}",
+            started_at=started.started_at))
         handles = {"monitor": {"pid": started.monitor_pid,
                                "start_time": started.monitor_start_time},
                    "child": {"pid": started.pid, "start_time": started.start_time}}
@@ -209,7 +222,7 @@ class ExecService:
             outcome = st.get("outcome", "exited")
             to = {"cancelled": ExecState.CANCELLED, "timeout": ExecState.CANCELLED,
                   "start_failed": ExecState.FAILED}.get(outcome, ExecState.FINISHED)
-            reason = st.get("reason") or {"cancelled": "cancelled"}.get(outcome)
+            reason = st.get("reason") or _describe_exit(outcome, st)
             self._commit(self.store.transition_exec(
                 rec.id, to, reason=reason, exit_code=st.get("exit_code"),
                 signal=st.get("signal"), ended_at=st.get("ended_at"),

@@ -62,8 +62,8 @@ class ExecRecord(msgspec.Struct, kw_only=True):
     request_key: str | None = None
 
 
-class Event(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """One entry of the journal.
+class Event(msgspec.Struct, kw_only=True):
+    """One entry of the journal. Every key is always present (``null`` when empty).
 
     ``seq`` counts from 1 per stream (a sandbox id, or ``None`` for daemon
     events); ``gseq`` is the global order across all streams.

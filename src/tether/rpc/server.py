@@ -206,7 +206,7 @@ class RpcServer:
         # an invalid one is still answered, with id null.
         is_notification = ("id" not in msg and msg.get("jsonrpc") == "2.0"
                            and isinstance(msg.get("method"), str))
-        if not (rid is None or (isinstance(rid, (str, int)) and not isinstance(rid, bool))):
+        if not (rid is None or (isinstance(rid, (str, int, float)) and not isinstance(rid, bool))):
             return _error(None, RpcCode.INVALID_REQUEST, "id must be a string, number or null",
                           {"code": "INVALID_REQUEST"})
         try:

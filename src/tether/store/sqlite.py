@@ -234,7 +234,7 @@ class Store:
                        (rec.id, rec.sandbox, rec.name, rec.state, rec.request_key,
                         _enc.encode(rec)))
             ev = self._append(db, rec.sandbox, "exec.state", exec_id=rec.id, state=rec.state,
-                              reason=rec.reason, data={"argv": rec.spec.argv})
+                              reason=rec.reason or "accepted", data={"argv": rec.spec.argv})
         return rec, ev
 
     def get_exec(self, ident: str) -> ExecRecord | None:
