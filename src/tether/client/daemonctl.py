@@ -22,7 +22,7 @@ def spawn_daemon(home: Path) -> subprocess.Popen[bytes]:
     logf = os.open(layout.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "tether.cli.main", "--home", str(home), "daemon"],
+            [sys.executable, "-m", "tether.daemon", "--home", str(home)],
             stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True,
             close_fds=True, cwd="/",
         )

@@ -178,15 +178,18 @@ class ExecService:
         return self.store.get_exec(exec_id) or rec
 
     # ------------------------------------------------------------------ watching
-    def _watch(self, rec: ExecRecord, handles: dict[str, Any] | None) -> None:
-        paths = self.paths(rec)
-        fd = self.runtime.watch_fd(handles, paths)
-        if fd is None and handles is not None:
-            self._settle(rec.id)  # the monitor ended between inspection and now
-            return
-        self._watches[rec.id] = _Watch(fd, handles)
-        if fd is not None:
-            asyncio.get_running_loop().add_reader(fd, self._on_monitor_exit, rec.id)
+    def _watch(self, rec: ExecRecord, handles: dict[str, Any] | None,
+               pidfd: int | None = None) -> None:
+        """Learn when the monitor ends: its pidfd turns readable (or, without usable
+        handles, the sweep loop polls it)."""
+        if pidfd is None and handles is not None:
+            pidfd = self.runtime.watch_fd(handles)
+            if pidfd is None:
+                self._settle(rec.id)  # the monitor ended between inspection and now
+                return
+        self._watches[rec.id] = _Watch(pidfd, handles)
+        if pidfd is not None:
+            asyncio.get_running_loop().add_reader(pidfd, self._on_monitor_exit, rec.id)
 
     def _unwatch(self, exec_id: str) -> None:
         w = self._watches.pop(exec_id, None)
@@ -238,7 +241,9 @@ class ExecService:
             if insp.handles is not None:
                 self._pids[rec.id] = insp.handles["child"]["pid"]
             if rec.id not in self._watches:
-                self._watch(rec, insp.handles)
+                self._watch(rec, insp.handles, insp.pidfd)
+            elif insp.pidfd is not None:
+                os.close(insp.pidfd)
             return "adopted"
         if insp.kind == "unstarted" and rec.state == ExecState.RUNNING:
             insp = Inspection("lost", reason="RUNNING in the store but its handles file is "
@@ -290,6 +295,8 @@ class ExecService:
                                         and self._watches[exec_id].handles is None):
                 self._unwatch(exec_id)
                 self._apply(rec, insp)
+            elif insp.pidfd is not None:
+                os.close(insp.pidfd)
 
     def detach_all(self) -> None:
         """Stop watching (daemon shutdown). The execs keep running under their monitors."""

@@ -30,37 +30,35 @@ class FileCorrupt(Exception):
     """A monitor file exists but cannot be understood."""
 
 
-def proc_start_time(pid: int) -> int | None:
-    """Kernel start time of ``pid`` in clock ticks, or None if there is no such process."""
+def _proc_stat(pid: int) -> list[bytes] | None:
+    """Fields 3.. of ``/proc/PID/stat`` (state first), or None if there is no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
     except OSError:
         return None
     # The command name (field 2) may contain spaces and parentheses.
-    rest = stat[stat.rfind(b")") + 2:].split()
+    return stat[stat.rfind(b")") + 2:].split()
+
+
+def proc_start_time(pid: int) -> int | None:
+    """Kernel start time of ``pid`` in clock ticks, or None if there is no such process."""
+    rest = _proc_stat(pid)
     try:
-        return int(rest[19])  # field 22 overall; rest starts at field 3
+        return int(rest[19]) if rest else None  # field 22 overall
     except (IndexError, ValueError):
         return None
 
 
-def proc_state(pid: int) -> str | None:
-    """The one-letter state of ``pid`` (``Z`` for a zombie), or None."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    rest = stat[stat.rfind(b")") + 2:].split()
-    return rest[0].decode() if rest else None
-
-
 def is_same_process(pid: int, start_time: int) -> bool:
     """True when ``pid`` exists, is not a zombie, and started at ``start_time``."""
-    return proc_start_time(pid) == start_time and proc_state(pid) not in (None, "Z", "X")
+    rest = _proc_stat(pid)
+    if not rest or len(rest) < 20 or rest[0] in (b"Z", b"X"):
+        return False
+    try:
+        return int(rest[19]) == start_time
+    except ValueError:
+        return False
 
 
 def fsync_dir(path: str) -> None:

@@ -101,7 +101,7 @@ class RpcServer:
         self._idle.set()
         self.connections: set[Connection] = set()
         # Methods that wait for an outside event; cancelled (not awaited) on drain.
-        self.long_poll: set[str] = set()
+        self._long_patterns: tuple[bytes, ...] = ()
 
     async def handle_connection(self, reader: asyncio.StreamReader,
                                 writer: asyncio.StreamWriter) -> None:
@@ -128,9 +128,9 @@ class RpcServer:
                         if self._is_long(item):
                             await slots.acquire()
                             conn.spawn_long(self._handle_line(conn, item, slots))
+                            await conn.drain()
                         else:
-                            await self._handle_line(conn, item, None)
-                        await conn.drain()
+                            await self._handle_line(conn, item, None)  # drains its reply
                 finally:
                     conn.closed.set()
                     self.connections.discard(conn)
@@ -144,9 +144,17 @@ class RpcServer:
             with contextlib.suppress(Exception):
                 writer.close()
 
+    @property
+    def long_poll(self) -> set[str]:
+        return {p.decode().strip('"') for p in self._long_patterns}
+
+    @long_poll.setter
+    def long_poll(self, methods: set[str]) -> None:
+        self._long_patterns = tuple(f'"{m}"'.encode() for m in sorted(methods))
+
     def _is_long(self, raw: bytes) -> bool:
-        # A cheap sniff decides only which set the task lands in; dispatch validates.
-        return any(f'"{m}"'.encode() in raw for m in self.long_poll)
+        # A cheap sniff decides only how the request is scheduled; dispatch validates.
+        return any(p in raw for p in self._long_patterns)
 
     async def _handle_line(self, conn: Connection, raw: bytes,
                            slots: asyncio.Semaphore | None) -> None:

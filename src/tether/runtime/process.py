@@ -58,6 +58,8 @@ class Inspection:
     exit: dict[str, Any] | None = None
     handles: dict[str, Any] | None = None
     reason: str | None = None
+    # For "alive": a pidfd pinned to the verified monitor; the caller owns (closes) it.
+    pidfd: int | None = None
 
 
 async def _read_report(fd: int) -> bytes:
@@ -214,8 +216,7 @@ class ProcessRuntime:
         mon, child = handles["monitor"], handles["child"]
         fd = open_verified_pidfd(mon["pid"], mon["start_time"])
         if fd is not None:
-            os.close(fd)
-            return Inspection("alive", handles=handles)
+            return Inspection("alive", handles=handles, pidfd=fd)
         # The monitor is gone. It may have written the exit file just before dying.
         try:
             status = read_exit(str(paths.exit))
@@ -247,10 +248,9 @@ class ProcessRuntime:
         os.close(fd)
         return True
 
-    def watch_fd(self, handles: dict[str, Any] | None, paths: ExecPaths) -> int | None:
+    @staticmethod
+    def watch_fd(handles: dict[str, Any]) -> int | None:
         """A pidfd of the exec's live monitor, to learn when it ends."""
-        if handles is None:
-            return None
         mon = handles["monitor"]
         return open_verified_pidfd(mon["pid"], mon["start_time"])
 

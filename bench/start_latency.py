@@ -1,0 +1,151 @@
+"""Exec start latency: ``exec.start`` sent → child running, against the two ways
+people start a background command without tether.
+
+* tether: the JSON-RPC round trip of ``exec.start`` on an open connection. The
+  daemon replies only after the monitor has reported the child's pid, i.e. once
+  ``posix_spawn`` returned and the child runs.
+* ``subprocess.Popen``: the time for ``Popen()`` to return (fork/exec done).
+* ``tmux new-session -d``: the time for the tmux command to return, with a tmux
+  server already running on a private socket (``-L``).
+
+Samples are interleaved (tether, Popen, tmux, tether, ...) and paced by ``gap``
+seconds so that each method finds an idle machine; a shorter back-to-back series
+shows what happens when starts arrive faster than tether refills its pool of
+idle monitors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import time
+from collections.abc import Callable
+
+from bench.harness import (
+    BenchResult,
+    Daemon,
+    Options,
+    RawConn,
+    Row,
+    fmt_ms,
+    fresh_home,
+    kill_strays,
+    percentile,
+    reap_orphans,
+    summarize_ms,
+)
+
+COMMAND = ["sleep", "600"]
+WARMUP = 5
+
+
+class _Tmux:
+    """A private tmux server (``-L``), started before measuring and killed after."""
+
+    def __init__(self) -> None:
+        self.name = f"tb{os.getpid()}"
+        self.env = {k: v for k, v in os.environ.items() if k not in ("TMUX", "TMUX_PANE")}
+        self.base = ["tmux", "-L", self.name, "-f", "/dev/null"]
+
+    def start_server(self) -> None:
+        subprocess.run([*self.base, "new-session", "-d", "-s", "keepalive", *COMMAND],
+                       env=self.env, check=True, capture_output=True, timeout=30)
+
+    def new_session(self) -> None:
+        subprocess.run([*self.base, "new-session", "-d", *COMMAND], env=self.env,
+                       check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL, timeout=30)
+
+    def kill_server(self) -> None:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run([*self.base, "kill-server"], env=self.env, capture_output=True,
+                           timeout=30)
+
+
+def _time(fn: Callable[[], None]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def run(opts: Options) -> BenchResult:
+    samples, gap = opts.samples, opts.gap
+    burst = max(10, samples // 4)
+    popens: list[subprocess.Popen[bytes]] = []
+    tmux = _Tmux()
+    lat: dict[str, list[float]] = {"tether": [], "popen": [], "tmux": []}
+    burst_lat: dict[str, list[float]] = {"tether": [], "popen": [], "tmux": []}
+    bad: list[str] = []
+
+    with fresh_home() as d:
+        d.start()
+        conn = RawConn(d.socket, timeout=60)
+
+        def tether_start() -> None:
+            reply = conn.call("exec.start", {"argv": COMMAND})
+            res = reply.get("result")
+            if not (isinstance(res, dict) and res.get("state") == "RUNNING" and res.get("pid")):
+                bad.append(str(reply)[:300])
+
+        def popen_start() -> None:
+            popens.append(subprocess.Popen(COMMAND, stdin=subprocess.DEVNULL,
+                                           stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL))
+
+        methods: dict[str, Callable[[], None]] = {
+            "tether": tether_start, "popen": popen_start, "tmux": tmux.new_session}
+        try:
+            tmux.start_server()
+            for fn in methods.values():  # warm caches, the pool and the tmux server
+                for _ in range(WARMUP):
+                    fn()
+                    time.sleep(gap)
+            bad.clear()
+            for _ in range(samples):
+                for name, fn in methods.items():
+                    lat[name].append(_time(fn))
+                    time.sleep(gap)
+            time.sleep(0.5)
+            for name, fn in methods.items():
+                time.sleep(0.5)
+                for _ in range(burst):
+                    burst_lat[name].append(_time(fn))
+            status = conn.result("daemon.status")
+        finally:
+            conn.close()
+            tmux.kill_server()
+            for p in popens:
+                p.kill()
+                p.wait()
+            _stop(d)
+
+    stats = {k: summarize_ms(v) for k, v in lat.items()}
+    bstats = {k: summarize_ms(v) for k, v in burst_lat.items()}
+    t50, x50, p50 = (percentile(lat[k], 50) * 1000 for k in ("tether", "tmux", "popen"))
+    t99, x99, p99 = (percentile(lat[k], 99) * 1000 for k in ("tether", "tmux", "popen"))
+    b50 = {k: percentile(v, 50) * 1000 for k, v in burst_lat.items()}
+    met = t50 < x50 and not bad
+    rows = [
+        Row("exec start", f"p50 (paced, n={samples})", fmt_ms(t50),
+            f"tmux {fmt_ms(x50)} · Popen {fmt_ms(p50)}", "< tmux p50", met),
+        Row("exec start", "p99 (paced)", fmt_ms(t99),
+            f"tmux {fmt_ms(x99)} · Popen {fmt_ms(p99)}"),
+        Row("exec start", f"p50 (back-to-back, n={burst})", fmt_ms(b50["tether"]),
+            f"tmux {fmt_ms(b50['tmux'])} · Popen {fmt_ms(b50['popen'])}"),
+    ]
+    notes = [f"tether starts that did not come back RUNNING with a pid: {len(bad)}"] if bad else []
+    return BenchResult(
+        name="start_latency", title="exec start latency", rows=rows, notes=notes,
+        params={"samples": samples, "gap_s": gap, "burst": burst, "warmup": WARMUP,
+                "command": COMMAND, "pool": "daemon default"},
+        data={"paced_ms": stats, "back_to_back_ms": bstats,
+              "tether_p50_below_tmux_p50": t50 < x50, "bad_starts": bad[:10],
+              "daemon_counts": status.get("counts")},
+    )
+
+
+def _stop(d: Daemon) -> None:
+    kill_strays(d.home)
+    d.stop()
+    reap_orphans()
