@@ -7,7 +7,9 @@ signal N); 1 for a tether error (message on stderr); 2 for a usage error;
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import signal
 import sys
 import threading
@@ -87,27 +89,90 @@ def _client(ctx: click.Context) -> Client:
 @click.option("--cwd", type=click.Path(file_okay=False), help="working directory")
 @click.option("--timeout", type=float, help="cancel after SEC seconds")
 @click.option("--clean-env", is_flag=True, help="do not pass this shell's environment")
+@click.option("-t", "--tty", "use_tty", is_flag=True, help="give the command a terminal (PTY)")
+@click.option("-i", "--interactive", is_flag=True, help="keep the command's stdin open")
+@click.option("--detach-keys", default=None,
+              help="key sequence that detaches (default ctrl-\\; e.g. ctrl-p,ctrl-q)")
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def run(ctx: click.Context, detach: bool, name: str | None, sandbox: str, envs: tuple[str, ...],
-        cwd: str | None, timeout: float | None, clean_env: bool, argv: tuple[str, ...]) -> None:
-    """Run a command under the daemon: tether run [-d] -- CMD ARGS..."""
+        cwd: str | None, timeout: float | None, clean_env: bool, use_tty: bool,
+        interactive: bool, detach_keys: str | None, argv: tuple[str, ...]) -> None:
+    """Run a command under the daemon: tether run [-d] [-it] -- CMD ARGS..."""
+    from tether.cli.terminal import terminal_size
+
+    keys = _detach_keys(detach_keys)
     c = _client(ctx)
     env = {} if clean_env else dict(os.environ)
     env.update(_kv(envs, "env"))
     workdir = os.path.abspath(cwd) if cwd else os.getcwd()
-    interrupts = _Interrupts() if not detach else None
+    size = terminal_size(sys.stdin.fileno()) if use_tty else None
+    interrupts = _Interrupts() if not detach and not use_tty else None
     try:
         x = c.exec_start(list(argv), sandbox=sandbox, env=env, cwd=workdir, timeout=timeout,
-                         name=name)
+                         name=name, tty=use_tty, stdin=interactive,
+                         rows=size[0] if size else None, cols=size[1] if size else None)
     except TetherError as e:
         if e.code == "START_FAILED":
             _die(e.message, 127 if "not found" in e.message else 126)
         raise
-    if interrupts is None:
+    if detach:
         click.echo(x["id"])
         return
+    if use_tty:
+        sys.exit(_attach_terminal(c, x["id"], keys, read_only=not interactive,
+                                  replay=16 * 1024 * 1024))
+    assert interrupts is not None
+    if interactive:
+        threading.Thread(target=_forward_stdin, args=(c.home, x["id"]), daemon=True).start()
     sys.exit(_attach_output(c, x["id"], interrupts))
+
+
+def _detach_keys(spec: str | None) -> bytes:
+    from tether.cli.terminal import DEFAULT_DETACH_KEYS, BadDetachKeys, parse_detach_keys
+
+    try:
+        return parse_detach_keys(spec or os.environ.get("TETHER_DETACH_KEYS")
+                                 or DEFAULT_DETACH_KEYS)
+    except BadDetachKeys as e:
+        raise click.BadParameter(str(e), param_hint="--detach-keys") from None
+
+
+def _forward_stdin(home: Path, exec_id: str) -> None:
+    """``run -i`` without a terminal: copy our stdin to the command's, then close it."""
+    with contextlib.suppress(TetherError, OSError), Client(home) as c:
+        att = c.attach(exec_id, replay=0)
+        while data := os.read(sys.stdin.fileno(), 65536):
+            att.write(data)
+        att.close_stdin()
+
+
+def _attach_terminal(c: Client, ref: str, keys: bytes, *, read_only: bool = False,
+                     replay: int = 64 * 1024) -> int:
+    """Attach this terminal to an exec's PTY; returns the exit code for the CLI."""
+    from tether.cli.terminal import copy_loop, raw_terminal, terminal_size
+
+    in_fd, out_fd = sys.stdin.fileno(), sys.stdout.fileno()
+    size = terminal_size(in_fd)
+    att = c.attach(ref, read_only=read_only, rows=size[0] if size else None,
+                   cols=size[1] if size else None, replay=replay)
+    exec_id = att.info["exec"]
+    with raw_terminal(in_fd if not read_only else -1):
+        result = copy_loop(att, stdin_fd=in_fd, stdout_fd=out_fd, detach_keys=keys,
+                           forward_input=not read_only)
+    if result.how == "detached":
+        sys.stderr.write(f"\r\ndetached from {exec_id}; re-attach with "
+                         f"`tether attach {exec_id}`\n")
+        return 0
+    if result.how == "lost" or result.exit is None:
+        sys.stderr.write(f"\r\ntether: lost the connection to {exec_id}'s monitor; "
+                         f"see `tether ps -a` for what happened\n")
+        return 1
+    code = _exit_code({"state": "FINISHED", **result.exit})
+    what = (f"killed by signal {result.exit['signal']}" if result.exit.get("signal")
+            else f"exited with code {result.exit.get('exit_code')}")
+    sys.stderr.write(f"\r\n[{exec_id} {what}]\n")
+    return code
 
 
 class _Interrupted(Exception):
@@ -176,6 +241,22 @@ def _attach_output(c: Client, exec_id: str, interrupts: _Interrupts) -> int:
     return _exit_code(x)
 
 
+@cli.command()
+@click.option("--detach-keys", default=None,
+              help="key sequence that detaches (default ctrl-\\; e.g. ctrl-p,ctrl-q)")
+@click.option("--read-only", is_flag=True, help="watch only; typed input is dropped")
+@click.option("--replay", type=click.IntRange(min=0), default=64 * 1024, show_default=True,
+              help="bytes of recent output to show first")
+@click.argument("exec_ref")
+@click.pass_context
+def attach(ctx: click.Context, detach_keys: str | None, read_only: bool, replay: int,
+           exec_ref: str) -> None:
+    """Attach this terminal to a running exec (works while the daemon is down)."""
+    keys = _detach_keys(detach_keys)
+    sys.exit(_attach_terminal(_client(ctx), exec_ref, keys, read_only=read_only,
+                              replay=replay))
+
+
 # ---------------------------------------------------------------------- inspect
 @cli.command()
 @click.option("-a", "--all", "all_", is_flag=True, help="include ended execs")
@@ -195,21 +276,44 @@ def ps(ctx: click.Context, all_: bool, sandbox: str | None, as_json: bool) -> No
 @click.option("-f", "--follow", is_flag=True, help="keep printing until the exec ends")
 @click.option("--stderr", "use_stderr", is_flag=True, help="the stderr log instead of stdout")
 @click.option("--offset", type=click.IntRange(min=0), default=0, help="start at this byte")
+@click.option("--plain", is_flag=True, help="terminal execs: strip escape sequences")
 @click.argument("exec_ref")
 @click.pass_context
-def logs(ctx: click.Context, follow: bool, use_stderr: bool, offset: int, exec_ref: str) -> None:
-    """Print an exec's output, byte for byte."""
+def logs(ctx: click.Context, follow: bool, use_stderr: bool, offset: int, plain: bool,
+         exec_ref: str) -> None:
+    """Print an exec's output, byte for byte (a terminal exec's raw terminal log)."""
     c = _client(ctx)
-    stream = "stderr" if use_stderr else "stdout"
+    x = c.exec_get(exec_ref)
+    stream = "stderr" if use_stderr else ("pty" if x["spec"].get("tty") else "stdout")
     sink = sys.stdout.buffer
+    strip = _EscapeStripper() if plain else None
     try:
-        for data in c.read_logs(exec_ref, stream=stream, offset=offset, follow=follow):
-            sink.write(data)
+        for data in c.read_logs(x["id"], stream=stream, offset=offset, follow=follow):
+            sink.write(strip.feed(data) if strip else data)
             sink.flush()
     except KeyboardInterrupt:
         pass
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+class _EscapeStripper:
+    """Removes ANSI escape sequences (CSI, OSC, and two-byte ESC x) across chunk bounds."""
+
+    _SEQ = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"
+                      rb"|\x1b[@-Z\\-_]|\r(?=\n)")
+
+    def __init__(self) -> None:
+        self.tail = b""
+
+    def feed(self, data: bytes) -> bytes:
+        data = self.tail + data
+        cut = data.rfind(b"\x1b")
+        if cut >= 0 and len(data) - cut < 256 and not self._SEQ.match(data, cut):
+            data, self.tail = data[:cut], data[cut:]
+        else:
+            self.tail = b""
+        return self._SEQ.sub(b"", data)
 
 
 @cli.command()

@@ -56,12 +56,19 @@ class _Api(Generic[R]):
     def exec_start(self, argv: Sequence[str], *, sandbox: str = "default",
                    env: dict[str, str] | None = None, cwd: str | None = None,
                    timeout: float | None = None, name: str | None = None,
-                   kill_grace: float | None = None, request_key: str | None = None) -> R:
-        """Start ``argv``. A request key makes retries (after a reconnect) start it once."""
+                   kill_grace: float | None = None, request_key: str | None = None,
+                   tty: bool = False, stdin: bool = False, rows: int | None = None,
+                   cols: int | None = None) -> R:
+        """Start ``argv``. A request key makes retries (after a reconnect) start it once.
+
+        ``tty`` gives it a terminal (attach with ``Client.attach``); ``stdin`` keeps
+        its input open for attached clients.
+        """
         return self._call("exec.start", _clean({
             "argv": list(argv), "sandbox": sandbox, "env": env, "cwd": cwd,
             "timeout": timeout, "name": name, "kill_grace": kill_grace,
-            "request_key": request_key or uuid.uuid4().hex}))
+            "request_key": request_key or uuid.uuid4().hex,
+            "tty": tty or None, "stdin": stdin or None, "rows": rows, "cols": cols}))
 
     def exec_get(self, exec: str) -> R:
         return self._call("exec.get", {"exec": exec})

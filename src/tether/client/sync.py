@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from tether.client.api import _Api
+from tether.client.attach import Attachment, find_socket
 from tether.client.daemonctl import daemon_failure, resolve_home, spawn_daemon
 from tether.client.errors import DaemonUnavailable, TetherError
 from tether.model.errors import RpcCode
@@ -150,6 +151,19 @@ class Client(_Api[Any]):
             return msg.get("result")
 
     # ------------------------------------------------------------------ conveniences
+    def attach(self, exec: str, *, read_only: bool = False, rows: int | None = None,
+               cols: int | None = None, replay: int = 64 * 1024) -> Attachment:
+        """Attach to an exec's terminal: ``write``, ``read``, ``resize``, ``detach``.
+
+        Works while no daemon runs: the exec is then found from its files.
+        """
+        try:
+            x = self.exec_get(exec)
+            path = Path(x["socket"])
+        except DaemonUnavailable:
+            path = find_socket(self.layout, exec)
+        return Attachment(path, read_only=read_only, rows=rows, cols=cols, replay=replay)
+
     def read_logs(self, exec: str, *, stream: str = "stdout", offset: int = 0,
                   follow: bool = False) -> Iterator[bytes]:
         """Yield a log's bytes from ``offset``; with ``follow``, until the exec ends."""

@@ -67,7 +67,8 @@ def build_router(d: Daemon) -> Router:
     async def exec_start(p: m.ExecStart, c: Connection) -> Any:
         sb = sandboxes.resolve(p.sandbox)
         spec = ExecSpec(argv=p.argv, env=p.env, cwd=p.cwd, timeout=p.timeout, name=p.name,
-                        kill_grace=p.kill_grace)
+                        kill_grace=p.kill_grace, tty=p.tty, stdin=p.stdin or p.tty,
+                        rows=p.rows, cols=p.cols)
         return execs.view(await execs.start(sb, spec, p.request_key))
 
     async def exec_get(p: m.ExecRef, c: Connection) -> Any:

@@ -99,6 +99,7 @@ class Daemon:
             return 1
         try:
             async with asyncio.TaskGroup() as tg:
+                self.execs.tasks = tg
                 await self._recover()
                 await self._bind()
                 self._to(DaemonState.RUNNING)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -80,7 +81,10 @@ class ExecService:
         self._done: dict[str, asyncio.Event] = {}
         self._pending_cancel: dict[str, tuple[int, float, str]] = {}
         self._pids: dict[str, int] = {}
+        self._terminal_watchers: dict[str, asyncio.Task[None]] = {}
         self.pool_wanted = asyncio.Event()
+        # Owner of the long-lived per-exec tasks; the daemon sets it before recovery.
+        self.tasks: asyncio.TaskGroup | None = None
 
     # ------------------------------------------------------------------ helpers
     def paths(self, rec: ExecRecord) -> ExecPaths:
@@ -109,6 +113,8 @@ class ExecService:
         out["pid"] = self._pids.get(rec.id) if rec.state == ExecState.RUNNING else None
         out["stdout_path"] = str(paths.stdout)
         out["stderr_path"] = str(paths.stderr)
+        out["pty_path"] = str(paths.pty) if rec.spec.tty else None
+        out["socket"] = str(paths.socket)
         return out
 
     def live_count(self) -> int:
@@ -190,8 +196,38 @@ class ExecService:
         self._watches[rec.id] = _Watch(pidfd, handles)
         if pidfd is not None:
             asyncio.get_running_loop().add_reader(pidfd, self._on_monitor_exit, rec.id)
+        if (rec.spec.tty or rec.spec.stdin) and self.tasks is not None:
+            self._terminal_watchers[rec.id] = self.tasks.create_task(
+                self._watch_terminal(rec), name=f"terminal-{rec.id}")
+
+    async def _watch_terminal(self, rec: ExecRecord) -> None:
+        """Journal attach, detach and resize as the monitor reports them."""
+        writer: asyncio.StreamWriter | None = None
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(self.paths(rec).socket))
+            writer.write(b'{"op": "watch"}\n')
+            await writer.drain()
+            await reader.readline()
+            while line := await reader.readline():
+                ev = json.loads(line)
+                kind = ev.pop("event", None)
+                if kind == "exit":
+                    return
+                if kind in ("attach", "detach", "resize"):
+                    reason = ev.pop("reason", None) or {
+                        "attach": "client attached", "resize": "window resized"}.get(kind)
+                    self.bus.publish(self.store.append_event(
+                        rec.sandbox, f"exec.{kind}", exec_id=rec.id, reason=reason, data=ev))
+        except (OSError, ValueError) as e:
+            log.debug("terminal watch of %s ended: %s", rec.id, e)
+        finally:
+            if writer is not None:
+                writer.close()
 
     def _unwatch(self, exec_id: str) -> None:
+        task = self._terminal_watchers.pop(exec_id, None)
+        if task is not None:
+            task.cancel()
         w = self._watches.pop(exec_id, None)
         if w is not None and w.pidfd is not None:
             with contextlib.suppress(Exception):

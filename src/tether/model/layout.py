@@ -61,6 +61,7 @@ class HomeLayout:
             stdout=logdir / f"{exec_id}.stdout.log",
             stderr=logdir / f"{exec_id}.stderr.log",
             exit=logdir / f"{exec_id}.exit",
+            pty=logdir / f"{exec_id}.pty.log",
             handles=self.run / f"{exec_id}.handles.json",
             socket=self.run / f"{exec_id}.sock",
             claim=self.run / f"{exec_id}.claim",
@@ -73,10 +74,11 @@ class ExecPaths:
     stdout: Path
     stderr: Path
     exit: Path
+    pty: Path
     handles: Path
     socket: Path
     claim: Path
     monitor_log: Path
 
     def log(self, stream: str) -> Path:
-        return self.stderr if stream == "stderr" else self.stdout
+        return {"stderr": self.stderr, "pty": self.pty}.get(stream, self.stdout)

@@ -44,6 +44,12 @@ class ExecSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     name: str | None = None
     # Seconds between SIGTERM and SIGKILL when a timeout fires.
     kill_grace: float = 5.0
+    # A PTY (``tether run -t``): output goes to ``pty.log`` and attached clients.
+    tty: bool = False
+    # Keep stdin open for attached clients (``-i``); implied by ``tty``.
+    stdin: bool = False
+    rows: int | None = None
+    cols: int | None = None
 
 
 class ExecRecord(msgspec.Struct, kw_only=True):

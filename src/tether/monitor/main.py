@@ -6,12 +6,20 @@ Life of a monitor (no asyncio; one ``epoll`` loop):
    daemon hands it an exec; EOF (the daemon died) means exit quietly.
 2. Claim the exec (``O_EXCL`` claim file, ``flock`` held for life). If a
    recovering daemon claimed it first, start nothing.
-3. Start the child with ``posix_spawnp`` in its own process group, its stdout
-   and stderr *being* the log files: no byte passes through any tether process.
+3. Start the child with ``posix_spawnp`` in its own process group. Without a
+   terminal its stdout and stderr *are* the log files: no byte passes through
+   any tether process. With a terminal (``tty``) the child is a session leader
+   on a PTY whose master we own; we copy its output to ``pty.log`` and to every
+   attached client.
 4. Write the handles file, report ``{"pid": ...}`` on stdout, close both pipes:
    from here on the daemon may die at any moment without affecting us.
-5. Serve the control socket (cancel/ping), enforce the timeout, and when the
-   child ends write the exit file (atomic, fsynced) and exit.
+5. Serve the socket (control commands, attach clients, daemon watchers),
+   enforce the timeout, and when the child ends write the exit file (atomic,
+   fsynced) and exit.
+
+The socket speaks JSON lines until a client sends ``{"op": "attach"}``; from
+then on both directions are frames: 1 type byte, 4-byte big-endian length,
+payload (docs/PROTOCOL.md, "Attach protocol").
 """
 
 from __future__ import annotations
@@ -25,7 +33,9 @@ import errno
 import fcntl
 import os
 import select
+import struct
 import sys
+import termios
 import time
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see tether/__init__.py
@@ -35,6 +45,7 @@ if TYPE_CHECKING:
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from tether.monitor import attachproto as proto  # noqa: E402
 from tether.monitor import tinyjson as json  # noqa: E402
 from tether.monitor.files import (  # noqa: E402
     claim,
@@ -44,14 +55,15 @@ from tether.monitor.files import (  # noqa: E402
 )
 
 _VALID_SIGNALS = set(range(1, signal.NSIG))
-
 # Signals a child must start with default dispositions (Python ignores SIGPIPE
 # and SIGXFSZ; a daemon started under nohup ignores SIGHUP).
 _RESET_SIGNALS = {signal.SIGPIPE, signal.SIGXFSZ, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT,
                   signal.SIGTERM, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD,
-                  signal.SIGUSR1, signal.SIGUSR2}
+                  signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH}
 MAX_CONTROL_LINE = 64 * 1024
-
+MAX_CLIENT_BACKLOG = 4 * 1024 * 1024  # an attached client further behind is dropped
+MAX_INPUT_BACKLOG = 1024 * 1024  # typed input the program has not read yet
+frame = proto.frame
 
 def _report(obj: dict[str, Any]) -> None:
     try:
@@ -83,19 +95,49 @@ def _read_spec() -> dict[str, Any] | None:
     return spec
 
 
+def set_winsize(fd: int, rows: int, cols: int) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+
+class Client:
+    """One connection to the monitor's socket."""
+
+    def __init__(self, sock: socket.socket, ident: int) -> None:
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.id = ident
+        self.mode = "control"  # "control" | "attach" | "watch"
+        self.inbuf = bytearray()
+        self.outbuf = bytearray()
+        self.read_only = False
+        self.rows = 0
+        self.cols = 0
+        self.writable_wanted = False
+
+
 class Monitor:
     def __init__(self, spec: dict[str, Any]) -> None:
         self.spec = spec
         self.exec_id: str = spec["exec_id"]
         self.paths: dict[str, str] = spec["paths"]
+        self.tty = bool(spec.get("tty"))
+        self.keep_stdin = bool(spec.get("stdin"))
         self.poll = select.epoll()
-        self.fds: dict[int, Any] = {}  # fd -> "wake" | "listen" | client socket
+        self.fds: dict[int, Any] = {}  # fd -> "wake" | "listen" | "master" | "stdin" | Client
         self.pid = 0
         self.started_at = 0.0
-        self.cancel: dict[str, Any] | None = None  # {"reason", "signal", "kill_at"}
+        self.cancel: dict[str, Any] | None = None  # {"outcome", "signal", "reason", "kill_at"}
         self.deadline: float | None = None
-        self.clients: dict[int, bytes] = {}
+        self.clients: dict[int, Client] = {}
+        self.next_client = 1
         self.listener: socket.socket | None = None
+        self.master = -1  # PTY master (tty mode)
+        self.stdin_w = -1  # write end of the child's stdin pipe (stdin without tty)
+        self.input = bytearray()  # typed input not yet accepted by the program
+        self.pty_log = -1
+        self.rows = int(spec.get("rows") or 24)
+        self.cols = int(spec.get("cols") or 80)
+        self.active: Client | None = None  # the most recently active attached client
 
     # -------------------------------------------------------------- start
     def start(self) -> int:
@@ -115,7 +157,28 @@ class Monitor:
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
         out = os.open(self.paths["stdout"], flags, 0o600)
         err = os.open(self.paths["stderr"], flags, 0o600)
-        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        to_close = [out, err]
+        setsid = False
+        if self.tty:
+            self.pty_log = os.open(self.paths["pty"], flags, 0o600)
+            self.master, slave = os.openpty()
+            set_winsize(self.master, self.rows, self.cols)
+            slave_name = os.ttyname(slave)
+            os.close(slave)
+            # A session leader that opens a terminal acquires it as its controlling tty.
+            actions: list[tuple[Any, ...]] = [
+                (os.POSIX_SPAWN_OPEN, 0, slave_name, os.O_RDWR, 0),
+                (os.POSIX_SPAWN_DUP2, 0, 1), (os.POSIX_SPAWN_DUP2, 0, 2)]
+            setsid = True
+        else:
+            if self.keep_stdin:
+                child_in, self.stdin_w = os.pipe2(os.O_CLOEXEC)
+                os.set_blocking(self.stdin_w, False)
+            else:
+                child_in = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            to_close.append(child_in)
+            actions = [(os.POSIX_SPAWN_DUP2, child_in, 0), (os.POSIX_SPAWN_DUP2, out, 1),
+                       (os.POSIX_SPAWN_DUP2, err, 2)]
 
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -132,6 +195,7 @@ class Monitor:
         signal.signal(signal.SIGTERM, lambda *_: None)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
         self._wake_r = rfd
@@ -141,12 +205,9 @@ class Monitor:
         try:
             if self.spec.get("cwd"):
                 os.chdir(self.spec["cwd"])
-            self.pid = os.posix_spawnp(
-                argv[0], argv, env,
-                file_actions=[(os.POSIX_SPAWN_DUP2, null, 0), (os.POSIX_SPAWN_DUP2, out, 1),
-                              (os.POSIX_SPAWN_DUP2, err, 2)],
-                setpgroup=0, setsigmask=(), setsigdef=_RESET_SIGNALS,
-            )
+            spawn_kw: dict[str, Any] = {"setsid": True} if setsid else {"setpgroup": 0}
+            self.pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions,
+                                       setsigmask=(), setsigdef=_RESET_SIGNALS, **spawn_kw)
         except OSError as e:
             what = {errno.ENOENT: "command not found", errno.EACCES: "permission denied",
                     errno.ENOTDIR: "not a directory"}.get(e.errno or 0, e.strerror or str(e))
@@ -161,16 +222,16 @@ class Monitor:
             _report({"error": msg, "code": "START_FAILED"})
             return 0
         finally:
-            os.close(out)
-            os.close(err)
-            os.close(null)
+            for f in to_close:
+                os.close(f)
         self.started_at = time.time()
         start_time = proc_start_time(self.pid)
         me = {"pid": os.getpid(), "start_time": proc_start_time(os.getpid())}
         write_handles(self.paths["handles"], {
-            "exec": self.exec_id, "monitor": me,
+            "exec": self.exec_id, "name": self.spec.get("name"), "monitor": me,
             "child": {"pid": self.pid, "pgid": self.pid, "start_time": start_time},
-            "socket": self.paths["socket"], "started_at": self.started_at,
+            "socket": self.paths["socket"], "started_at": self.started_at, "tty": self.tty,
+            "stdin": self.keep_stdin or self.tty,
         })
         timeout = self.spec.get("timeout")
         if timeout:
@@ -185,6 +246,9 @@ class Monitor:
         assert self.listener is not None
         self._register(self._wake_r, "wake")
         self._register(self.listener.fileno(), "listen")
+        if self.master >= 0:
+            os.set_blocking(self.master, False)
+            self._register(self.master, "master")
         while True:
             status = self._poll_child()
             if status is not None:
@@ -197,18 +261,26 @@ class Monitor:
                 ready = self.poll.poll(wait)
             except InterruptedError:
                 ready = []
-            for fd, _ in ready:
+            for fd, events in ready:
                 what = self.fds.get(fd)
+                if what is None:
+                    continue
                 if what == "wake":
-                    try:
-                        while os.read(self._wake_r, 4096):
-                            pass
-                    except BlockingIOError:
-                        pass
+                    self._drain_wake()
                 elif what == "listen":
                     self._accept()
-                elif what is not None:
-                    self._client_readable(what)
+                elif what == "master":
+                    if events & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
+                        self._pty_readable()
+                    if events & select.EPOLLOUT and self.master >= 0:
+                        self._flush_input()
+                elif what == "stdin":
+                    self._flush_input()
+                else:
+                    if events & select.EPOLLOUT:
+                        self._flush_client(what)
+                    if events & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
+                        self._client_readable(what)
             now = time.monotonic()
             if self.deadline is not None and now >= self.deadline and self.cancel is None:
                 self._begin_cancel("timeout", signal.SIGTERM,
@@ -220,6 +292,17 @@ class Monitor:
     def _register(self, fd: int, what: Any) -> None:
         self.fds[fd] = what
         self.poll.register(fd, select.EPOLLIN)
+
+    def _unregister(self, fd: int) -> None:
+        if self.fds.pop(fd, None) is not None:
+            self.poll.unregister(fd)
+
+    def _drain_wake(self) -> None:
+        try:
+            while os.read(self._wake_r, 4096):
+                pass
+        except BlockingIOError:
+            pass
 
     def _poll_child(self) -> tuple[int | None, int | None] | None:
         # Observe the exit without reaping, so the pgid cannot be reused while we
@@ -251,7 +334,96 @@ class Monitor:
             self.cancel["kill_at"] = time.monotonic()
         self._killpg(sig)
 
-    # -------------------------------------------------------------- control socket
+    # -------------------------------------------------------------- terminal
+    def _pty_readable(self) -> None:
+        """Copy what the program wrote to the PTY log and to every attached client."""
+        for _ in range(16):  # bounded, so clients and timers are served under a flood
+            try:
+                data = os.read(self.master, 65536)
+            except BlockingIOError:
+                return
+            except OSError:  # EIO: every holder of the terminal has closed it
+                data = b""
+            if not data:
+                self._unregister(self.master)
+                return
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.pty_log, view):]
+            out = frame(proto.DATA, data)
+            for c in list(self.clients.values()):
+                if c.mode == "attach":
+                    self._queue(c, out)
+
+    def _input_fd(self) -> int:
+        return self.master if self.master >= 0 else self.stdin_w
+
+    def _write_input(self, data: bytes) -> None:
+        if self._input_fd() < 0:
+            return
+        room = MAX_INPUT_BACKLOG - len(self.input)
+        self.input += data[:max(0, room)]
+        self._flush_input()
+
+    def _flush_input(self) -> None:
+        fd = self._input_fd()
+        while self.input and fd >= 0:
+            try:
+                n = os.write(fd, self.input)
+            except BlockingIOError:
+                break
+            except OSError:  # the program closed its input
+                self.input.clear()
+                break
+            del self.input[:n]
+        self._want_writable_input(bool(self.input))
+
+    def _want_writable_input(self, want: bool) -> None:
+        fd = self._input_fd()
+        if fd < 0:
+            return
+        mask = select.EPOLLOUT if want else 0
+        if fd == self.master and fd in self.fds:
+            self.poll.modify(fd, select.EPOLLIN | mask)
+        elif fd == self.stdin_w:
+            if want and fd not in self.fds:
+                self.fds[fd] = "stdin"
+                self.poll.register(fd, select.EPOLLOUT)
+            elif not want and fd in self.fds:
+                self._unregister(fd)
+
+    def _close_stdin(self) -> None:
+        if self.stdin_w >= 0 and not self.input:
+            self._unregister(self.stdin_w)
+            os.close(self.stdin_w)
+            self.stdin_w = -1
+
+    def _resize(self, rows: int, cols: int, who: Client | None) -> None:
+        if rows < 1 or cols < 1 or self.master < 0:
+            return
+        if (rows, cols) != (self.rows, self.cols):
+            self.rows, self.cols = rows, cols
+            try:
+                set_winsize(self.master, rows, cols)  # the kernel sends SIGWINCH
+            except OSError:
+                return
+            self._notify_watchers({"event": "resize", "rows": rows, "cols": cols,
+                                   "client": who.id if who else None})
+
+    def _redraw(self) -> None:
+        """Ask a full-screen program to repaint: SIGWINCH to the terminal's foreground."""
+        try:
+            os.killpg(os.tcgetpgrp(self.master), signal.SIGWINCH)
+        except OSError:
+            pass
+
+    def _make_active(self, c: Client) -> None:
+        """The most recently active client (attach, input, resize) sets the size."""
+        self.active = c
+        if c.rows and c.cols:
+            self._resize(c.rows, c.cols, c)
+
+    # -------------------------------------------------------------- socket
     def _accept(self) -> None:
         assert self.listener is not None
         try:
@@ -261,74 +433,189 @@ class Monitor:
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd)
         os.set_inheritable(fd, False)
         conn.setblocking(False)
-        self.clients[fd] = b""
-        self._register(fd, conn)
+        c = Client(conn, self.next_client)
+        self.next_client += 1
+        self.clients[fd] = c
+        self._register(fd, c)
 
-    def _drop(self, conn: socket.socket) -> None:
-        fd = conn.fileno()
-        self.poll.unregister(fd)
-        self.fds.pop(fd, None)
-        self.clients.pop(fd, None)
-        conn.close()
+    def _drop(self, c: Client, reason: str = "closed") -> None:
+        self._unregister(c.fd)
+        self.clients.pop(c.fd, None)
+        c.sock.close()
+        if c.mode == "attach":
+            if self.active is c:
+                self.active = None
+            self._notify_watchers({"event": "detach", "client": c.id, "reason": reason})
 
-    def _client_readable(self, conn: socket.socket) -> None:
+    def _queue(self, c: Client, data: bytes) -> None:
+        c.outbuf += data
+        if len(c.outbuf) > MAX_CLIENT_BACKLOG:
+            self._drop(c, "too slow: fell more than 4 MiB behind")
+            return
+        self._flush_client(c)
+
+    def _flush_client(self, c: Client) -> None:
+        while c.outbuf:
+            try:
+                n = c.sock.send(c.outbuf)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                self._drop(c, "connection lost")
+                return
+            del c.outbuf[:n]
+        want = bool(c.outbuf)
+        if want != c.writable_wanted and c.fd in self.fds:
+            c.writable_wanted = want
+            self.poll.modify(c.fd, select.EPOLLIN | (select.EPOLLOUT if want else 0))
+
+    def _send_line(self, c: Client, obj: dict[str, Any]) -> None:
+        self._queue(c, (json.dumps(obj) + "\n").encode())
+
+    def _notify_watchers(self, event: dict[str, Any]) -> None:
+        for c in list(self.clients.values()):
+            if c.mode == "watch":
+                self._send_line(c, event)
+
+    def _client_readable(self, c: Client) -> None:
         try:
-            chunk = conn.recv(65536)
+            chunk = c.sock.recv(65536)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
             chunk = b""
         if not chunk:
-            self._drop(conn)
+            self._drop(c, "client went away")
             return
-        buf = self.clients[conn.fileno()] + chunk
-        while b"\n" in buf:
-            line, buf = buf.split(b"\n", 1)
-            self._send(conn, self._command(line))
-        if len(buf) > MAX_CONTROL_LINE:
-            self._drop(conn)
-            return
-        self.clients[conn.fileno()] = buf
+        c.inbuf += chunk
+        while c.fd in self.clients:
+            if c.mode == "attach":
+                if not self._attach_frame(c):
+                    break
+                continue
+            if b"\n" not in c.inbuf:
+                if len(c.inbuf) > MAX_CONTROL_LINE:
+                    self._drop(c, "control line too long")
+                break
+            nl = c.inbuf.index(b"\n")
+            line = bytes(c.inbuf[:nl])
+            del c.inbuf[:nl + 1]
+            self._command(c, line)
 
-    def _send(self, conn: socket.socket, reply: dict[str, Any]) -> None:
+    def _attach_frame(self, c: Client) -> bool:
         try:
-            conn.settimeout(1.0)
-            conn.sendall((json.dumps(reply) + "\n").encode())
-            conn.setblocking(False)
-        except OSError:
-            pass
+            got = proto.split(c.inbuf)
+        except ValueError:
+            self._drop(c, "frame too large")
+            return False
+        if got is None:
+            return False
+        kind, payload = got
+        if kind == proto.DATA:
+            if not c.read_only:
+                if self.active is not c:
+                    self._make_active(c)
+                self._write_input(payload)
+        elif kind == proto.RESIZE and len(payload) == proto.SIZE.size:
+            c.rows, c.cols = proto.SIZE.unpack(payload)
+            self._make_active(c)
+        elif kind == proto.EOF:
+            if not c.read_only:
+                self._close_stdin()
+        elif kind == proto.DETACH:
+            self._drop(c, "detached")
+            return False
+        return True
 
-    def _command(self, line: bytes) -> dict[str, Any]:
+    def _command(self, c: Client, line: bytes) -> None:
         try:
             cmd = json.loads(line)
             op = cmd["op"]
         except (ValueError, KeyError, TypeError):
-            return {"ok": False, "error": "bad command"}
+            self._send_line(c, {"ok": False, "error": "bad command"})
+            return
         if op == "ping":
-            return {"ok": True, "pid": self.pid, "exec": self.exec_id}
-        if op == "cancel":
+            self._send_line(c, {"ok": True, "pid": self.pid, "exec": self.exec_id,
+                                "tty": self.tty, "clients": self._attached()})
+        elif op == "cancel":
             try:
                 sig = int(cmd.get("signal", signal.SIGTERM))
                 grace = float(cmd.get("grace", 5.0))
             except (ValueError, TypeError):
-                return {"ok": False, "error": "bad signal or grace"}
+                self._send_line(c, {"ok": False, "error": "bad signal or grace"})
+                return
             if sig not in _VALID_SIGNALS:
-                return {"ok": False, "error": f"bad signal {sig}"}
+                self._send_line(c, {"ok": False, "error": f"bad signal {sig}"})
+                return
             self._begin_cancel("cancelled", sig, grace, str(cmd.get("reason", "")))
-            return {"ok": True}
-        if op == "signal":
+            self._send_line(c, {"ok": True})
+        elif op == "signal":
             try:
                 sig = int(cmd["signal"])
             except (ValueError, TypeError, KeyError):
-                return {"ok": False, "error": "bad signal"}
+                sig = 0
             if sig not in _VALID_SIGNALS:
-                return {"ok": False, "error": f"bad signal {sig}"}
+                self._send_line(c, {"ok": False, "error": "bad signal"})
+                return
             self._killpg(sig)
-            return {"ok": True}
-        return {"ok": False, "error": f"unknown op {op!r}"}
+            self._send_line(c, {"ok": True})
+        elif op == "watch":
+            c.mode = "watch"
+            self._send_line(c, {"ok": True, "clients": self._attached()})
+        elif op == "attach":
+            self._attach(c, cmd)
+        else:
+            self._send_line(c, {"ok": False, "error": f"unknown op {op!r}"})
+
+    def _attached(self) -> int:
+        return sum(1 for c in self.clients.values() if c.mode == "attach")
+
+    def _attach(self, c: Client, cmd: dict[str, Any]) -> None:
+        if not self.tty and self.stdin_w < 0:
+            self._send_line(c, {"ok": False, "error": "this exec has no terminal and no open "
+                                "stdin; follow its output with `tether logs -f`"})
+            return
+        c.read_only = bool(cmd.get("read_only"))
+        try:
+            c.rows = max(0, min(int(cmd.get("rows") or 0), 65535))
+            c.cols = max(0, min(int(cmd.get("cols") or 0), 65535))
+            replay = max(0, min(int(cmd.get("replay", proto.DEFAULT_REPLAY)),
+                                16 * proto.MAX_FRAME))
+        except (ValueError, TypeError):
+            self._send_line(c, {"ok": False, "error": "bad rows, cols or replay"})
+            return
+        self._send_line(c, {"ok": True, "exec": self.exec_id, "pid": self.pid, "tty": self.tty,
+                            "client": c.id, "rows": self.rows, "cols": self.cols})
+        c.mode = "attach"
+        self._notify_watchers({"event": "attach", "client": c.id, "read_only": c.read_only,
+                               "rows": c.rows, "cols": c.cols})
+        if self.tty and replay:
+            for chunk in self._tail(replay):
+                self._queue(c, frame(proto.DATA, chunk))
+        if self.tty and not c.read_only:
+            before = (self.rows, self.cols)
+            self._make_active(c)
+            if (self.rows, self.cols) == before:
+                self._redraw()
+
+    def _tail(self, nbytes: int) -> list[bytes]:
+        size = os.fstat(self.pty_log).st_size
+        start = max(0, size - nbytes)
+        chunks = []
+        with open(self.paths["pty"], "rb") as f:
+            f.seek(start)
+            while start < size:
+                data = f.read(min(proto.MAX_FRAME, size - start))
+                if not data:
+                    break
+                start += len(data)
+                chunks.append(data)
+        return chunks
 
     # -------------------------------------------------------------- end
     def _finish(self, status: tuple[int | None, int | None]) -> int:
+        if self.master >= 0 and self.master in self.fds:
+            self._pty_readable()  # what the program wrote just before it ended
         code, sig = status
         outcome = self.cancel["outcome"] if self.cancel else "exited"
         record = {"exit_code": code, "signal": sig, "ended_at": time.time(),
@@ -337,10 +624,18 @@ class Monitor:
         if outcome == "timeout":
             record["reason"] = f"timeout after {self.spec.get('timeout')}s"
         write_exit(self.paths["exit"], record)
-        for fd in list(self.clients):
-            conn = self.fds[fd]
-            self._send(conn, {"event": "exit", **record})
-            self._drop(conn)
+        exit_frame = frame(proto.EXIT, json.dumps(record).encode())
+        for c in list(self.clients.values()):
+            if c.mode == "attach":
+                c.outbuf += exit_frame
+            else:
+                c.outbuf += (json.dumps({"event": "exit", **record}) + "\n").encode()
+            try:
+                c.sock.settimeout(1.0)
+                c.sock.sendall(c.outbuf)
+            except OSError:
+                pass
+            c.sock.close()
         try:
             os.unlink(self.paths["socket"])
         except OSError:

@@ -55,6 +55,10 @@ class ExecStart(_P):
     name: Name | None = None
     kill_grace: Seconds = 5.0
     request_key: Annotated[str, Meta(min_length=8, max_length=128)] | None = None
+    tty: bool = False
+    stdin: bool = False
+    rows: Annotated[int, Meta(ge=1, le=10000)] | None = None
+    cols: Annotated[int, Meta(ge=1, le=10000)] | None = None
 
 
 class ExecRef(_P):
@@ -80,7 +84,7 @@ class ExecCancel(_P):
 
 class ExecLogs(_P):
     exec: NonEmpty
-    stream: Literal["stdout", "stderr"] = "stdout"
+    stream: Literal["stdout", "stderr", "pty"] = "stdout"
     offset: Cursor = 0
     limit: Annotated[int, Meta(gt=0, le=1024 * 1024)] = 256 * 1024
     wait: Annotated[float, Meta(ge=0, le=60)] = 0.0

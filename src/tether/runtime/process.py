@@ -170,8 +170,14 @@ class ProcessRuntime:
             "cwd": rec.spec.cwd,
             "timeout": rec.spec.timeout,
             "kill_grace": rec.spec.kill_grace,
-            "paths": {k: str(getattr(paths, k)) for k in
-                      ("stdout", "stderr", "exit", "handles", "socket", "claim", "monitor_log")},
+            "name": rec.name,
+            "tty": rec.spec.tty,
+            "stdin": rec.spec.stdin,
+            "rows": rec.spec.rows,
+            "cols": rec.spec.cols,
+            "paths": {k: str(getattr(paths, k)) for k in ("stdout", "stderr", "exit", "pty",
+                                                            "handles", "socket", "claim",
+                                                            "monitor_log")},
         }
         mon = await self._take_monitor()
         assert mon.proc.stdin is not None and mon.proc.stdout is not None

@@ -1,0 +1,174 @@
+"""The attached terminal: raw mode, detach keys, window size, and the copy loop.
+
+The local terminal is put in raw mode only while attached and restored on every
+way out: detach, program exit, a lost monitor, an exception, SIGTERM or SIGHUP.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import sys
+import termios
+import tty
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from tether.client.attach import Attachment
+
+DEFAULT_DETACH_KEYS = "ctrl-\\"
+_CTRL_PUNCT = {"@": 0, "[": 27, "\\": 28, "]": 29, "^": 30, "_": 31}
+
+
+class BadDetachKeys(ValueError):
+    pass
+
+
+def parse_detach_keys(spec: str) -> bytes:
+    """Docker's syntax: comma-separated keys, each a single character or ``ctrl-X``."""
+    out = bytearray()
+    for key in spec.split(","):
+        key = key.strip()
+        if key.startswith("ctrl-") and len(key) == 6:
+            ch = key[5]
+            if ch.isalpha():
+                out.append(ord(ch.lower()) - ord("a") + 1)
+            elif ch in _CTRL_PUNCT:
+                out.append(_CTRL_PUNCT[ch])
+            else:
+                raise BadDetachKeys(f"unknown key {key!r}")
+        elif len(key) == 1:
+            out.append(ord(key))
+        else:
+            raise BadDetachKeys(
+                f"unknown key {key!r}: use single characters or ctrl-<a-z, @, [, \\, ], ^, _>, "
+                "separated by commas (e.g. ctrl-p,ctrl-q)")
+    if not out:
+        raise BadDetachKeys("the detach sequence is empty")
+    return bytes(out)
+
+
+class DetachMatcher:
+    """Finds the detach sequence in typed input; holds back a partial match."""
+
+    def __init__(self, keys: bytes) -> None:
+        self.keys = keys
+        self.held = b""
+
+    def feed(self, data: bytes) -> tuple[bytes, bool]:
+        """(bytes to send to the program, whether the user detached)."""
+        out = bytearray()
+        for b in data:
+            candidate = self.held + bytes([b])
+            if self.keys.startswith(candidate):
+                self.held = candidate
+                if candidate == self.keys:
+                    self.held = b""
+                    return bytes(out), True
+                continue
+            # Mismatch: release what was held, but the tail may start a new match.
+            out += self.held
+            self.held = b""
+            if self.keys.startswith(bytes([b])):
+                self.held = bytes([b])
+            else:
+                out.append(b)
+        return bytes(out), False
+
+
+def terminal_size(fd: int) -> tuple[int, int] | None:
+    try:
+        size = os.get_terminal_size(fd)
+    except OSError:
+        return None
+    return size.lines, size.columns
+
+
+@contextlib.contextmanager
+def raw_terminal(fd: int) -> Iterator[None]:
+    """Raw mode for ``fd`` if it is a terminal, restored on every exit path."""
+    if not os.isatty(fd):
+        yield
+        return
+    saved = termios.tcgetattr(fd)
+
+    def restore() -> None:
+        with contextlib.suppress(termios.error, OSError):
+            termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+
+    def on_signal(signum: int, frame: Any) -> None:
+        restore()
+        sys.stderr.write(f"\r\ntether: terminal restored ({signal.Signals(signum).name})\r\n")
+        os._exit(128 + signum)
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGHUP)}
+    tty.setraw(fd, termios.TCSANOW)
+    try:
+        yield
+    finally:
+        restore()
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@dataclass
+class AttachResult:
+    how: str  # "detached" | "exited" | "lost"
+    exit: dict[str, Any] | None = None
+
+
+def copy_loop(att: Attachment, *, stdin_fd: int, stdout_fd: int, detach_keys: bytes,
+              forward_input: bool = True) -> AttachResult:
+    """Copy terminal input to the program and its output to the terminal until one ends."""
+    matcher = DetachMatcher(detach_keys)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    old_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    old_winch = signal.signal(signal.SIGWINCH, lambda *_: None)
+    reading = [att.fileno(), wake_r] + ([stdin_fd] if forward_input else [])
+    try:
+        pending = att.read(0)  # anything already buffered (e.g. the replay)
+        while True:
+            if pending:
+                _write_all(stdout_fd, pending)
+            if att.closed:
+                return AttachResult("exited" if att.exit else "lost", att.exit)
+            ready, _, _ = select.select(reading, [], [])
+            pending = b""
+            if wake_r in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 512)
+                size = terminal_size(stdin_fd)
+                if size:
+                    att.resize(*size)
+            if stdin_fd in ready:
+                data = os.read(stdin_fd, 65536)
+                if not data:
+                    reading.remove(stdin_fd)
+                    if not att.info.get("tty"):
+                        att.close_stdin()
+                    continue
+                send, detached = matcher.feed(data)
+                if send:
+                    att.write(send)
+                if detached:
+                    att.detach()
+                    return AttachResult("detached")
+            if att.fileno() in ready:
+                pending = att.read(0)
+    finally:
+        signal.set_wakeup_fd(old_wakeup)
+        signal.signal(signal.SIGWINCH, old_winch)
+        os.close(wake_r)
+        os.close(wake_w)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            select.select([], [fd], [])
