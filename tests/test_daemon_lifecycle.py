@@ -150,3 +150,11 @@ def test_home_too_long_for_unix_sockets_is_refused_at_startup(tmp_path: Path) ->
         import shutil
 
         shutil.rmtree(home, ignore_errors=True)
+
+
+def test_unknown_fault_point_is_a_clean_startup_error(stopped_daemon: DaemonProc) -> None:
+    r = subprocess.run([*TETHER, "--home", str(stopped_daemon.home), "daemon"],
+                       capture_output=True, timeout=20,
+                       env={**os.environ, "TETHER_FAULT": "no.such.point"})
+    assert r.returncode == 1
+    assert b"unknown TETHER_FAULT point" in r.stderr and b"Traceback" not in r.stderr

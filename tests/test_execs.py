@@ -237,3 +237,30 @@ def test_many_concurrent_starts(daemon: DaemonProc) -> None:
     for x in results:
         assert c.exec_wait(x, timeout=20)["state"] == "FINISHED"
     assert sys.executable
+
+
+def test_command_is_found_on_the_execs_own_path(daemon: DaemonProc, tmp_path: Path) -> None:
+    tool = tmp_path / "my-tool"
+    tool.write_text("#!/bin/sh\necho from-my-tool\n")
+    tool.chmod(0o755)
+    c = daemon.client()
+    x = c.exec_start(["my-tool"], env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
+    assert c.exec_wait(x["id"], timeout=10)["exit_code"] == 0
+    assert b"".join(c.read_logs(x["id"])) == b"from-my-tool\n"
+    with pytest.raises(TetherError) as e:
+        c.exec_start(["my-tool"], env={"PATH": "/usr/bin:/bin"})
+    assert "command not found" in e.value.message
+    assert not list((daemon.home / "run").glob("*.sock")), "failed start left its socket"
+
+
+def test_sandbox_delete_finishes_when_the_client_goes_away(daemon: DaemonProc) -> None:
+    from tests.harness import RawConn
+
+    c = daemon.client()
+    c.sandbox_create("gone")
+    c.exec_start(["sleep", "100"], sandbox="gone")
+    with RawConn(daemon.socket) as raw:
+        raw.send_obj({"jsonrpc": "2.0", "id": 1, "method": "sandbox.delete",
+                      "params": {"sandbox": "gone", "grace": 1}})
+    wait_for(lambda: all(s["name"] != "gone" for s in c.sandbox_list()["sandboxes"]),
+             what="sandbox deleted although its client left")

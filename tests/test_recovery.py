@@ -271,3 +271,51 @@ def test_case7_logs_byte_identical_and_journal_continuous_across_crashes(
     assert_journal_sound(c)
     started = [e for e in c.events_list(limit=10000)["events"] if e["type"] == "daemon.started"]
     assert len(started) == 4
+
+
+@pytest.mark.parametrize("owner,reason", [("monitor 4242\n", "died before starting"),
+                                          ("daemon 4242 failed it\n", "INTERRUPTED")])
+def test_claimed_but_never_started_exec_fails_with_the_right_reason(
+        stopped_daemon: DaemonProc, owner: str, reason: str) -> None:
+    d = stopped_daemon
+    d.start(env={"TETHER_FAULT": "exec.after_commit"})
+    c = d.client(reconnect=0.5)
+    with pytest.raises(DaemonUnavailable):
+        c.exec_start(["true"], request_key="claim-test-key")
+    d.proc.wait()  # type: ignore[union-attr]
+    # The exec is PENDING with no handles; a claim file exists that nobody holds.
+    import sqlite3
+
+    db = sqlite3.connect(d.home / "tether.db")
+    (exec_id,) = db.execute("SELECT id FROM execs").fetchone()
+    db.close()
+    (d.home / "run" / f"{exec_id}.claim").write_text(owner)
+    d.start()
+    failed = d.client().exec_get(exec_id)
+    assert failed["state"] == "FAILED"
+    assert reason in failed["reason"]
+
+
+def test_deletion_interrupted_by_a_crash_is_finished_on_restart(daemon: DaemonProc) -> None:
+    import threading
+
+    c = daemon.client()
+    c.sandbox_create("doomed")
+    x = c.exec_start(["sh", "-c", "trap '' TERM; sleep 100"], sandbox="doomed")
+    deleter = daemon.client(reconnect=0.5)
+
+    def delete() -> None:
+        with pytest.raises(DaemonUnavailable):
+            deleter.sandbox_delete("doomed", grace=30)
+
+    t = threading.Thread(target=delete)
+    t.start()
+    wait_for(lambda: c.sandbox_get("doomed")["state"] == "DELETING")
+    daemon.kill9()
+    t.join(10)
+    daemon.start()
+    c = daemon.client()
+    assert c.exec_get(x["id"])["state"] == "CANCELLED"
+    assert all(s["name"] != "doomed" for s in c.sandbox_list()["sandboxes"])
+    assert [s["state"] for s in c.sandbox_list(all=True)["sandboxes"]
+            if s["name"] == "doomed"] == ["DELETED"]

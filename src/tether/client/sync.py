@@ -1,6 +1,8 @@
 """The blocking client. Reconnects (and auto-starts a daemon) when the daemon goes away,
-and retries the call: every method is safe to retry (``exec.start`` carries a
-request key), so a daemon restart is invisible to the caller."""
+and retries the call. Reads, waits, cancels and ``exec.start`` (which carries a
+request key) are safe to retry, so a daemon restart is invisible to them; a
+``sandbox.create`` or ``sandbox.delete`` whose reply was lost may report
+``NAME_IN_USE`` or ``SANDBOX_NOT_FOUND`` on the retry."""
 
 from __future__ import annotations
 

@@ -5,13 +5,14 @@ Each handler is thin on purpose; the services own the behaviour.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import TYPE_CHECKING, Any
 
 from tether import __version__
 from tether.daemon.execs import parse_signal
-from tether.model.errors import TetherError
+from tether.model.errors import RpcCode, TetherError
 from tether.model.records import ExecSpec, SandboxSpec, to_builtins
 from tether.model.states import DaemonState
 from tether.rpc import messages as m
@@ -19,6 +20,8 @@ from tether.rpc.server import Connection, Handler, Router
 
 if TYPE_CHECKING:
     from tether.daemon.daemon import Daemon
+
+MAX_SUBSCRIPTIONS = 64  # per connection; each may queue up to QUEUE_LIMIT events
 
 # Methods that may wait on outside events; the RPC server runs them as tasks.
 LONG_POLL_METHODS = {"exec.wait", "exec.logs", "sandbox.stop", "sandbox.delete"}
@@ -55,14 +58,36 @@ def build_router(d: Daemon) -> Router:
     async def sandbox_list(p: m.SandboxList, c: Connection) -> Any:
         return {"sandboxes": to_builtins(store.list_sandboxes(include_deleted=p.all))}
 
+    async def owned(coro: Any) -> Any:
+        """Run a state change in a daemon-owned task: a client that goes away (or a
+        half-close) must not leave a sandbox half-stopped or half-deleted. Its
+        outcome comes back through a future, so an error reaches this caller and
+        never the daemon's TaskGroup."""
+        if execs.tasks is None:
+            return await coro
+        outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        async def run() -> None:
+            try:
+                outcome.set_result(await coro)
+            except asyncio.CancelledError:
+                outcome.cancel()
+                raise
+            except Exception as e:
+                outcome.set_exception(e)
+
+        execs.tasks.create_task(run())
+        return await asyncio.shield(outcome)
+
     async def sandbox_stop(p: m.SandboxStop, c: Connection) -> Any:
-        return to_builtins(await sandboxes.stop(sandboxes.resolve(p.sandbox), p.grace))
+        return to_builtins(await owned(sandboxes.stop(sandboxes.resolve(p.sandbox), p.grace)))
 
     async def sandbox_start(p: m.SandboxRef, c: Connection) -> Any:
         return to_builtins(sandboxes.start(sandboxes.resolve(p.sandbox)))
 
     async def sandbox_delete(p: m.SandboxStop, c: Connection) -> Any:
-        return to_builtins(await sandboxes.delete(sandboxes.resolve(p.sandbox), p.grace))
+        return to_builtins(await owned(sandboxes.delete(sandboxes.resolve(p.sandbox),
+                                                        p.grace)))
 
     async def exec_start(p: m.ExecStart, c: Connection) -> Any:
         sb = sandboxes.resolve(p.sandbox)
@@ -99,14 +124,18 @@ def build_router(d: Daemon) -> Router:
         return {"events": to_builtins(evs), "next": nxt}
 
     def _stream(ref: str | None) -> str | None:
-        if ref is None or ref == "":
+        """A sandbox's event stream: its exact id (even once deleted), name or prefix."""
+        if ref is None:
             return None
-        return sandboxes.resolve(ref).id if ref != "daemon" else None
+        exact = store.get_sandbox(ref)
+        return exact.id if exact is not None else sandboxes.resolve(ref).id
 
     async def events_subscribe(p: m.EventsSubscribe, c: Connection) -> Any:
         sb = _stream(p.sandbox)
-        if p.sandbox is not None and sb is None:
-            raise TetherError(-32602, "INVALID_PARAMS", "use sandbox=null for all events")
+        if sum(1 for s in bus.subs.values() if s.conn is c) >= MAX_SUBSCRIPTIONS:
+            raise TetherError(RpcCode.CONFLICT, "TOO_MANY_SUBSCRIPTIONS",
+                              f"this connection already has {MAX_SUBSCRIPTIONS} "
+                              "subscriptions; unsubscribe or open another connection")
         sub = bus.subscribe(c, sb, p.since)
         return {"subscription": sub.id, "since": p.since}
 

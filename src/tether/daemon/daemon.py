@@ -143,7 +143,12 @@ class Daemon:
         except Exception as e:
             self._lock.release()
             raise StartupError(f"cannot open the store {self.layout.db}: {e}") from None
-        faults = Faults(os.environ.get("TETHER_FAULT"))
+        try:
+            faults = Faults(os.environ.get("TETHER_FAULT"))
+        except ValueError as e:
+            self._lock.release()
+            raise StartupError(str(e)) from None
+        _raise_fd_limit()
         self.runtime = ProcessRuntime(pool_size=self.pool_size)
         queue_limit = int(os.environ.get("TETHER_SUBSCRIBER_QUEUE", QUEUE_LIMIT))
         self.bus = EventBus(self.store, queue_limit=queue_limit)
@@ -155,8 +160,10 @@ class Daemon:
 
     async def _recover(self) -> None:
         t0 = time.monotonic()
-        await self.sandboxes.recover()
+        # Execs first: finishing a sandbox deletion waits for its execs, which
+        # needs them watched again.
         summary = await self.execs.recover()
+        await self.sandboxes.recover()
         summary["ms"] = int((time.monotonic() - t0) * 1000)
         self.recovery_summary = summary
         self.bus.publish(self.store.append_event(
@@ -203,7 +210,12 @@ class Daemon:
     async def _pool_loop(self) -> None:
         while True:
             self.execs.pool_wanted.clear()
-            await self.runtime.refill_pool()
+            try:
+                await self.runtime.refill_pool()
+            except OSError:  # e.g. EAGAIN from fork: starts spawn on demand meanwhile
+                log.exception("could not pre-start a monitor; retrying in 1 s")
+                await asyncio.sleep(1.0)
+                continue
             await self.execs.pool_wanted.wait()
 
     async def _sweep_loop(self) -> None:
@@ -217,6 +229,16 @@ class Daemon:
 
 class _Stopped(Exception):
     """Raised inside the TaskGroup to cancel every background task on shutdown."""
+
+
+def _raise_fd_limit() -> None:
+    """Each watched exec holds a pidfd: lift the soft descriptor limit to the hard one."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _sd_notify(state: str) -> None:

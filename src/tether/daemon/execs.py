@@ -24,6 +24,8 @@ from tether.model.errors import RpcCode, TetherError, invalid_params, not_found
 from tether.model.layout import ExecPaths, HomeLayout
 from tether.model.records import Event, ExecRecord, ExecSpec, SandboxRecord, to_builtins
 from tether.model.states import EXEC_TERMINAL, ExecState, SandboxState
+from tether.monitor.files import is_same_process
+from tether.runtime.identity import signal_verified_group
 from tether.runtime.process import Inspection, ProcessRuntime, StartError
 from tether.store import Store
 
@@ -94,7 +96,9 @@ class ExecService:
         rec, ev = result
         self.bus.publish(ev)
         if rec.state in EXEC_TERMINAL:
-            self._done.setdefault(rec.id, asyncio.Event()).set()
+            done = self._done.pop(rec.id, None)  # later waiters read the store
+            if done is not None:
+                done.set()
         return rec
 
     def resolve(self, ref: str) -> ExecRecord:
@@ -162,6 +166,7 @@ class ExecService:
         try:
             started = await self.runtime.start(run_rec, paths, env)
         except StartError as e:
+            self._pending_cancel.pop(exec_id, None)
             failed = self._commit(self.store.transition_exec(
                 exec_id, ExecState.FAILED, reason=str(e), ended_at=time.time(),
                 exit_code=127 if e.code == "START_FAILED" else None))
@@ -177,7 +182,12 @@ class ExecService:
                                "start_time": started.monitor_start_time},
                    "child": {"pid": started.pid, "start_time": started.start_time}}
         self._pids[exec_id] = started.pid
-        self._watch(rec, handles)
+        pidfd = self.runtime.watch_fd(handles)
+        if pidfd is None and not is_same_process(started.monitor_pid,
+                                                 started.monitor_start_time):
+            self._settle(exec_id)  # it already ended
+        else:
+            self._watch(rec, handles, pidfd)
         pending = self._pending_cancel.pop(exec_id, None)
         if pending is not None:
             await self._send_cancel(rec, *pending)
@@ -185,14 +195,10 @@ class ExecService:
 
     # ------------------------------------------------------------------ watching
     def _watch(self, rec: ExecRecord, handles: dict[str, Any] | None,
-               pidfd: int | None = None) -> None:
-        """Learn when the monitor ends: its pidfd turns readable (or, without usable
-        handles, the sweep loop polls it)."""
-        if pidfd is None and handles is not None:
-            pidfd = self.runtime.watch_fd(handles)
-            if pidfd is None:
-                self._settle(rec.id)  # the monitor ended between inspection and now
-                return
+               pidfd: int | None) -> None:
+        """Learn when the monitor ends: its pidfd turns readable. Without a pidfd
+        (unreadable handles, no descriptors left, a monitor still starting) the
+        sweep loop polls it instead."""
         self._watches[rec.id] = _Watch(pidfd, handles)
         if pidfd is not None:
             asyncio.get_running_loop().add_reader(pidfd, self._on_monitor_exit, rec.id)
@@ -220,6 +226,8 @@ class ExecService:
                         rec.sandbox, f"exec.{kind}", exec_id=rec.id, reason=reason, data=ev))
         except (OSError, ValueError) as e:
             log.debug("terminal watch of %s ended: %s", rec.id, e)
+        except Exception:  # never into the daemon's TaskGroup
+            log.exception("terminal watch of %s failed", rec.id)
         finally:
             if writer is not None:
                 writer.close()
@@ -254,7 +262,7 @@ class ExecService:
         if insp.kind == "exited":
             assert insp.exit is not None
             st = insp.exit
-            if rec.state == ExecState.PENDING:
+            if rec.state == ExecState.PENDING and st.get("outcome") != "start_failed":
                 rec = self._commit(self.store.transition_exec(
                     rec.id, ExecState.RUNNING, started_at=st.get("started_at"),
                     reason="started while the daemon was down"))
@@ -312,27 +320,26 @@ class ExecService:
             todo = [r for r in (self.store.get_exec(x.id) for x in later) if r is not None]
             await asyncio.sleep(0.02)
         else:
+            # A monitor holds the claim but is slow to start the command: failing it
+            # now could leave a command running untracked, so the sweep keeps looking.
             for rec in todo:
-                self._commit(self.store.transition_exec(
-                    rec.id, ExecState.FAILED, ended_at=time.time(),
-                    reason="a monitor claimed this exec but never reported its process"))
-                summary["failed"] += 1
+                self._watch(rec, None, None)
+                summary["adopted"] += 1
         return summary
 
     def sweep(self) -> None:
-        """Periodic safety net: settle any watched exec whose monitor is gone."""
+        """Poll the execs watched without a pidfd; reap exited monitors."""
         self.runtime.reap_children()
-        for exec_id in list(self._watches):
+        for exec_id, w in list(self._watches.items()):
             rec = self.store.get_exec(exec_id)
-            if rec is None:
+            if w.pidfd is not None or rec is None:
                 continue
             insp = self.runtime.inspect(self.paths(rec))
-            if insp.kind != "alive" or (insp.handles is not None
-                                        and self._watches[exec_id].handles is None):
-                self._unwatch(exec_id)
-                self._apply(rec, insp)
-            elif insp.pidfd is not None:
-                os.close(insp.pidfd)
+            if insp.kind == "alive" and insp.pidfd is None:
+                continue  # still alive, still no pidfd: keep polling
+            self._unwatch(exec_id)
+            if self._apply(rec, insp) == "starting":
+                self._watch(rec, None, None)
 
     def detach_all(self) -> None:
         """Stop watching (daemon shutdown). The execs keep running under their monitors."""
@@ -361,6 +368,15 @@ class ExecService:
         except OSError as e:
             log.warning("monitor of %s unreachable for cancel: %s", rec.id, e)
         self._settle(rec.id)
+        # Still live with a monitor we cannot talk to: signal the verified group
+        # ourselves, and SIGKILL it after the grace.
+        current = self.store.get_exec(rec.id)
+        handles = self._watches[rec.id].handles if rec.id in self._watches else None
+        if current is not None and current.state == ExecState.RUNNING and handles:
+            child = handles["child"]
+            signal_verified_group(child["pid"], child["start_time"], sig)
+            loop.call_later(grace, signal_verified_group, child["pid"], child["start_time"],
+                            signal.SIGKILL)
 
     async def wait(self, rec: ExecRecord, timeout: float | None) -> ExecRecord:
         if rec.state in EXEC_TERMINAL:

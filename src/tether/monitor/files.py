@@ -152,14 +152,43 @@ def read_exit(path: str) -> dict[str, Any] | None:
     return obj
 
 
-def claim(path: str, owner: str) -> int | None:
-    """Create the claim file exclusively; return its fd, or None if already claimed."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    except FileExistsError:
-        return None
+def claim(path: str, owner: str, *, locked: bool = False) -> int | None:
+    """Create the claim file exclusively; return its fd, or None if already claimed.
+
+    With ``locked`` (a monitor) the file appears already ``flock``-ed: it is made
+    and locked under a private name, then ``link``-ed into place, which fails if
+    the claim exists. Nobody can ever see a monitor's claim unlocked while it lives.
+    """
+    if not locked:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            return None
+        os.write(fd, owner.encode())
+        return fd
+    import fcntl
+
+    tmp = f"{path}.{os.getpid()}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
     os.write(fd, owner.encode())
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        os.close(fd)
+        return None
+    finally:
+        os.unlink(tmp)
     return fd
+
+
+def claim_owner(path: str) -> str | None:
+    """Who wrote the claim ("monitor ..." or "daemon ..."), or None if there is none."""
+    try:
+        with open(path) as f:
+            return f.read().strip() or "unknown"
+    except FileNotFoundError:
+        return None
 
 
 def claim_is_held(path: str) -> bool:

@@ -95,6 +95,25 @@ def _read_spec() -> dict[str, Any] | None:
     return spec
 
 
+def resolve_command(name: str, env: dict[str, str]) -> str:
+    """``name`` looked up in the *exec's* PATH (posix_spawnp would use ours)."""
+    if "/" in name:
+        return name
+    for d in env.get("PATH", os.defpath).split(":"):
+        path = os.path.join(d or ".", name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    raise FileNotFoundError(errno.ENOENT, "command not found", name)
+
+
+def boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def set_winsize(fd: int, rows: int, cols: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
@@ -141,12 +160,12 @@ class Monitor:
 
     # -------------------------------------------------------------- start
     def start(self) -> int:
-        fd = claim(self.paths["claim"], f"monitor {os.getpid()}\n")
+        # Held (locked) until we exit: tells the daemon this exec has a live monitor.
+        fd = claim(self.paths["claim"], f"monitor {os.getpid()}\n", locked=True)
         if fd is None:
             _report({"error": "exec was already claimed (a recovering daemon failed it)",
                      "code": "CLAIMED"})
             return 3
-        fcntl.flock(fd, fcntl.LOCK_EX)  # released by our exit; tells the daemon we live
         self._claim_fd = fd
 
         log = os.open(self.paths["monitor_log"],
@@ -206,8 +225,9 @@ class Monitor:
             if self.spec.get("cwd"):
                 os.chdir(self.spec["cwd"])
             spawn_kw: dict[str, Any] = {"setsid": True} if setsid else {"setpgroup": 0}
-            self.pid = os.posix_spawnp(argv[0], argv, env, file_actions=actions,
-                                       setsigmask=(), setsigdef=_RESET_SIGNALS, **spawn_kw)
+            self.pid = os.posix_spawn(resolve_command(argv[0], env), argv, env,
+                                      file_actions=actions, setsigmask=(),
+                                      setsigdef=_RESET_SIGNALS, **spawn_kw)
         except OSError as e:
             what = {errno.ENOENT: "command not found", errno.EACCES: "permission denied",
                     errno.ENOTDIR: "not a directory"}.get(e.errno or 0, e.strerror or str(e))
@@ -216,6 +236,10 @@ class Monitor:
                 what, where = "working directory does not exist", self.spec["cwd"]
             msg = f"{what}: {where}"
             now = time.time()
+            try:
+                os.unlink(self.paths["socket"])
+            except OSError:
+                pass
             write_exit(self.paths["exit"], {"exit_code": 127, "signal": None, "ended_at": now,
                                             "started_at": None, "outcome": "start_failed",
                                             "reason": msg})
@@ -231,6 +255,7 @@ class Monitor:
             "exec": self.exec_id, "name": self.spec.get("name"), "monitor": me,
             "child": {"pid": self.pid, "pgid": self.pid, "start_time": start_time},
             "socket": self.paths["socket"], "started_at": self.started_at, "tty": self.tty,
+            "boot_id": boot_id(),
             "stdin": self.keep_stdin or self.tty,
         })
         timeout = self.spec.get("timeout")
@@ -327,11 +352,12 @@ class Monitor:
             pass
 
     def _begin_cancel(self, outcome: str, sig: int, grace: float, reason: str = "") -> None:
+        kill_at = time.monotonic() + (0.0 if sig == signal.SIGKILL else max(0.0, grace))
         if self.cancel is None:
             self.cancel = {"outcome": outcome, "signal": int(sig), "reason": reason,
-                           "kill_at": time.monotonic() + max(0.0, grace)}
-        elif grace < 0.001 or sig == signal.SIGKILL:
-            self.cancel["kill_at"] = time.monotonic()
+                           "kill_at": kill_at}
+        elif self.cancel["kill_at"] is not None:
+            self.cancel["kill_at"] = min(self.cancel["kill_at"], kill_at)  # sooner wins
         self._killpg(sig)
 
     # -------------------------------------------------------------- terminal

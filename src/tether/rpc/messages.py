@@ -92,13 +92,13 @@ class ExecLogs(_P):
 
 class EventsList(_P):
     since: Cursor = 0
-    sandbox: str | None = None
+    sandbox: NonEmpty | None = None
     limit: Annotated[int, Meta(gt=0, le=10000)] = 1000
 
 
 class EventsSubscribe(_P):
     since: Cursor = 0
-    sandbox: str | None = None
+    sandbox: NonEmpty | None = None
 
 
 class EventsUnsubscribe(_P):

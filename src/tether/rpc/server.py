@@ -22,6 +22,7 @@ from typing import Any
 import msgspec
 
 from tether.model.errors import RpcCode, TetherError
+from tether.model.states import IllegalTransition
 from tether.rpc.framing import MAX_LINE, LineReader, LineTooLong
 
 log = logging.getLogger("tether.rpc")
@@ -191,7 +192,8 @@ class RpcServer:
             size = 0
             for member in msg:
                 reply: dict[str, Any] | None
-                if size > MAX_BATCH_REPLY:
+                if size > MAX_BATCH_REPLY and not (isinstance(member, dict)
+                                                   and "id" not in member):
                     reply = _error(member.get("id") if isinstance(member, dict) else None,
                                    RpcCode.INVALID_REQUEST,
                                    f"batch reply exceeded {MAX_BATCH_REPLY} bytes; this member "
@@ -242,6 +244,13 @@ class RpcServer:
                                   "the daemon is stopping; retry in a moment (a new daemon "
                                   "starts on the next command)")
             result = await method.handler(params, conn)
+        except IllegalTransition as e:  # lost a race with another state change
+            if is_notification:
+                return None
+            return _error(rid, RpcCode.INVALID_STATE,
+                          f"{e.kind} {e.ident} is now {e.current} and cannot become "
+                          f"{e.wanted}; look at it again and retry",
+                          {"code": "INVALID_STATE", "state": e.current})
         except TetherError as e:
             if is_notification:
                 return None

@@ -19,8 +19,9 @@ def open_verified_pidfd(pid: int, start_time: int) -> int | None:
         return None
     try:
         fd = os.pidfd_open(pid)
-    except (ProcessLookupError, OSError):
+    except ProcessLookupError:
         return None
+    # Any other error (EMFILE above all) says nothing about the process: raise it.
     if not is_same_process(pid, start_time):
         os.close(fd)
         return None

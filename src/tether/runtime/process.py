@@ -26,12 +26,16 @@ from tether.monitor.files import (
     FileCorrupt,
     claim,
     claim_is_held,
+    claim_owner,
+    is_same_process,
     read_exit,
     read_handles,
 )
+from tether.monitor.main import boot_id
 from tether.runtime.identity import open_verified_pidfd, signal_verified_group
 
 MONITOR_SCRIPT = str(Path(_monitor_main.__file__).resolve())
+_BOOT_ID = boot_id()
 START_REPORT_TIMEOUT = 10.0
 
 
@@ -190,17 +194,32 @@ class ProcessRuntime:
         try:
             line = await asyncio.wait_for(_read_report(mon.proc.stdout.fileno()),
                                           START_REPORT_TIMEOUT)
+            report = json.loads(line) if line else None
+        except (TimeoutError, ValueError) as e:
+            self._abandon(mon, paths)
+            raise StartError(f"the monitor did not report a start ({e!r}); it was killed "
+                             f"(see {paths.monitor_log})", "MONITOR_FAILED") from None
         finally:
             mon.proc.stdout.close()
-        if not line:
+        if report is None:
             raise StartError("the monitor exited before starting the command "
-                             f"(see {paths.monitor_log})")
-        report = json.loads(line)
+                             f"(see {paths.monitor_log})", "MONITOR_FAILED")
         if "error" in report:
             raise StartError(report["error"], report.get("code", "START_FAILED"))
         return Started(pid=report["pid"], start_time=report["start_time"],
                        started_at=report["started_at"], monitor_pid=report["monitor"]["pid"],
                        monitor_start_time=report["monitor"]["start_time"])
+
+    def _abandon(self, mon: _IdleMonitor, paths: ExecPaths) -> None:
+        """Kill a monitor that failed to report, and its command if it got that far."""
+        mon.proc.kill()
+        try:
+            handles = read_handles(str(paths.handles))
+        except FileCorrupt:
+            handles = None
+        if handles is not None:
+            child = handles["child"]
+            signal_verified_group(child["pid"], child["start_time"], 9)
 
     # ------------------------------------------------------------------ inspect
     def inspect(self, paths: ExecPaths) -> Inspection:
@@ -218,9 +237,26 @@ class ProcessRuntime:
         if handles is None:
             if claim_is_held(str(paths.claim)):
                 return Inspection("starting")
-            return Inspection("unstarted")
+            owner = claim_owner(str(paths.claim))
+            if owner is None:
+                return Inspection("unstarted")
+            if owner.startswith("daemon"):
+                return Inspection("lost", reason=(
+                    "INTERRUPTED: the daemon stopped after accepting this exec and before "
+                    "starting it; it was never started"))
+            return Inspection("lost", reason=(
+                f"its monitor ({owner}) died before starting the command; it never ran"))
         mon, child = handles["monitor"], handles["child"]
-        fd = open_verified_pidfd(mon["pid"], mon["start_time"])
+        if handles.get("boot_id") and handles["boot_id"] != _BOOT_ID:
+            return Inspection("lost", handles=handles, reason=(
+                "the machine rebooted since this exec started (boot id changed); its "
+                "processes are gone and no exit status was written"))
+        try:
+            fd = open_verified_pidfd(mon["pid"], mon["start_time"])
+        except OSError:  # out of descriptors: fall back to /proc; the sweep polls it
+            if is_same_process(mon["pid"], mon["start_time"]):
+                return Inspection("alive", handles=handles)
+            fd = None
         if fd is not None:
             return Inspection("alive", handles=handles, pidfd=fd)
         # The monitor is gone. It may have written the exit file just before dying.
@@ -256,9 +292,12 @@ class ProcessRuntime:
 
     @staticmethod
     def watch_fd(handles: dict[str, Any]) -> int | None:
-        """A pidfd of the exec's live monitor, to learn when it ends."""
+        """A pidfd of the exec's live monitor, to learn when it ends (None if it has)."""
         mon = handles["monitor"]
-        return open_verified_pidfd(mon["pid"], mon["start_time"])
+        try:
+            return open_verified_pidfd(mon["pid"], mon["start_time"])
+        except OSError:
+            return None
 
     # ------------------------------------------------------------------ control
     @staticmethod
