@@ -30,12 +30,14 @@ def _exec(store: Store) -> ExecRecord:
 
 
 def test_migrations_are_recorded_and_idempotent(tmp_path: Path) -> None:
+    from tether.store.migrations import MIGRATIONS
+
     s = Store(tmp_path / "t.db")
-    assert s.schema_version() == 1
+    assert s.schema_version() == MIGRATIONS[-1][0]
     s.close()
     s = Store(tmp_path / "t.db")
-    rows = s._db.execute("SELECT version FROM schema_migrations").fetchall()
-    assert rows == [(1,)]
+    rows = s._db.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall()
+    assert rows == [(v,) for v, _, _ in MIGRATIONS]
     assert [x.name for x in s.list_sandboxes()] == ["default"]
     assert s._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
 
@@ -117,3 +119,26 @@ def test_ids_are_never_reused(tmp_path: Path) -> None:
     assert len(ids) == 200
     count = s._db.execute("SELECT COUNT(*) FROM id_reservations").fetchone()[0]
     assert count == len(ids) + 1  # + default sandbox
+
+
+def test_a_version_1_database_is_migrated_forward(tmp_path: Path) -> None:
+    """A database left by the first release gains the later tables and keeps its rows."""
+    from tether.store import migrations
+
+    first = migrations.MIGRATIONS[:1]
+    saved = migrations.MIGRATIONS
+    migrations.MIGRATIONS = first
+    try:
+        import tether.store.sqlite as sq
+
+        sq.MIGRATIONS = first
+        s = Store(tmp_path / "t.db")
+        rec = _exec(s)
+        s.close()
+    finally:
+        migrations.MIGRATIONS = saved
+        sq.MIGRATIONS = saved
+    s = Store(tmp_path / "t.db")
+    assert s.schema_version() == saved[-1][0]
+    assert s.get_exec(rec.id) == rec
+    assert s.list_lineages() == []

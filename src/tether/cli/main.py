@@ -93,12 +93,39 @@ def _client(ctx: click.Context) -> Client:
 @click.option("-i", "--interactive", is_flag=True, help="keep the command's stdin open")
 @click.option("--detach-keys", default=None,
               help="key sequence that detaches (default ctrl-\\; e.g. ctrl-p,ctrl-q)")
+@click.option("--agent", "agent_provider", default=None,
+              help="run as an agent session with this provider (generic, claude, codex); "
+                   "`tether run claude ...` and `tether run codex ...` imply it")
+@click.option("--no-agent", is_flag=True, help="run claude/codex as a plain command")
+@click.option("--revival", type=click.Choice(["revive", "reap", "ask"]), default="revive",
+              show_default=True, help="agents: what happens when the agent dies")
+@click.option("--max-revivals", type=click.IntRange(0, 1000), default=3, show_default=True)
+@click.option("--aging-pct", type=click.FloatRange(0, 100), default=70.0, show_default=True)
+@click.option("--dying-pct", type=click.FloatRange(0, 100), default=90.0, show_default=True)
+@click.option("--stale-after", type=float, default=30.0, show_default=True,
+              help="agents: seconds of silence before STALE")
+@click.option("--crashed-after", type=float, default=90.0, show_default=True,
+              help="agents: seconds of silence before CRASHED (then killed and revived)")
+@click.option("--successor", type=click.Choice(["none", "auto"]), default="none",
+              show_default=True, help="agents: start a fresh session from the handoff at DEAD")
+@click.option("--worktree", default=None,
+              help="agents: run in git worktree BRANCH (created beside the repo) or '.'")
+@click.option("--issue", default=None, help="agents: the issue this session works on")
+@click.option("--force", is_flag=True, help="agents: reuse a worktree of another issue")
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def run(ctx: click.Context, detach: bool, name: str | None, sandbox: str, envs: tuple[str, ...],
         cwd: str | None, timeout: float | None, clean_env: bool, use_tty: bool,
-        interactive: bool, detach_keys: str | None, argv: tuple[str, ...]) -> None:
-    """Run a command under the daemon: tether run [-d] [-it] -- CMD ARGS..."""
+        interactive: bool, detach_keys: str | None, agent_provider: str | None,
+        no_agent: bool, revival: str, max_revivals: int, aging_pct: float, dying_pct: float,
+        stale_after: float, crashed_after: float, successor: str, worktree: str | None,
+        issue: str | None, force: bool, argv: tuple[str, ...]) -> None:
+    """Run a command under the daemon: tether run [-d] [-it] -- CMD ARGS...
+
+    `tether run claude ...`, `tether run codex ...` and `--agent NAME` start an agent
+    session: a lineage that is revived from its last turn if the agent dies.
+    """
+    from tether.agent.providers import for_command
     from tether.cli.terminal import terminal_size
 
     keys = _detach_keys(detach_keys)
@@ -108,10 +135,29 @@ def run(ctx: click.Context, detach: bool, name: str | None, sandbox: str, envs: 
     workdir = os.path.abspath(cwd) if cwd else os.getcwd()
     size = terminal_size(sys.stdin.fileno()) if use_tty else None
     interrupts = _Interrupts() if not detach and not use_tty else None
+    auto = for_command(argv[0]) if not no_agent else None
+    provider = agent_provider or (auto.name if auto is not None else None)
     try:
-        x = c.exec_start(list(argv), sandbox=sandbox, env=env, cwd=workdir, timeout=timeout,
-                         name=name, tty=use_tty, stdin=interactive,
-                         rows=size[0] if size else None, cols=size[1] if size else None)
+        if provider is not None:
+            wt_path = _prepare_worktree(worktree, workdir) if worktree else None
+            lin = c._call("agent.start", {k: v for k, v in {
+                "argv": list(argv), "provider": provider, "name": name, "sandbox": sandbox,
+                "env": env, "cwd": wt_path or workdir, "tty": use_tty, "revival": revival,
+                "max_revivals": max_revivals, "aging_pct": aging_pct, "dying_pct": dying_pct,
+                "stale_after": stale_after, "crashed_after": crashed_after,
+                "successor": successor, "worktree": wt_path, "issue": issue, "force": force,
+            }.items() if v is not None})
+            if lin["exec_view"] is None:
+                _die(f"agent lineage {lin['id']} did not start: {lin['reason']}", 1)
+            x = lin["exec_view"]
+            if detach:
+                click.echo(f"{x['id']}  (lineage {lin['id']})")
+                return
+        else:
+            x = c.exec_start(list(argv), sandbox=sandbox, env=env, cwd=workdir,
+                             timeout=timeout, name=name, tty=use_tty, stdin=interactive,
+                             rows=size[0] if size else None,
+                             cols=size[1] if size else None)
     except TetherError as e:
         if e.code == "START_FAILED":
             _die(e.message, 127 if "not found" in e.message else 126)
@@ -126,6 +172,31 @@ def run(ctx: click.Context, detach: bool, name: str | None, sandbox: str, envs: 
     if interactive:
         threading.Thread(target=_forward_stdin, args=(c.home, x["id"]), daemon=True).start()
     sys.exit(_attach_output(c, x["id"], interrupts))
+
+
+def _prepare_worktree(branch: str, cwd: str) -> str:
+    """``--worktree .`` uses the current directory; ``--worktree B`` creates (or reuses)
+    a git worktree for branch B next to the repository: ``<repo>.worktrees/<B>``."""
+    import subprocess
+
+    if branch == ".":
+        return cwd
+    try:
+        top = subprocess.run(["git", "-C", cwd, "rev-parse", "--show-toplevel"], check=True,
+                             capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        _die(f"--worktree {branch}: {cwd} is not inside a git repository", 2)
+    path = os.path.join(f"{top}.worktrees", branch.replace("/", "-"))
+    if os.path.isdir(path):
+        return path
+    exists = subprocess.run(["git", "-C", top, "rev-parse", "--verify", "--quiet",
+                             f"refs/heads/{branch}"], capture_output=True).returncode == 0
+    args = ["git", "-C", top, "worktree", "add", path] + ([branch] if exists
+                                                         else ["-b", branch])
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        _die(f"git worktree add failed: {r.stderr.strip()}", 1)
+    return path
 
 
 def _detach_keys(spec: str | None) -> bytes:
@@ -455,6 +526,144 @@ def sandbox_start(ctx: click.Context, ref: str) -> None:
 def sandbox_rm(ctx: click.Context, grace: float, ref: str) -> None:
     """Delete a sandbox (cancels its execs; keeps their logs)."""
     click.echo(_client(ctx).sandbox_delete(ref, grace=grace)["state"])
+
+
+# ---------------------------------------------------------------------- agents
+@cli.group()
+def lineage() -> None:
+    """Agent lineages: stable identities across revivals."""
+
+
+@lineage.command("ls")
+@click.option("-a", "--all", "all_", is_flag=True, help="include finished lineages")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def lineage_ls(ctx: click.Context, all_: bool, as_json: bool) -> None:
+    """List lineages with their state."""
+    rows = _client(ctx)._call("lineage.list", {"all": all_})["lineages"]
+    if as_json:
+        out.emit_json(rows)
+    else:
+        out.lineage_table(rows)
+
+
+@lineage.command("inspect")
+@click.argument("ref")
+@click.pass_context
+def lineage_inspect(ctx: click.Context, ref: str) -> None:
+    """Show one lineage as JSON."""
+    out.emit_json(_client(ctx)._call("lineage.get", {"lineage": ref}))
+
+
+@lineage.command("resolve")
+@click.option("--revive", "action", flag_value="revive", help="revive it from its snapshot")
+@click.option("--reap", "action", flag_value="reap", help="discard it")
+@click.argument("ref")
+@click.pass_context
+def lineage_resolve(ctx: click.Context, action: str | None, ref: str) -> None:
+    """Decide what happens to a lineage waiting under the `ask` revival policy."""
+    if action is None:
+        raise click.UsageError("say --revive or --reap")
+    rec = _client(ctx)._call("lineage.resolve", {"lineage": ref, "action": action})
+    click.echo(f"{rec['id']} {rec['status']}" + (f" (exec {rec['exec']})"
+                                                  if rec["status"] == "ACTIVE" else ""))
+
+
+@cli.command()
+@click.pass_context
+def reap(ctx: click.Context) -> None:
+    """Sweep agent sessions without signalling: settle the dead, drop stale heartbeats."""
+    r = _client(ctx)._call("agent.reap", {})
+    click.echo(f"swept {r['swept']} dead sessions, removed {r['heartbeat_files_removed']} "
+               "stale heartbeat files")
+
+
+@cli.group()
+def agent() -> None:
+    """Speak the agent protocol from a shell agent (uses TETHER_SESSION/TETHER_TOKEN)."""
+
+
+def _session() -> Any:
+    from tether.agent.session import NotAnAgent, Session
+
+    try:
+        return Session.from_env()
+    except NotAnAgent as e:
+        _die(str(e), 2)
+
+
+@agent.command("turn")
+@click.option("--context-pct", type=click.FloatRange(0, 100), default=None)
+@click.option("--model", default=None)
+@click.option("--input-tokens", type=click.IntRange(min=0), default=None)
+@click.option("--output-tokens", type=click.IntRange(min=0), default=None)
+@click.option("-m", "--message", "messages", multiple=True, help="ROLE:TEXT (repeatable)")
+@click.option("--json", "as_json", is_flag=True)
+def agent_turn(context_pct: float | None, model: str | None, input_tokens: int | None,
+               output_tokens: int | None, messages: tuple[str, ...], as_json: bool) -> None:
+    """Report a completed turn; prints the lifecycle state (and what to do)."""
+    usage = {k: v for k, v in (("input_tokens", input_tokens),
+                               ("output_tokens", output_tokens)) if v is not None}
+    msgs = [{"role": m.split(":", 1)[0], "content": m.split(":", 1)[1] if ":" in m else ""}
+            for m in messages]
+    r = _session().turn(context_pct=context_pct, usage=usage or None, model=model,
+                        messages=msgs)
+    if as_json:
+        out.emit_json(r)
+    else:
+        click.echo(r["lifecycle"] + (f": {r['instructions']}" if r.get("instructions") else ""))
+
+
+@agent.command("heartbeat")
+def agent_heartbeat() -> None:
+    """Refresh this session's heartbeat."""
+    click.echo(_session().heartbeat()["heartbeat"])
+
+
+@agent.command("authorize")
+@click.argument("tool")
+def agent_authorize(tool: str) -> None:
+    """Ask whether a tool call is allowed: exit 0 and 'allowed', or exit 1 and why not."""
+    r = _session().authorize_tool(tool)
+    click.echo(r["reason"] if r["allowed"] else f"fenced: {r['reason']}")
+    sys.exit(0 if r["allowed"] else 1)
+
+
+@agent.command("handoff")
+@click.argument("text", required=False)
+def agent_handoff(text: str | None) -> None:
+    """Record a handoff for a successor (TEXT, or stdin)."""
+    body = text if text is not None else sys.stdin.read()
+    click.echo(_session().handoff(body)["path"])
+
+
+@agent.command("hook", hidden=True)
+@click.argument("provider")
+@click.argument("event")
+def agent_hook(provider: str, event: str) -> None:
+    """Called by an agent's own hooks: read the payload on stdin, answer in its format."""
+    import base64
+    import json
+
+    s = _session()
+    raw = sys.stdin.read()
+    try:
+        payload = json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        payload = {"raw": raw}
+    if not isinstance(payload, dict):
+        payload = {"value": payload}
+    try:
+        r = s.client._call("agent.hook", {"session": s.session, "token": s.token,
+                                          "provider": provider, "event": event,
+                                          "payload": payload})
+    except TetherError as e:
+        # Never block the agent because tether is unreachable: allow, and say so.
+        print(f"tether: hook {event} not delivered: {e.message}", file=sys.stderr)
+        sys.exit(0)
+    sys.stdout.buffer.write(base64.b64decode(r["stdout"]))
+    sys.stdout.flush()
+    sys.exit(int(r["exit_code"]))
 
 
 # ---------------------------------------------------------------------- daemon

@@ -42,21 +42,46 @@ def exec_row(x: dict[str, Any]) -> dict[str, Any]:
         "id": x["id"], "name": x.get("name"), "sandbox": x["sandbox"], "state": x["state"],
         "exit_code": x.get("exit_code"), "signal": x.get("signal"), "pid": x.get("pid"),
         "started_at": x.get("started_at"), "ended_at": x.get("ended_at"),
-        "reason": x.get("reason"), "argv": x["spec"]["argv"],
+        "reason": x.get("reason"), "argv": x["spec"]["argv"], "agent": x.get("agent"),
     }
 
 
 def exec_table(execs: Iterable[dict[str, Any]]) -> None:
+    rows = list(execs)
+    agents = any(x.get("agent") for x in rows)
     t = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("ID", "NAME", "SANDBOX", "STATE", "EXIT", "PID", "STARTED", "COMMAND"):
+    cols = ["ID", "NAME", "SANDBOX", "STATE", "EXIT", "PID", "STARTED"]
+    if agents:
+        cols += ["LINEAGE", "LIFECYCLE", "HEARTBEAT", "CTX", "TURNS", "REVIVALS"]
+    for col in [*cols, "COMMAND"]:
         t.add_column(col, overflow="fold" if col == "COMMAND" else "ellipsis", no_wrap=True)
-    for x in execs:
+    for x in rows:
         code = x.get("exit_code")
         sig = x.get("signal")
         exit_s = str(code) if code is not None else (f"sig{sig}" if sig else "-")
-        t.add_row(x["id"], x.get("name") or "-", x["sandbox"], x["state"], exit_s,
-                  str(x.get("pid") or "-"), when(x.get("started_at")),
-                  shlex.join(x["spec"]["argv"])[:60])
+        cells = [x["id"], x.get("name") or "-", x["sandbox"], x["state"], exit_s,
+                 str(x.get("pid") or "-"), when(x.get("started_at"))]
+        if agents:
+            a = x.get("agent") or {}
+            pct = a.get("context_pct")
+            cells += [a.get("lineage") or "-", a.get("lifecycle") or "-",
+                      a.get("heartbeat") or "-", f"{pct:.0f}%" if pct is not None else "-",
+                      str(a.get("turns", "-")), str(a.get("revivals", "-"))]
+        t.add_row(*cells, shlex.join(x["spec"]["argv"])[:60])
+    _console().print(t)
+
+
+def lineage_table(rows: Iterable[dict[str, Any]]) -> None:
+    t = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("LINEAGE", "NAME", "PROVIDER", "STATUS", "LIFECYCLE", "HEARTBEAT", "CTX",
+                "TURNS", "REVIVALS", "EXEC", "REASON"):
+        t.add_column(col, no_wrap=col != "REASON")
+    for r in rows:
+        pct = r.get("context_pct")
+        t.add_row(r["id"], r.get("name") or "-", r["provider"], r["status"], r["lifecycle"],
+                  r.get("heartbeat") or "-", f"{pct:.0f}%" if pct is not None else "-",
+                  str(r["turns"]), str(r["revivals"]), r.get("exec") or "-",
+                  (r.get("reason") or "")[:70])
     _console().print(t)
 
 

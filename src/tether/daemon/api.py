@@ -11,10 +11,11 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tether import __version__
+from tether.agent.providers import for_command
 from tether.daemon.execs import parse_signal
 from tether.model.errors import RpcCode, TetherError
-from tether.model.records import ExecSpec, SandboxSpec, to_builtins
-from tether.model.states import DaemonState
+from tether.model.records import AgentConfig, ExecRecord, ExecSpec, SandboxSpec, to_builtins
+from tether.model.states import LINEAGE_LIVE, DaemonState
 from tether.rpc import messages as m
 from tether.rpc.server import Connection, Handler, Router
 
@@ -24,12 +25,40 @@ if TYPE_CHECKING:
 MAX_SUBSCRIPTIONS = 64  # per connection; each may queue up to QUEUE_LIMIT events
 
 # Methods that may wait on outside events; the RPC server runs them as tasks.
-LONG_POLL_METHODS = {"exec.wait", "exec.logs", "sandbox.stop", "sandbox.delete"}
+LONG_POLL_METHODS = {"exec.wait", "exec.logs", "sandbox.stop", "sandbox.delete",
+                     "agent.start", "lineage.resolve"}
+
+
+def provider_for(argv0: str) -> str:
+    p = for_command(argv0)
+    return p.name if p is not None else "generic"
+
+
+def claim_worktree(path: str, issue: str | None, *, force: bool, provider: str) -> None:
+    """Refuse a worktree that belongs to another issue (unless forced)."""
+    from tether.agent import worktree as wt
+
+    if not os.path.isdir(path):
+        raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
+                          f"worktree {path!r} is not an existing directory")
+    try:
+        wt.claim_for_issue(path, issue or "", force=force, provider_name=provider)
+    except wt.IdentifierMismatch as e:
+        raise TetherError(RpcCode.CONFLICT, "WORKTREE_IN_USE", str(e),
+                          {"worktree": path}) from None
+    except wt.WorktreeError as e:
+        raise TetherError(RpcCode.INVALID_STATE, "WORKTREE_BROKEN", str(e),
+                          {"worktree": path}) from None
 
 
 def build_router(d: Daemon) -> Router:
     r = Router()
-    execs, sandboxes, store, bus = d.execs, d.sandboxes, d.store, d.bus
+    execs, sandboxes, store, bus, agents = d.execs, d.sandboxes, d.store, d.bus, d.agents
+
+    def xview(rec: ExecRecord) -> dict[str, Any]:
+        out = execs.view(rec)
+        out["agent"] = agents.summary_for_exec(rec.id, rec.lineage) if rec.lineage else None
+        return out
 
     async def health(p: m.Empty, c: Connection) -> Any:
         serving = d.state == DaemonState.RUNNING and d.server_accepting()
@@ -94,23 +123,23 @@ def build_router(d: Daemon) -> Router:
         spec = ExecSpec(argv=p.argv, env=p.env, cwd=p.cwd, timeout=p.timeout, name=p.name,
                         kill_grace=p.kill_grace, tty=p.tty, stdin=p.stdin or p.tty,
                         rows=p.rows, cols=p.cols)
-        return execs.view(await execs.start(sb, spec, p.request_key))
+        return xview(await execs.start(sb, spec, p.request_key))
 
     async def exec_get(p: m.ExecRef, c: Connection) -> Any:
-        return execs.view(execs.resolve(p.exec))
+        return xview(execs.resolve(p.exec))
 
     async def exec_list(p: m.ExecList, c: Connection) -> Any:
         sb = sandboxes.resolve(p.sandbox).id if p.sandbox else None
         states = None if p.all else ("PENDING", "RUNNING")
-        return {"execs": [execs.view(x) for x in store.list_execs(sandbox=sb, states=states)]}
+        return {"execs": [xview(x) for x in store.list_execs(sandbox=sb, states=states)]}
 
     async def exec_wait(p: m.ExecWait, c: Connection) -> Any:
-        return execs.view(await execs.wait(execs.resolve(p.exec), p.timeout))
+        return xview(await execs.wait(execs.resolve(p.exec), p.timeout))
 
     async def exec_cancel(p: m.ExecCancel, c: Connection) -> Any:
         sig = parse_signal(p.signal)
         rec = execs.resolve(p.exec)
-        return execs.view(await execs.cancel(rec, sig, p.grace, p.reason or "cancelled"))
+        return xview(await execs.cancel(rec, sig, p.grace, p.reason or "cancelled"))
 
     async def exec_logs(p: m.ExecLogs, c: Connection) -> Any:
         rec = execs.resolve(p.exec)
@@ -142,6 +171,60 @@ def build_router(d: Daemon) -> Router:
     async def events_unsubscribe(p: m.EventsUnsubscribe, c: Connection) -> Any:
         return {"ok": bus.unsubscribe(p.subscription, c)}
 
+    # ------------------------------------------------------------------ agents
+    async def agent_start(p: m.AgentStart, c: Connection) -> Any:
+        provider = p.provider or provider_for(p.argv[0])
+        if p.cwd is not None and not os.path.isdir(p.cwd):
+            raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
+                              f"cwd {p.cwd!r} is not an existing directory")
+        cfg = AgentConfig(provider=provider, argv=p.argv, sandbox=p.sandbox, cwd=p.cwd,
+                          env=p.env, tty=p.tty, revival=p.revival, max_revivals=p.max_revivals,
+                          crash_loop_seconds=p.crash_loop_seconds, successor=p.successor,
+                          aging_pct=p.aging_pct, dying_pct=p.dying_pct,
+                          stale_after=p.stale_after, crashed_after=p.crashed_after,
+                          worktree=p.worktree, issue=p.issue)
+        if p.worktree:
+            claim_worktree(p.worktree, p.issue, force=p.force, provider=provider)
+        rec = await agents.start(cfg, p.name)
+        out = agents.view(rec)
+        x = store.get_exec(rec.exec_id) if rec.exec_id else None
+        out["exec_view"] = xview(x) if x is not None else None
+        return out
+
+    async def agent_turn(p: m.AgentTurn, c: Connection) -> Any:
+        rec = agents.authenticate(p.session, p.token)
+        return await agents.turn(rec, context_pct=p.context_pct, usage=p.usage, model=p.model,
+                                 messages=p.messages, config=p.config)
+
+    async def agent_heartbeat(p: m.AgentHeartbeat, c: Connection) -> Any:
+        return agents.heartbeat(agents.authenticate(p.session, p.token))
+
+    async def agent_authorize(p: m.AgentAuthorize, c: Connection) -> Any:
+        return agents.authorize_tool(agents.authenticate(p.session, p.token), p.tool)
+
+    async def agent_handoff(p: m.AgentHandoff, c: Connection) -> Any:
+        return agents.handoff(agents.authenticate(p.session, p.token), p.text)
+
+    async def agent_hook(p: m.AgentHook, c: Connection) -> Any:
+        rec = agents.authenticate(p.session, p.token)
+        try:
+            return await agents.hook(rec, p.provider, p.event, p.payload)
+        except KeyError as e:
+            raise TetherError(RpcCode.INVALID_PARAMS, "UNKNOWN_PROVIDER", str(e)) from None
+
+    async def agent_reap(p: m.Empty, c: Connection) -> Any:
+        return agents.reap()
+
+    async def lineage_list(p: m.LineageList, c: Connection) -> Any:
+        statuses = None if p.all else tuple(LINEAGE_LIVE)
+        return {"lineages": [agents.view(x) for x in store.list_lineages(statuses)]}
+
+    async def lineage_get(p: m.LineageRef, c: Connection) -> Any:
+        return agents.view(agents.resolve(p.lineage))
+
+    async def lineage_resolve(p: m.LineageResolve, c: Connection) -> Any:
+        return agents.view(await agents.resolve_ask(agents.resolve(p.lineage), p.action))
+
     table: list[tuple[str, type[Any], Handler]] = [
         ("daemon.health", m.Empty, health),
         ("daemon.status", m.Empty, status),
@@ -160,6 +243,16 @@ def build_router(d: Daemon) -> Router:
         ("events.list", m.EventsList, events_list),
         ("events.subscribe", m.EventsSubscribe, events_subscribe),
         ("events.unsubscribe", m.EventsUnsubscribe, events_unsubscribe),
+        ("agent.start", m.AgentStart, agent_start),
+        ("agent.turn", m.AgentTurn, agent_turn),
+        ("agent.heartbeat", m.AgentHeartbeat, agent_heartbeat),
+        ("agent.authorize_tool", m.AgentAuthorize, agent_authorize),
+        ("agent.handoff", m.AgentHandoff, agent_handoff),
+        ("agent.hook", m.AgentHook, agent_hook),
+        ("agent.reap", m.Empty, agent_reap),
+        ("lineage.list", m.LineageList, lineage_list),
+        ("lineage.get", m.LineageRef, lineage_get),
+        ("lineage.resolve", m.LineageResolve, lineage_resolve),
     ]
     for name, params, fn in table:
         r.add(name, params, fn)

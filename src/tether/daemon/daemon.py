@@ -28,6 +28,7 @@ from typing import Any
 
 from tether import __version__
 from tether.daemon import home as homes
+from tether.daemon.agents import AgentService
 from tether.daemon.api import LONG_POLL_METHODS, build_router
 from tether.daemon.events import QUEUE_LIMIT, EventBus
 from tether.daemon.execs import ExecService
@@ -112,6 +113,7 @@ class Daemon:
                 _sd_notify("READY=1")
                 tg.create_task(self._pool_loop(), name="monitor-pool")
                 tg.create_task(self._sweep_loop(), name="sweep")
+                tg.create_task(self.agents.tick_loop(), name="agent-tick")
                 await self._stop.wait()
                 await self._shutdown()
                 raise _Stopped
@@ -154,6 +156,8 @@ class Daemon:
         self.bus = EventBus(self.store, queue_limit=queue_limit)
         self.execs = ExecService(self.store, self.layout, self.runtime, self.bus, faults)
         self.sandboxes = SandboxService(self.store, self.bus, self.execs)
+        self.agents = AgentService(self.store, self.layout, self.bus, self.execs,
+                                   self.sandboxes, self.instance)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
@@ -164,6 +168,8 @@ class Daemon:
         # needs them watched again.
         summary = await self.execs.recover()
         await self.sandboxes.recover()
+        # Agents last: a lineage is orphaned only once its exec's fate is known.
+        summary.update({f"lineages_{k}": v for k, v in (await self.agents.recover()).items()})
         summary["ms"] = int((time.monotonic() - t0) * 1000)
         self.recovery_summary = summary
         self.bus.publish(self.store.append_event(

@@ -15,6 +15,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +88,8 @@ class ExecService:
         self.pool_wanted = asyncio.Event()
         # Owner of the long-lived per-exec tasks; the daemon sets it before recovery.
         self.tasks: asyncio.TaskGroup | None = None
+        # Called (synchronously) with every exec that reaches a terminal state.
+        self.on_terminal: list[Callable[[ExecRecord], None]] = []
 
     # ------------------------------------------------------------------ helpers
     def paths(self, rec: ExecRecord) -> ExecPaths:
@@ -99,6 +102,11 @@ class ExecService:
             done = self._done.pop(rec.id, None)  # later waiters read the store
             if done is not None:
                 done.set()
+            for callback in self.on_terminal:
+                try:
+                    callback(rec)
+                except Exception:
+                    log.exception("exec-end callback failed for %s", rec.id)
         return rec
 
     def resolve(self, ref: str) -> ExecRecord:
@@ -124,9 +132,12 @@ class ExecService:
     def live_count(self) -> int:
         return len(self._watches)
 
+    def pid_of(self, exec_id: str) -> int | None:
+        return self._pids.get(exec_id)
+
     # ------------------------------------------------------------------ start
     async def start(self, sandbox: SandboxRecord, spec: ExecSpec, request_key: str | None,
-                    ) -> ExecRecord:
+                    *, lineage: str | None = None) -> ExecRecord:
         if request_key:
             existing = self.store.exec_by_request_key(request_key)
             if existing is not None:
@@ -150,7 +161,7 @@ class ExecService:
         exec_id = self.store.reserve_id("exec")
         rec = ExecRecord(id=exec_id, sandbox=sandbox.id, state=ExecState.PENDING,
                          spec=spec, name=spec.name, created_at=time.time(),
-                         request_key=request_key)
+                         request_key=request_key, lineage=lineage)
         self._commit(self.store.create_exec(rec))
         self.faults.hit("exec.after_commit")
 

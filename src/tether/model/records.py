@@ -66,6 +66,8 @@ class ExecRecord(msgspec.Struct, kw_only=True):
     reason: str | None = None
     # Client-chosen key so that a retried exec.start never starts twice.
     request_key: str | None = None
+    # The agent lineage this exec is an attempt of, if any.
+    lineage: str | None = None
 
 
 class Event(msgspec.Struct, kw_only=True):
@@ -84,6 +86,57 @@ class Event(msgspec.Struct, kw_only=True):
     state: str | None = None
     reason: str | None = None
     data: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class AgentConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """How a lineage is run and revived; fixed for the lineage's life."""
+
+    provider: str = "generic"
+    argv: list[str]
+    sandbox: str = "default"
+    cwd: str | None = None
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    tty: bool = False
+    revival: str = "revive"  # revive | reap | ask
+    max_revivals: int = 3
+    crash_loop_seconds: float = 10.0
+    successor: str = "none"  # none | auto
+    aging_pct: float = 70.0
+    dying_pct: float = 90.0
+    stale_after: float = 30.0
+    crashed_after: float = 90.0
+    worktree: str | None = None
+    issue: str | None = None
+
+
+class LineageRecord(msgspec.Struct, kw_only=True):
+    """An agent's stable identity across revivals (category A).
+
+    ``status`` is the lineage's own state machine (model/states.py); ``lifecycle``
+    is the agent's context lifecycle (agent/lifecycle.py).
+    """
+
+    id: str
+    name: str | None = None
+    config: AgentConfig
+    status: str = "ACTIVE"
+    lifecycle: str = "HEALTHY"
+    exec_id: str | None = None
+    attempt: int = 0  # execs started so far; revivals = attempt - 1
+    token: str = ""  # the current attempt's TETHER_TOKEN; rotated at every revival
+    provider_session_id: str | None = None
+    turns: int = 0
+    context_pct: float | None = None
+    model: str | None = None
+    usage: dict[str, int] = msgspec.field(default_factory=dict)
+    handoff: str | None = None
+    revive_at: float | None = None  # when an ORPHANED lineage is due for revival
+    recent_starts: list[float] = msgspec.field(default_factory=list)
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    last_turn_at: float | None = None
+    reason: str | None = None
+    predecessor: str | None = None  # the lineage whose handoff seeded this one
 
 
 def to_builtins(obj: Any) -> Any:

@@ -65,6 +65,31 @@ DAEMON_TRANSITIONS: dict[DaemonState, frozenset[DaemonState]] = {
     DaemonState.STOPPING: frozenset({DaemonState.STOPPED}),
 }
 
+class LineageStatus(StrEnum):
+    ACTIVE = "ACTIVE"  # an attempt is (or is being) run
+    ORPHANED = "ORPHANED"  # its process died; the revival policy decides
+    ASK_PENDING = "ASK_PENDING"  # waiting for `tether lineage resolve`
+    REVIVING = "REVIVING"  # intent to start attempt N is committed
+    FINISHED = "FINISHED"  # the agent ended on its own (exit 0), was killed, or is DEAD
+    REAPED = "REAPED"  # discarded by policy or by `lineage resolve --reap`
+    FAILED = "FAILED"  # crash loop or too many revivals
+
+
+LINEAGE_TRANSITIONS: dict[LineageStatus, frozenset[LineageStatus]] = {
+    LineageStatus.ACTIVE: frozenset({LineageStatus.ORPHANED, LineageStatus.FINISHED,
+                                     LineageStatus.REAPED, LineageStatus.FAILED}),
+    LineageStatus.ORPHANED: frozenset({LineageStatus.REVIVING, LineageStatus.ASK_PENDING,
+                                       LineageStatus.REAPED, LineageStatus.FAILED}),
+    LineageStatus.ASK_PENDING: frozenset({LineageStatus.REVIVING, LineageStatus.REAPED}),
+    LineageStatus.REVIVING: frozenset({LineageStatus.ACTIVE, LineageStatus.ORPHANED,
+                                       LineageStatus.FAILED}),
+    LineageStatus.FINISHED: frozenset(),
+    LineageStatus.REAPED: frozenset(),
+    LineageStatus.FAILED: frozenset(),
+}
+LINEAGE_LIVE = frozenset({LineageStatus.ACTIVE, LineageStatus.ORPHANED,
+                          LineageStatus.ASK_PENDING, LineageStatus.REVIVING})
+
 EXEC_TERMINAL = frozenset({ExecState.FINISHED, ExecState.FAILED, ExecState.CANCELLED})
 SANDBOX_ACCEPTS_EXECS = frozenset({SandboxState.READY})
 
@@ -90,6 +115,7 @@ def check_transition(kind: str, ident: str, current: str, wanted: str) -> None:
     """The one guard: raise :class:`IllegalTransition` unless the edge exists."""
     tables: dict[str, Mapping[Any, frozenset[Any]]] = {
         "sandbox": SANDBOX_TRANSITIONS, "exec": EXEC_TRANSITIONS, "daemon": DAEMON_TRANSITIONS,
+        "lineage": LINEAGE_TRANSITIONS,
     }
     table = tables[kind]
     if not can_transition(table, current, wanted):

@@ -6,7 +6,7 @@ name is an error, not a silently ignored option.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
@@ -103,3 +103,77 @@ class EventsSubscribe(_P):
 
 class EventsUnsubscribe(_P):
     subscription: NonEmpty
+
+
+Pct = Annotated[float, Meta(ge=0, le=100)]
+
+
+class AgentStart(_P):
+    argv: Annotated[list[Annotated[str, Meta(max_length=131072)]], Meta(min_length=1)]
+    provider: str | None = None  # default: from argv[0] (claude, codex), else generic
+    name: Name | None = None
+    sandbox: NonEmpty = "default"
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    cwd: str | None = None
+    tty: bool = False
+    revival: Literal["revive", "reap", "ask"] = "revive"
+    max_revivals: Annotated[int, Meta(ge=0, le=1000)] = 3
+    crash_loop_seconds: Annotated[float, Meta(ge=0, le=86400)] = 10.0
+    successor: Literal["none", "auto"] = "none"
+    aging_pct: Pct = 70.0
+    dying_pct: Pct = 90.0
+    stale_after: Annotated[float, Meta(gt=0, le=86400)] = 30.0
+    crashed_after: Annotated[float, Meta(gt=0, le=86400)] = 90.0
+    worktree: str | None = None
+    issue: Annotated[str, Meta(max_length=256)] | None = None
+    force: bool = False
+
+
+class _Auth(_P):
+    session: NonEmpty
+    token: NonEmpty
+
+
+class Message(msgspec.Struct, kw_only=True):
+    role: Annotated[str, Meta(max_length=64)]
+    content: Any = None
+
+
+class AgentTurn(_Auth):
+    context_pct: Pct | None = None
+    usage: dict[str, Annotated[int, Meta(ge=0)]] | None = None
+    model: Annotated[str, Meta(max_length=256)] | None = None
+    messages: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    config: dict[str, Any] | None = None
+
+
+class AgentHeartbeat(_Auth):
+    activity: Annotated[str, Meta(max_length=256)] | None = None
+
+
+class AgentAuthorize(_Auth):
+    tool: Annotated[str, Meta(min_length=1, max_length=256)]
+    input: Any = None
+
+
+class AgentHandoff(_Auth):
+    text: Annotated[str, Meta(max_length=1024 * 1024)]
+
+
+class AgentHook(_Auth):
+    provider: NonEmpty
+    event: Annotated[str, Meta(min_length=1, max_length=64)]
+    payload: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class LineageRef(_P):
+    lineage: NonEmpty
+
+
+class LineageList(_P):
+    all: bool = False
+
+
+class LineageResolve(_P):
+    lineage: NonEmpty
+    action: Literal["revive", "reap"]

@@ -48,4 +48,18 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        2,
+        "agent lineages",
+        """
+        CREATE TABLE lineages (
+            id     TEXT PRIMARY KEY,
+            name   TEXT,
+            status TEXT NOT NULL,
+            record BLOB NOT NULL
+        );
+        CREATE INDEX lineages_status ON lineages(status);
+        CREATE INDEX execs_lineage ON execs(json_extract(record, '$.lineage'));
+        """,
+    ),
 ]

@@ -26,16 +26,18 @@ from tether.model.records import (
     DEFAULT_SANDBOX,
     Event,
     ExecRecord,
+    LineageRecord,
     SandboxRecord,
     SandboxSpec,
 )
-from tether.model.states import ExecState, SandboxState, check_transition
+from tether.model.states import ExecState, LineageStatus, SandboxState, check_transition
 from tether.store.migrations import MIGRATIONS
 
 _enc = msgspec.json.Encoder()
 _dec_sandbox = msgspec.json.Decoder(SandboxRecord)
 _dec_exec = msgspec.json.Decoder(ExecRecord)
 _dec_event = msgspec.json.Decoder(Event)
+_dec_lineage = msgspec.json.Decoder(LineageRecord)
 
 DAEMON_STREAM = ""  # the journal stream of daemon-wide events (sandbox = None)
 
@@ -261,6 +263,12 @@ class Store:
             (len(ref), ref)).fetchall()
         return [_dec_exec.decode(r[0]) for r in rows]
 
+    def list_execs_of_lineage(self, lineage: str) -> list[ExecRecord]:
+        rows = self._db.execute(
+            "SELECT record FROM execs WHERE json_extract(record, '$.lineage') = ? "
+            "ORDER BY rowid", (lineage,)).fetchall()
+        return [_dec_exec.decode(r[0]) for r in rows]
+
     def live_exec_named(self, name: str) -> ExecRecord | None:
         row = self._db.execute(
             "SELECT record FROM execs WHERE name = ? AND state IN ('PENDING', 'RUNNING')",
@@ -304,4 +312,68 @@ class Store:
                 payload["signal"] = rec.signal
             ev = self._append(db, rec.sandbox, "exec.state", exec_id=ident, state=rec.state,
                               reason=reason, data=payload)
+        return rec, ev
+
+    # ------------------------------------------------------------------ lineages
+    def create_lineage(self, rec: LineageRecord) -> tuple[LineageRecord, Event]:
+        with self._tx() as db:
+            db.execute("INSERT INTO lineages VALUES (?, ?, ?, ?)",
+                       (rec.id, rec.name, rec.status, _enc.encode(rec)))
+            ev = self._append(db, rec.config.sandbox, "lineage.state", state=rec.status,
+                              reason="created", data={"lineage": rec.id,
+                                                      "provider": rec.config.provider})
+        return rec, ev
+
+    def get_lineage(self, ident: str) -> LineageRecord | None:
+        row = self._db.execute("SELECT record FROM lineages WHERE id = ?", (ident,)).fetchone()
+        return _dec_lineage.decode(row[0]) if row else None
+
+    def find_lineages(self, ref: str) -> list[LineageRecord]:
+        rows = self._db.execute(
+            "SELECT record FROM lineages WHERE id = ? OR name = ? ORDER BY rowid DESC",
+            (ref, ref)).fetchall()
+        if not rows:
+            rows = self._db.execute(
+                "SELECT record FROM lineages WHERE substr(id, 1, ?) = ? LIMIT 10",
+                (len(ref), ref)).fetchall()
+        return [_dec_lineage.decode(r[0]) for r in rows[:10]]
+
+    def list_lineages(self, statuses: tuple[str, ...] | None = None) -> list[LineageRecord]:
+        sql = "SELECT record FROM lineages"
+        args: list[Any] = []
+        if statuses:
+            sql += f" WHERE status IN ({','.join('?' * len(statuses))})"
+            args.extend(statuses)
+        rows = self._db.execute(sql + " ORDER BY rowid", args).fetchall()
+        return [_dec_lineage.decode(r[0]) for r in rows]
+
+    def update_lineage(self, ident: str, *, status: LineageStatus | None = None,
+                       event: str | None = None, reason: str | None = None,
+                       data: dict[str, Any] | None = None, **fields: Any,
+                       ) -> tuple[LineageRecord, Event | None]:
+        """Change a lineage (status guarded), journaling ``event`` in the same transaction.
+
+        A status change is always journaled as ``lineage.state``.
+        """
+        with self._tx() as db:
+            row = db.execute("SELECT record FROM lineages WHERE id = ?", (ident,)).fetchone()
+            if row is None:
+                raise KeyError(ident)
+            rec = _dec_lineage.decode(row[0])
+            if status is not None and status != rec.status:
+                check_transition("lineage", ident, rec.status, status)
+                fields["status"] = str(status)
+                event = event or "lineage.state"
+            if reason is not None:
+                fields["reason"] = reason
+            rec = msgspec.structs.replace(rec, updated_at=time.time(), **fields)
+            db.execute("UPDATE lineages SET status = ?, record = ? WHERE id = ?",
+                       (rec.status, _enc.encode(rec), ident))
+            ev = None
+            if event is not None:
+                payload = {"lineage": ident, "lifecycle": rec.lifecycle,
+                           "attempt": rec.attempt, **(data or {})}
+                ev = self._append(db, rec.config.sandbox, event, exec_id=rec.exec_id,
+                                  state=rec.status if event == "lineage.state" else rec.lifecycle,
+                                  reason=reason, data=payload)
         return rec, ev

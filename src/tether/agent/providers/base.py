@@ -1,0 +1,104 @@
+"""The provider interface. A provider is pure: it builds command lines and files,
+and translates the agent's own hook payloads into tether's normalized events. It
+never talks to the daemon itself (the ``tether agent hook`` command does that)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SessionContext:
+    """What a provider may use to wire an agent back to tether."""
+
+    home: str  # the tether home
+    socket: str  # the daemon socket (also in the agent's env as TETHER_SOCKET)
+    session: str  # tether session id (TETHER_SESSION)
+    lineage: str
+    state_dir: str  # a private directory for this lineage's provider files
+    # argv prefix of the hook program, e.g. [python, "-m", "tether.cli.main", "agent", "hook"];
+    # a provider appends its name and the event name.
+    hook_command: tuple[str, ...]
+
+
+@dataclass
+class LaunchPlan:
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    # Files to write (path -> bytes, mode 0600) before the process starts.
+    files: dict[str, bytes] = field(default_factory=dict)
+
+
+@dataclass
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_creation_tokens: int = 0
+    # Tokens occupying the context window after the last turn, and the window size.
+    context_tokens: int | None = None
+    context_window: int | None = None
+
+    @property
+    def context_pct(self) -> float | None:
+        if not self.context_tokens or not self.context_window:
+            return None
+        return 100.0 * self.context_tokens / self.context_window
+
+
+@dataclass
+class HookEvent:
+    """One hook call, normalized.
+
+    ``kind`` is one of: ``session_start`` (carries ``provider_session_id``),
+    ``turn_end`` (a completed turn), ``tool_request`` (asks whether a tool call
+    is allowed: ``tool_name``, ``tool_input``), ``pre_compact``, ``session_end``,
+    ``other`` (refreshes the heartbeat only).
+    """
+
+    kind: str
+    provider_session_id: str | None = None
+    transcript_path: str | None = None
+    tool_name: str | None = None
+    tool_input: dict[str, Any] | None = None
+    model: str | None = None
+    usage: Usage | None = None
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class HookReply:
+    """What the hook program prints and exits with, in the provider's own format."""
+
+    stdout: bytes = b""
+    exit_code: int = 0
+
+
+class Provider:
+    """Base class; see ``generic.py`` for the smallest complete one."""
+
+    name = "base"
+    # Names of argv[0] (basename) that select this provider in ``tether run NAME ...``.
+    commands: tuple[str, ...] = ()
+
+    def launch(self, argv: list[str], ctx: SessionContext) -> LaunchPlan:
+        raise NotImplementedError
+
+    def resume(self, argv: list[str], provider_session_id: str | None, snapshot_path: str,
+               ctx: SessionContext) -> LaunchPlan:
+        """The command line that resumes a session (``claude --resume ID`` …).
+
+        ``argv`` is the original launch command; ``snapshot_path`` is the drain
+        snapshot (also exported as ``TETHER_DRAIN_SNAPSHOT``).
+        """
+        raise NotImplementedError
+
+    def parse_hook(self, event: str, payload: dict[str, Any]) -> HookEvent:
+        """Translate one hook call (its event name and JSON payload)."""
+        raise NotImplementedError
+
+    def reply(self, event: HookEvent, allowed: bool, reason: str) -> HookReply:
+        """The hook program's output for a decision (deny output when not allowed)."""
+        return HookReply()

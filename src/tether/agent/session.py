@@ -1,0 +1,104 @@
+"""The agent side of the tether agent protocol.
+
+An agent started by tether finds ``TETHER_HOME``, ``TETHER_SESSION`` and
+``TETHER_TOKEN`` in its environment; :meth:`Session.from_env` picks them up::
+
+    from tether.agent.session import Session
+
+    s = Session.from_env()
+    previous = s.restored_messages()          # after a revival: the conversation so far
+    reply = s.turn(context_pct=72.5, messages=[{"role": "assistant", "content": "..."}])
+    if reply["lifecycle"] == "AGING":
+        s.handoff("what my successor needs to know")
+    if not s.authorize_tool("Bash")["allowed"]:
+        ...                                   # fenced: the context is nearly full
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether.client.sync import Client
+
+
+class NotAnAgent(RuntimeError):
+    """The process was not started by tether as an agent session."""
+
+
+@dataclass
+class Session:
+    home: str
+    session: str
+    token: str
+    snapshot_path: str | None = None
+    handoff_path: str | None = None
+    _client: Client | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Session:
+        e = os.environ if env is None else env
+        missing = [k for k in ("TETHER_HOME", "TETHER_SESSION", "TETHER_TOKEN") if not e.get(k)]
+        if missing:
+            raise NotAnAgent(f"{', '.join(missing)} not set: start the agent with "
+                             "`tether run --agent generic -- CMD` (or claude / codex)")
+        return cls(home=e["TETHER_HOME"], session=e["TETHER_SESSION"], token=e["TETHER_TOKEN"],
+                   snapshot_path=e.get("TETHER_DRAIN_SNAPSHOT"),
+                   handoff_path=e.get("TETHER_HANDOFF"))
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            self._client = Client(self.home, autostart=True)
+        return self._client
+
+    def _call(self, method: str, **params: Any) -> Any:
+        return self.client._call(method, {"session": self.session, "token": self.token,
+                                          **{k: v for k, v in params.items()
+                                             if v is not None}})
+
+    def turn(self, *, context_pct: float | None = None, usage: dict[str, int] | None = None,
+             model: str | None = None, messages: list[dict[str, Any]] | None = None,
+             config: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Report a completed turn; the reply carries the lifecycle and instructions."""
+        result: dict[str, Any] = self._call("agent.turn", context_pct=context_pct,
+                                            usage=usage, model=model,
+                                            messages=messages or [], config=config)
+        return result
+
+    def heartbeat(self, activity: str | None = None) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("agent.heartbeat", activity=activity)
+        return result
+
+    def authorize_tool(self, tool: str, input: Any = None) -> dict[str, Any]:
+        """``{"allowed": bool, "reason": str, "lifecycle": str}``."""
+        result: dict[str, Any] = self._call("agent.authorize_tool", tool=tool, input=input)
+        return result
+
+    def handoff(self, text: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._call("agent.handoff", text=text)
+        return result
+
+    def restored_messages(self) -> list[dict[str, Any]]:
+        """The conversation from the drain snapshot this attempt was revived from."""
+        if not self.snapshot_path or not os.path.exists(self.snapshot_path):
+            return []
+        from pathlib import Path
+
+        from tether.agent import snapshot
+
+        return list(snapshot.read(Path(self.snapshot_path)).get("messages", []))
+
+    def predecessor_handoff(self) -> str | None:
+        if not self.handoff_path or not os.path.exists(self.handoff_path):
+            return None
+        with open(self.handoff_path) as f:
+            return f.read()
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+
+__all__ = ["NotAnAgent", "Session"]

@@ -1,0 +1,257 @@
+"""Agent sessions through the real daemon: a scripted agent (no model) drives the
+lifecycle; agents and daemons are killed with real SIGKILLs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import DaemonProc, wait_for
+from tether.agent import lifecycle as lc
+from tether.agent import snapshot
+from tether.client.errors import TetherError
+
+AGENT = str(Path(__file__).parent / "agents" / "scripted_agent.py")
+FAST = {"TETHER_AGENT_TICK": "0.2"}
+
+
+def start_agent(c: Any, tmp: Path, *args: str, **params: Any) -> dict[str, Any]:
+    log = tmp / "agent.log"
+    params.setdefault("revival", "revive")
+    lin: dict[str, Any] = c._call("agent.start", {
+        "argv": [sys.executable, AGENT, "--log", str(log), *args], "provider": "generic",
+        "env": {"PATH": os.environ["PATH"]}, **params})
+    return lin
+
+
+def log_lines(tmp: Path) -> list[dict[str, Any]]:
+    path = tmp / "agent.log"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def lineage(c: Any, ident: str) -> dict[str, Any]:
+    result: dict[str, Any] = c._call("lineage.get", {"lineage": ident})
+    return result
+
+
+@pytest.fixture
+def fast_daemon(stopped_daemon: DaemonProc) -> DaemonProc:
+    stopped_daemon.start(env=FAST)
+    return stopped_daemon
+
+
+# ---------------------------------------------------------------------- pure parts
+def test_lifecycle_is_monotonic_and_jumps_skip_states() -> None:
+    th = lc.Thresholds()
+    assert lc.on_turn_end("HEALTHY", 60, th) == "HEALTHY"
+    assert lc.on_turn_end("HEALTHY", 92, th) == "DYING"  # the jump skips AGING
+    assert lc.on_turn_end("AGING", 10, th) == "AGING"  # never regresses
+    assert lc.on_turn_end("DYING", 10, th) == "DEAD"  # the finalization turn ended
+    for a in lc.ORDER:
+        for b in lc.ORDER:
+            assert lc.can_transition_to(a, b) == (lc.ORDER.index(b) > lc.ORDER.index(a))
+    assert lc.authorize_tool("DYING").allowed and lc.authorize_tool("DYING").next_state == \
+        "DRAINING"
+    assert not lc.authorize_tool("DRAINING").allowed
+    assert not lc.authorize_tool("DEAD").allowed
+    with pytest.raises(ValueError):
+        lc.Thresholds(95, 90)
+
+
+def test_snapshot_v1_upgrades_on_read(tmp_path: Path) -> None:
+    v1 = {"version": 1, "lineage": "abc", "daemon": "d1", "written_at": "2026-01-01T00:00:00Z",
+          "model": "m", "tokens": 1234, "session_id": "s-1",
+          "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
+          "config": {"provider": "claude", "revival": "ask"}}
+    p = tmp_path / "abc.json"
+    p.write_text(json.dumps(v1))
+    snap = snapshot.read(p)
+    assert snap["version"] == snapshot.VERSION
+    assert snap["lineage_id"] == "abc" and snap["anchor_id"] == "d1"
+    assert snap["usage"]["input_tokens"] == 1234
+    assert snap["provider"] == "claude" and snap["provider_session_id"] == "s-1"
+    assert snap["turn"] == 1 and snap["messages"] == v1["messages"]
+    assert snap["loop_config"] == {"revival": "ask"}
+
+
+# ---------------------------------------------------------------------- lifecycle
+def test_lifecycle_through_every_state_with_fencing_and_snapshots(
+        daemon: DaemonProc, tmp_path: Path) -> None:
+    c = daemon.client()
+    lin = start_agent(c, tmp_path, "--pcts", "20,75,91,95", "--tools-per-turn", "2",
+                      "--wait-file", str(tmp_path / "go"))
+    snaps: list[dict[str, Any]] = []
+    for n in range(1, 5):
+        (tmp_path / f"go.{n}").touch()
+        wait_for(lambda n=n: len([x for x in log_lines(tmp_path) if x["event"] == "turn"]) >= n,
+                 what=f"turn {n}")
+        snaps.append(snapshot.read(daemon.home / "drain" / f"{lin['id']}.json"))
+    turns = [x for x in log_lines(tmp_path) if x["event"] == "turn"]
+    assert [t["lifecycle"] for t in turns] == ["HEALTHY", "AGING", "DYING", "DEAD"]
+    # Tools: allowed while HEALTHY/AGING; in DYING one finalization call, then fenced.
+    assert [t["allowed"] for t in turns] == [[True, True], [True, True], [True, True],
+                                             [True, False]]
+    assert "handoff" in turns[1]["instructions"]
+    assert [len(s["messages"]) for s in snaps] == [2, 4, 6, 8]
+    assert snaps[-1]["messages"][-1] == {"role": "assistant", "content": "did 4"}
+    assert snaps[-1]["usage"]["input_tokens"] == 100 + 200 + 300 + 400
+    assert snaps[-1]["lineage_id"] == lin["id"] and snaps[-1]["model"] == "scripted-1"
+    # DEAD: the process is reaped and the lineage is over.
+    wait_for(lambda: lineage(c, lin["id"])["status"] == "FINISHED", what="lineage finished")
+    final = lineage(c, lin["id"])
+    assert final["lifecycle"] == "DEAD" and "DEAD" in final["reason"]
+    assert final["has_handoff"]
+    life = [e for e in c.events_list(limit=10000)["events"] if e["type"] == "agent.lifecycle"]
+    assert [e["state"] for e in life] == ["AGING", "DYING", "DRAINING", "DEAD"]
+    fenced = [e for e in c.events_list(limit=10000)["events"] if e["type"] == "agent.fenced"]
+    assert len(fenced) == 1
+
+
+def test_a_jump_from_60_to_92_skips_aging(daemon: DaemonProc, tmp_path: Path) -> None:
+    c = daemon.client()
+    start_agent(c, tmp_path, "--pcts", "60,92", "--linger", "30")
+    wait_for(lambda: len([x for x in log_lines(tmp_path) if x["event"] == "turn"]) == 2)
+    turns = [x for x in log_lines(tmp_path) if x["event"] == "turn"]
+    assert [t["lifecycle"] for t in turns] == ["HEALTHY", "DYING"]
+
+
+def test_tokens_are_checked(daemon: DaemonProc, tmp_path: Path) -> None:
+    c = daemon.client()
+    lin = start_agent(c, tmp_path, "--pcts", "10", "--linger", "30")
+    with pytest.raises(TetherError) as e:
+        c._call("agent.turn", {"session": lin["id"], "token": "0" * 32, "context_pct": 5})
+    assert e.value.code == "BAD_TOKEN"
+
+
+# ---------------------------------------------------------------------- revival
+def test_killed_agent_is_revived_from_its_snapshot(fast_daemon: DaemonProc,
+                                                   tmp_path: Path) -> None:
+    c = fast_daemon.client()
+    lin = start_agent(c, tmp_path, "--pcts", "10,20,30,40", "--wait-file",
+                      str(tmp_path / "go"))
+    for n in (1, 2):
+        (tmp_path / f"go.{n}").touch()
+    wait_for(lambda: len([x for x in log_lines(tmp_path) if x["event"] == "turn"]) == 2)
+    first = lineage(c, lin["id"])
+    pid = fast_daemon.handles(first["exec"])["child"]["pid"]
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: lineage(c, lin["id"])["attempt"] == 2
+             and lineage(c, lin["id"])["status"] == "ACTIVE", what="revived")
+    for n in (3, 4):
+        (tmp_path / f"go.{n}").touch()
+    wait_for(lambda: any(x["event"] == "done" for x in log_lines(tmp_path)), what="done")
+    starts = [x for x in log_lines(tmp_path) if x["event"] == "start"]
+    assert [s["restored"] for s in starts] == [0, 4]  # messages of turns 1-2 restored
+    assert [s["attempt"] for s in starts] == ["1", "2"]
+    turns = [x["turn"] for x in log_lines(tmp_path) if x["event"] == "turn"]
+    assert turns == [1, 2, 3, 4]  # it resumed at turn 3, not from scratch
+    final = lineage(c, lin["id"])
+    assert final["revivals"] == 1 and final["turns"] == 4
+    wait_for(lambda: lineage(c, lin["id"])["status"] == "FINISHED")
+
+
+def test_hung_agent_is_detected_killed_and_revived(fast_daemon: DaemonProc,
+                                                   tmp_path: Path) -> None:
+    c = fast_daemon.client()
+    lin = start_agent(c, tmp_path, "--pcts", "10,20", "--hang-at", "2",
+                      stale_after=0.5, crashed_after=1.5)
+    wait_for(lambda: lineage(c, lin["id"])["attempt"] == 2, timeout=20, what="revival")
+    events = c.events_list(limit=10000)["events"]
+    beats = [e["state"] for e in events if e["type"] == "agent.heartbeat"]
+    assert "CRASHED" in beats
+    first_exec = next(e for e in events if e["type"] == "exec.state"
+                      and e["state"] == "CANCELLED")
+    assert "hung" in first_exec["reason"]
+
+
+def test_crash_loop_ends_failed(fast_daemon: DaemonProc, tmp_path: Path) -> None:
+    c = fast_daemon.client()
+    lin = start_agent(c, tmp_path, "--pcts", "10", "--exit-at", "1:3", max_revivals=10)
+    wait_for(lambda: lineage(c, lin["id"])["status"] == "FAILED", timeout=30)
+    final = lineage(c, lin["id"])
+    assert "crash loop" in final["reason"]
+    assert final["attempt"] == 3
+
+
+def test_too_many_revivals_end_failed(fast_daemon: DaemonProc, tmp_path: Path) -> None:
+    c = fast_daemon.client()
+    lin = start_agent(c, tmp_path, "--pcts", "10", "--exit-at", "1:3", max_revivals=1,
+                      crash_loop_seconds=0)
+    wait_for(lambda: lineage(c, lin["id"])["status"] == "FAILED", timeout=30)
+    assert "gave up after 1 revivals" in lineage(c, lin["id"])["reason"]
+
+
+def test_daemon_sigkill_with_one_session_per_policy(stopped_daemon: DaemonProc,
+                                                    tmp_path: Path) -> None:
+    d = stopped_daemon
+    d.start(env=FAST)
+    c = d.client()
+    lins = {}
+    for policy in ("revive", "reap", "ask"):
+        sub = tmp_path / policy
+        sub.mkdir()
+        lins[policy] = start_agent(c, sub, "--pcts", "10,20", "--wait-file", str(sub / "go"),
+                                   revival=policy)
+        (sub / "go.1").touch()
+        wait_for(lambda sub=sub: any(x["event"] == "turn" for x in log_lines(sub)))
+    d.kill9()
+    for lin in lins.values():  # the agents die while no daemon runs
+        child = d.handles(lineage_exec(d, lin["id"]))["child"]
+        os.killpg(child["pid"], signal.SIGKILL)
+    d.start(env=FAST)
+    c = d.client()
+    wait_for(lambda: lineage(c, lins["revive"]["id"])["attempt"] == 2
+             and lineage(c, lins["revive"]["id"])["status"] == "ACTIVE", what="revive")
+    assert lineage(c, lins["reap"]["id"])["status"] == "REAPED"
+    ask = lineage(c, lins["ask"]["id"])
+    assert ask["status"] == "ASK_PENDING" and ask["attempt"] == 1
+    # Exactly once: another crash and restart starts nothing twice.
+    d.kill9()
+    d.start(env=FAST)
+    c = d.client()
+    assert lineage(c, lins["revive"]["id"])["attempt"] == 2
+    assert lineage(c, lins["ask"]["id"])["status"] == "ASK_PENDING"
+    r = d.cli("lineage", "resolve", lins["ask"]["id"], "--revive")
+    assert r.returncode == 0, r.stderr
+    wait_for(lambda: lineage(c, lins["ask"]["id"])["status"] == "ACTIVE")
+    assert lineage(c, lins["ask"]["id"])["attempt"] == 2
+    rows = json.loads(d.cli("lineage", "ls", "--all", "--json").stdout)
+    assert {r["id"]: r["status"] for r in rows}[lins["reap"]["id"]] == "REAPED"
+
+
+def lineage_exec(d: DaemonProc, lineage_id: str) -> str:
+    import sqlite3
+
+    db = sqlite3.connect(d.home / "tether.db")
+    row = db.execute("SELECT json_extract(record, '$.exec_id') FROM lineages WHERE id = ?",
+                     (lineage_id,)).fetchone()
+    db.close()
+    return str(row[0])
+
+
+def test_successor_auto_starts_from_the_handoff(daemon: DaemonProc, tmp_path: Path) -> None:
+    c = daemon.client()
+    lin = start_agent(c, tmp_path, "--pcts", "95,96", successor="auto")
+    wait_for(lambda: lineage(c, lin["id"])["status"] == "FINISHED")
+    wait_for(lambda: any(r.get("predecessor") == lin["id"] for r in
+                         c._call("lineage.list", {"all": True})["lineages"]),
+             what="successor")
+    wait_for(lambda: len([x for x in log_lines(tmp_path) if x["event"] == "start"]) == 2)
+    second = [x for x in log_lines(tmp_path) if x["event"] == "start"][1]
+    assert second["handoff"] == "handoff after turn 1"
+
+
+def test_ps_shows_agent_columns(daemon: DaemonProc, tmp_path: Path) -> None:
+    c = daemon.client()
+    start_agent(c, tmp_path, "--pcts", "42", "--linger", "30")
+    wait_for(lambda: any(x["event"] == "done" for x in log_lines(tmp_path)))
+    r = daemon.cli("ps")
+    assert b"LIFECYCLE" in r.stdout and b"HEALTHY" in r.stdout and b"42%" in r.stdout
+    rows = json.loads(daemon.cli("ps", "--json").stdout)
+    assert rows[0]["agent"]["turns"] == 1 and rows[0]["agent"]["heartbeat"] == "ACTIVE"
