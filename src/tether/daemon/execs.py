@@ -33,6 +33,7 @@ from tether.store import Store
 log = logging.getLogger("tether.execs")
 
 LOG_POLL_INTERVAL = 0.02
+TERMINAL_EVENTS = ("exec.attach", "exec.detach", "exec.resize")
 MAX_LOG_CHUNK = 1024 * 1024
 
 
@@ -222,7 +223,9 @@ class ExecService:
         writer: asyncio.StreamWriter | None = None
         try:
             reader, writer = await asyncio.open_unix_connection(str(self.paths(rec).socket))
-            writer.write(b'{"op": "watch"}\n')
+            # Resume from what the journal already has: exactly once across restarts.
+            since = self.store.count_exec_events(rec.id, TERMINAL_EVENTS)
+            writer.write(json.dumps({"op": "watch", "since": since}).encode() + b"\n")
             await writer.drain()
             await reader.readline()
             while line := await reader.readline():
@@ -230,6 +233,10 @@ class ExecService:
                 kind = ev.pop("event", None)
                 if kind == "exit":
                     return
+                n = ev.pop("n", since)
+                if n < since:
+                    continue
+                since = n + 1
                 if kind in ("attach", "detach", "resize"):
                     reason = ev.pop("reason", None) or {
                         "attach": "client attached", "resize": "window resized"}.get(kind)

@@ -63,6 +63,7 @@ _RESET_SIGNALS = {signal.SIGPIPE, signal.SIGXFSZ, signal.SIGHUP, signal.SIGINT, 
 MAX_CONTROL_LINE = 64 * 1024
 MAX_CLIENT_BACKLOG = 4 * 1024 * 1024  # an attached client further behind is dropped
 MAX_INPUT_BACKLOG = 1024 * 1024  # typed input the program has not read yet
+MAX_TTY_EVENTS = 10000  # terminal events kept for a daemon that catches up
 frame = proto.frame
 
 def _report(obj: dict[str, Any]) -> None:
@@ -157,6 +158,8 @@ class Monitor:
         self.rows = int(spec.get("rows") or 24)
         self.cols = int(spec.get("cols") or 80)
         self.active: Client | None = None  # the most recently active attached client
+        self.tty_events: list[dict[str, Any]] = []  # attach/detach/resize, numbered
+        self.tty_events_base = 0
 
     # -------------------------------------------------------------- start
     def start(self) -> int:
@@ -302,10 +305,12 @@ class Monitor:
                 elif what == "stdin":
                     self._flush_input()
                 else:
-                    if events & select.EPOLLOUT:
-                        self._flush_client(what)
+                    # Read first: a client that sent "detach" and closed must be seen
+                    # detaching, not failing on the write of its pending output.
                     if events & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
                         self._client_readable(what)
+                    if events & select.EPOLLOUT and what.fd in self.clients:
+                        self._flush_client(what)
             now = time.monotonic()
             if self.deadline is not None and now >= self.deadline and self.cancel is None:
                 self._begin_cancel("timeout", signal.SIGTERM,
@@ -499,6 +504,17 @@ class Monitor:
         self._queue(c, (json.dumps(obj) + "\n").encode())
 
     def _notify_watchers(self, event: dict[str, Any]) -> None:
+        """Number the terminal event, keep it, and push it to the daemon's watchers.
+
+        The numbered backlog lets a daemon that was not watching (not yet, or not
+        running) journal every event exactly once, resuming from its own count.
+        """
+        event["n"] = self.tty_events_base + len(self.tty_events)
+        self.tty_events.append(event)
+        if len(self.tty_events) > MAX_TTY_EVENTS:
+            drop = len(self.tty_events) - MAX_TTY_EVENTS
+            del self.tty_events[:drop]
+            self.tty_events_base += drop
         for c in list(self.clients.values()):
             if c.mode == "watch":
                 self._send_line(c, event)
@@ -586,8 +602,15 @@ class Monitor:
             self._killpg(sig)
             self._send_line(c, {"ok": True})
         elif op == "watch":
+            try:
+                since = max(0, int(cmd.get("since", 0)))
+            except (ValueError, TypeError):
+                since = 0
             c.mode = "watch"
-            self._send_line(c, {"ok": True, "clients": self._attached()})
+            self._send_line(c, {"ok": True, "clients": self._attached(),
+                                "next": self.tty_events_base + len(self.tty_events)})
+            for ev in self.tty_events[max(0, since - self.tty_events_base):]:
+                self._send_line(c, ev)
         elif op == "attach":
             self._attach(c, cmd)
         else:

@@ -62,4 +62,11 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX execs_lineage ON execs(json_extract(record, '$.lineage'));
         """,
     ),
+    (
+        3,
+        "index the journal by exec",
+        """
+        CREATE INDEX events_exec ON events(json_extract(body, '$.exec'));
+        """,
+    ),
 ]

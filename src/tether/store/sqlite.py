@@ -132,7 +132,9 @@ class Store:
         row = db.execute("SELECT COALESCE(MAX(seq), 0) FROM events WHERE stream = ?",
                          (stream,)).fetchone()
         seq = int(row[0]) + 1
-        cur = db.execute("INSERT INTO events (stream, seq, body) VALUES (?, ?, x'')",
+        # The body needs the gseq that this insert allocates; '{}' until then (valid
+        # JSON, because the journal is indexed by json_extract of the body).
+        cur = db.execute("INSERT INTO events (stream, seq, body) VALUES (?, ?, '{}')",
                          (stream, seq))
         gseq = int(cur.lastrowid or 0)
         ev = Event(gseq=gseq, seq=seq, type=type_, time=time.time(), sandbox=sandbox,
@@ -164,6 +166,13 @@ class Store:
                 "SELECT body FROM events WHERE gseq > ? ORDER BY gseq LIMIT ?",
                 (since, limit)).fetchall()
         return [_dec_event.decode(r[0]) for r in rows]
+
+    def count_exec_events(self, exec_id: str, types: tuple[str, ...]) -> int:
+        row = self._db.execute(
+            "SELECT COUNT(*) FROM events WHERE json_extract(body, '$.exec') = ? AND "
+            f"json_extract(body, '$.type') IN ({','.join('?' * len(types))})",
+            (exec_id, *types)).fetchone()
+        return int(row[0])
 
     def last_gseq(self) -> int:
         row = self._db.execute("SELECT COALESCE(MAX(gseq), 0) FROM events").fetchone()
