@@ -1,0 +1,437 @@
+"""The Claude Code and Codex providers, driven by recorded hook payloads.
+
+Neither agent can run here: both need network access to their vendor's models,
+which these machines do not have. So the providers are tested with fixtures in
+``tests/fixtures/claude/`` and ``tests/fixtures/codex/`` that follow the published
+schemas field for field:
+
+* Claude Code hook inputs: one JSON file per event, named after it, with the
+  common input fields and each event's own fields from the "Hooks reference"
+  (https://code.claude.com/docs/en/hooks). ``transcript.jsonl`` is a transcript
+  whose ``message`` objects are Messages API messages (``usage`` with
+  ``input_tokens``, ``cache_creation_input_tokens``, ``cache_read_input_tokens``,
+  ``output_tokens``) in the envelope Claude Code writes (``type``, ``uuid``,
+  ``parentUuid``, ``sessionId``, ``isSidechain`` …); like Claude Code, it writes
+  one entry per content block, so a message id can appear twice.
+* Codex: ``notify_agent_turn_complete.json`` is the JSON Codex passes to its
+  ``notify`` program (``docs/config.md`` of openai/codex), and the ``rollout-*.jsonl``
+  file is a session file in the shape of ``RolloutLine`` with ``token_count``
+  events (``codex-rs/protocol``).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether.agent.providers import REGISTRY, for_command, get
+from tether.agent.providers.base import HookEvent, SessionContext
+from tether.agent.providers.claude import (
+    EVENT_KINDS,
+    ClaudeProvider,
+    context_window_for,
+)
+from tether.agent.providers.codex import CodexProvider, notify_override
+from tether.agent.providers.generic import GenericProvider
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CLAUDE = FIXTURES / "claude"
+CODEX = FIXTURES / "codex"
+SESSION_ID = "8f14e45f-ceea-467f-a0e6-7c1c7a2b9d31"
+THREAD_ID = "0199b6c4-3f2a-7d41-9e5b-6a1c2d3e4f50"
+COMMON_FIELDS = {"session_id", "transcript_path", "cwd", "permission_mode", "hook_event_name"}
+
+
+def load(path: Path) -> dict[str, Any]:
+    data = json.loads(path.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def ctx_for(tmp_path: Path) -> SessionContext:
+    # A hook command with a space and a quote in it, to prove the quoting.
+    return SessionContext(
+        home=str(tmp_path / "home"), socket=str(tmp_path / "home" / "tether.sock"),
+        session="s-1", lineage="l-1", state_dir=str(tmp_path / "state dir"),
+        hook_command=("/opt/my python/bin/python3", "-m", "tether.cli.main", "agent", "hook",
+                      "--tag", "it's"),
+    )
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> SessionContext:
+    return ctx_for(tmp_path)
+
+
+# ---------------------------------------------------------------------------- registry
+
+
+def test_registry_knows_all_three() -> None:
+    assert set(REGISTRY) == {"generic", "claude", "codex"}
+    assert isinstance(get("claude"), ClaudeProvider)
+    assert isinstance(get("codex"), CodexProvider)
+    assert isinstance(get("generic"), GenericProvider)
+    with pytest.raises(KeyError) as e:
+        get("gemini")
+    assert "gemini" in str(e.value) and "claude, codex, generic" in str(e.value)
+
+
+def test_for_command_matches_the_basename() -> None:
+    assert isinstance(for_command("claude"), ClaudeProvider)
+    assert isinstance(for_command("/usr/local/bin/claude"), ClaudeProvider)
+    assert isinstance(for_command("/home/me/.npm/bin/codex"), CodexProvider)
+    assert for_command("python3") is None
+    assert for_command("/usr/bin/claude-helper") is None
+
+
+# ---------------------------------------------------------------------- claude fixtures
+
+
+@pytest.mark.parametrize("event", sorted(EVENT_KINDS))
+def test_claude_fixtures_follow_the_common_input_schema(event: str) -> None:
+    payload = load(CLAUDE / f"{event}.json")
+    assert payload.keys() >= COMMON_FIELDS
+    assert payload["hook_event_name"] == event
+    assert payload["session_id"] == SESSION_ID
+
+
+# ------------------------------------------------------------------------ claude launch
+
+
+def test_claude_launch_writes_settings_whose_hooks_call_back(ctx: SessionContext) -> None:
+    plan = ClaudeProvider().launch(["claude", "--model", "opus", "fix the bug"], ctx)
+    path = str(Path(ctx.state_dir) / "claude-settings.json")
+    assert plan.argv == ["claude", "--settings", path, "--model", "opus", "fix the bug"]
+    assert list(plan.files) == [path]
+    settings = json.loads(plan.files[path])
+    hooks = settings["hooks"]
+    assert set(hooks) == {"SessionStart", "UserPromptSubmit", "PreToolUse", "Notification",
+                          "PreCompact", "Stop", "SessionEnd"}
+    for event, groups in hooks.items():
+        assert len(groups) == 1
+        (handler,) = groups[0]["hooks"]
+        assert handler["type"] == "command"
+        assert shlex.split(handler["command"]) == [*ctx.hook_command, "claude", event]
+    # PreToolUse must see every tool.
+    assert hooks["PreToolUse"][0]["matcher"] == "*"
+    assert "matcher" not in hooks["Stop"][0]
+
+
+def test_claude_launch_merges_a_users_own_settings(ctx: SessionContext, tmp_path: Path) -> None:
+    say_done = {"hooks": [{"type": "command", "command": "say done"}]}
+    mine: dict[str, Any] = {"hooks": {"Stop": [say_done]},
+                            "permissions": {"allow": ["Bash(git status)"]}}
+    as_file = tmp_path / "mine.json"
+    as_file.write_text(json.dumps(mine))
+    for flag in (["--settings", json.dumps(mine)], [f"--settings={as_file}"]):
+        plan = ClaudeProvider().launch(["claude", *flag, "-c"], ctx)
+        path = str(Path(ctx.state_dir) / "claude-settings.json")
+        assert plan.argv == ["claude", "--settings", path, "-c"]
+        settings = json.loads(plan.files[path])
+        assert settings["permissions"] == mine["permissions"]
+        stop = settings["hooks"]["Stop"]
+        assert stop[0] == mine["hooks"]["Stop"][0]
+        assert shlex.split(stop[1]["hooks"][0]["command"])[-2:] == ["claude", "Stop"]
+    with pytest.raises(ValueError, match="cannot read"):
+        ClaudeProvider().launch(["claude", "--settings", str(tmp_path / "missing.json")], ctx)
+
+
+# ------------------------------------------------------------------------ claude resume
+
+
+def test_claude_resume_keeps_options_and_drops_prompt_and_print(ctx: SessionContext) -> None:
+    argv = ["/usr/local/bin/claude", "-p", "--output-format", "json", "--model", "opus",
+            "--add-dir", "../lib", "../docs", "--permission-mode", "acceptEdits",
+            "--resume", "0000-old", "--dangerously-skip-permissions", "fix the bug"]
+    plan = ClaudeProvider().resume(argv, SESSION_ID, "/h/drain/l-1.json", ctx)
+    path = str(Path(ctx.state_dir) / "claude-settings.json")
+    assert plan.argv == [
+        "/usr/local/bin/claude", "--resume", SESSION_ID, "--settings", path,
+        "--model", "opus", "--add-dir", "../lib", "../docs",
+        "--permission-mode", "acceptEdits", "--dangerously-skip-permissions",
+    ]
+    assert plan.env == {"TETHER_DRAIN_SNAPSHOT": "/h/drain/l-1.json",
+                        "TETHER_PROVIDER_SESSION": SESSION_ID}
+    hooks = json.loads(plan.files[path])["hooks"]
+    assert shlex.split(hooks["SessionStart"][0]["hooks"][0]["command"])[-2:] == [
+        "claude", "SessionStart"]
+
+
+def test_claude_resume_drops_continue_and_session_flags(ctx: SessionContext) -> None:
+    argv = ["claude", "--continue", "--session-id", "1111", "--fork-session", "-n", "work",
+            "--", "-not-an-option"]
+    plan = ClaudeProvider().resume(argv, SESSION_ID, "/snap", ctx)
+    assert plan.argv[:3] == ["claude", "--resume", SESSION_ID]
+    assert plan.argv[5:] == ["-n", "work"]
+
+
+def test_claude_resume_without_a_session_id_continues(ctx: SessionContext) -> None:
+    plan = ClaudeProvider().resume(["claude", "--model", "opus", "hello"], None, "/snap", ctx)
+    assert plan.argv[:2] == ["claude", "--continue"]
+    assert plan.argv[-2:] == ["--model", "opus"]
+    assert plan.env == {"TETHER_DRAIN_SNAPSHOT": "/snap"}
+
+
+# ------------------------------------------------------------------------- claude hooks
+
+
+def test_claude_session_start_captures_the_session_id() -> None:
+    ev = ClaudeProvider().parse_hook("SessionStart", load(CLAUDE / "SessionStart.json"))
+    assert ev.kind == "session_start"
+    assert ev.provider_session_id == SESSION_ID
+    assert ev.transcript_path is not None and ev.transcript_path.endswith(f"{SESSION_ID}.jsonl")
+    assert ev.model == "claude-sonnet-4-5-20250929"
+    assert ClaudeProvider().reply(ev, True, "").stdout == b""  # stdout would become context
+
+
+def stop_payload(transcript: Path, **changes: Any) -> dict[str, Any]:
+    payload = load(CLAUDE / "Stop.json")
+    payload["transcript_path"] = str(transcript)
+    payload.update(changes)
+    return payload
+
+
+def test_claude_stop_is_a_turn_with_usage_from_the_transcript() -> None:
+    ev = ClaudeProvider().parse_hook("Stop", stop_payload(CLAUDE / "transcript.jsonl"))
+    assert ev.kind == "turn_end"
+    assert ev.provider_session_id == SESSION_ID
+    assert ev.model == "claude-sonnet-4-5-20250929"
+    u = ev.usage
+    assert u is not None
+    # Last assistant message: 7 input + 600 cache writes + 28,300 cache reads + 290 output.
+    assert u.context_tokens == 29_197
+    assert u.context_window == 200_000
+    assert u.context_pct == pytest.approx(14.5985)
+    # This turn's tokens: the two API messages after the last prompt (msg_03, msg_04).
+    assert (u.input_tokens, u.output_tokens) == (12, 700)
+    assert (u.cache_read_tokens, u.cache_creation_tokens) == (55_800, 1_400)
+    assert ev.messages == [
+        {"role": "user", "content": "Also add a test for the limiter."},
+        {"role": "assistant", "content": load(CLAUDE / "Stop.json")["last_assistant_message"]},
+    ]
+
+
+def test_claude_first_turn_counts_each_api_message_once(tmp_path: Path) -> None:
+    # The transcript as it was when the first turn ended (its first six lines).
+    first = tmp_path / "first.jsonl"
+    first.write_text("".join((CLAUDE / "transcript.jsonl").read_text().splitlines(True)[:6]))
+    ev = ClaudeProvider().parse_hook("Stop", stop_payload(first))
+    u = ev.usage
+    assert u is not None
+    # msg_01 is written twice (a text block, then a tool_use block): counted once.
+    assert (u.input_tokens, u.output_tokens) == (4 + 6, 180 + 320)
+    assert (u.cache_read_tokens, u.cache_creation_tokens) == (14_000 + 26_000, 12_000 + 1_500)
+    assert u.context_tokens == 6 + 1_500 + 26_000 + 320
+    assert ev.messages[0]["content"].startswith("Add a rate limiter to the API")
+
+
+def test_claude_stop_without_last_assistant_message_reads_the_transcript() -> None:
+    payload = stop_payload(CLAUDE / "transcript.jsonl")
+    del payload["last_assistant_message"]  # older Claude Code releases
+    ev = ClaudeProvider().parse_hook("Stop", payload)
+    assert ev.messages[-1]["role"] == "assistant"
+    assert ev.messages[-1]["content"].startswith("I added tests/test_rate_limit.py")
+
+
+def test_claude_stop_with_an_unreadable_transcript_has_no_usage(tmp_path: Path) -> None:
+    ev = ClaudeProvider().parse_hook("Stop", stop_payload(tmp_path / "gone.jsonl"))
+    assert ev.kind == "turn_end"
+    assert ev.usage is None
+    assert [m["role"] for m in ev.messages] == ["assistant"]
+
+
+def test_claude_transcript_skips_noise(tmp_path: Path) -> None:
+    lines = (CLAUDE / "transcript.jsonl").read_text().splitlines()
+    extra = [
+        "not json",
+        json.dumps({"type": "user", "isMeta": True, "uuid": "m",
+                    "message": {"role": "user", "content": "<command-name>/cost</command-name>"}}),
+        json.dumps({"type": "assistant", "isSidechain": True, "uuid": "s", "message": {
+            "id": "msg_side", "role": "assistant", "model": "claude-haiku-4-5",
+            "content": [{"type": "text", "text": "side"}],
+            "usage": {"input_tokens": 1, "output_tokens": 1, "cache_read_input_tokens": 0,
+                      "cache_creation_input_tokens": 0}}}),
+        json.dumps({"type": "assistant", "uuid": "z", "message": {
+            "id": "msg_syn", "role": "assistant", "model": "<synthetic>",
+            "content": [{"type": "text", "text": "No response requested."}],
+            "usage": {"input_tokens": 0, "output_tokens": 0}}}),
+    ]
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(lines + extra) + "\n")
+    payload = stop_payload(path)
+    del payload["last_assistant_message"]
+    ev = ClaudeProvider().parse_hook("Stop", payload)
+    assert ev.usage is not None and ev.usage.context_tokens == 29_197  # side/synthetic ignored
+    assert ev.usage.output_tokens == 701  # the side chain's tokens were still spent
+    assert ev.model == "claude-sonnet-4-5-20250929"
+
+
+def test_claude_pre_tool_use_and_the_exact_deny_output() -> None:
+    provider = ClaudeProvider()
+    ev = provider.parse_hook("PreToolUse", load(CLAUDE / "PreToolUse.json"))
+    assert ev.kind == "tool_request"
+    assert ev.tool_name == "Bash"
+    assert ev.tool_input == {"command": "pytest tests/test_rate_limit.py -q",
+                             "description": "Run the rate limiter tests"}
+    denied = provider.reply(ev, False, "fenced: context is 93% full; write the handoff")
+    assert denied.exit_code == 0
+    assert denied.stdout == (
+        b'{"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny", '
+        b'"permissionDecisionReason": "fenced: context is 93% full; write the handoff"}}\n')
+    allowed = provider.reply(ev, True, "")
+    assert (allowed.stdout, allowed.exit_code) == (b"", 0)
+
+
+@pytest.mark.parametrize(("event", "kind"), [
+    ("PreCompact", "pre_compact"), ("SessionEnd", "session_end"),
+    ("UserPromptSubmit", "other"), ("Notification", "other"),
+])
+def test_claude_other_events(event: str, kind: str) -> None:
+    provider = ClaudeProvider()
+    ev = provider.parse_hook(event, load(CLAUDE / f"{event}.json"))
+    assert ev.kind == kind
+    assert ev.provider_session_id == SESSION_ID
+    # Only a tool call is ever answered with a decision.
+    assert provider.reply(ev, False, "no").stdout == b""
+
+
+def test_claude_unknown_event_is_a_heartbeat() -> None:
+    ev = ClaudeProvider().parse_hook("PostToolUse", {"session_id": SESSION_ID})
+    assert ev.kind == "other"
+    assert ev.provider_session_id == SESSION_ID
+
+
+def test_claude_context_window_rule() -> None:
+    assert context_window_for("claude-sonnet-4-5-20250929") == 200_000
+    assert context_window_for(None) == 200_000
+    assert context_window_for("claude-sonnet-4-5-20250929[1m]") == 1_000_000
+    assert context_window_for("claude-sonnet-5") == 1_000_000
+    assert context_window_for("claude-opus-4-1", context_tokens=250_000) == 1_000_000
+
+
+# ---------------------------------------------------------------------------- codex
+
+
+def test_codex_launch_adds_the_notify_program(ctx: SessionContext) -> None:
+    argv = ["codex", "--model", "gpt-5-codex", "-c", 'notify=["say"]', "fix the tests"]
+    plan = CodexProvider().launch(argv, ctx)
+    assert plan.argv == ["codex", "-c", notify_override(ctx), "--model", "gpt-5-codex",
+                         "fix the tests"]
+    # The override is valid TOML and names the hook program word for word.
+    assert tomllib.loads(plan.argv[2]) == {
+        "notify": [*ctx.hook_command, "codex", "notify"]}
+    assert plan.files == {}
+
+
+def test_codex_notify_quoting_survives_odd_characters(tmp_path: Path) -> None:
+    ctx = SessionContext(home="", socket="", session="", lineage="", state_dir=str(tmp_path),
+                         hook_command=('/p "q"\\r', "tab\there", "nl\nx", "é✓\x7f"))
+    assert tomllib.loads(notify_override(ctx))["notify"][:4] == list(ctx.hook_command)
+
+
+def test_codex_resume_builds_codex_resume_id(ctx: SessionContext) -> None:
+    argv = ["/opt/bin/codex", "--model", "gpt-5-codex", "-s", "workspace-write",
+            "-i", "a.png", "b.png", "--full-auto", "-c", "model_reasoning_effort=high",
+            "write the tests"]
+    plan = CodexProvider().resume(argv, THREAD_ID, "/h/drain/l-1.json", ctx)
+    assert plan.argv == ["/opt/bin/codex", "resume", THREAD_ID, "--model", "gpt-5-codex",
+                         "-s", "workspace-write", "--full-auto",
+                         "-c", "model_reasoning_effort=high", "-c", notify_override(ctx)]
+    assert plan.env == {"TETHER_DRAIN_SNAPSHOT": "/h/drain/l-1.json",
+                        "TETHER_PROVIDER_SESSION": THREAD_ID}
+
+
+@pytest.mark.parametrize("argv", [
+    ["codex", "exec", "--json", "-o", "out.md", "--model", "gpt-5", "do the task"],
+    ["codex", "resume", "0199-old-id", "--model", "gpt-5"],
+    ["codex", "--model", "gpt-5", "resume", "--last", "--all"],
+])
+def test_codex_resume_from_other_command_lines(argv: list[str], ctx: SessionContext) -> None:
+    plan = CodexProvider().resume(argv, THREAD_ID, "/snap", ctx)
+    assert plan.argv == ["codex", "resume", THREAD_ID, "--model", "gpt-5",
+                         "-c", notify_override(ctx)]
+
+
+def test_codex_resume_without_an_id_takes_the_last(ctx: SessionContext) -> None:
+    plan = CodexProvider().resume(["codex"], None, "/snap", ctx)
+    assert plan.argv == ["codex", "resume", "--last", "-c", notify_override(ctx)]
+
+
+def test_codex_notify_fixture_follows_the_documented_payload() -> None:
+    assert set(load(CODEX / "notify_agent_turn_complete.json")) == {
+        "type", "thread-id", "turn-id", "cwd", "input-messages", "last-assistant-message"}
+    assert CodexProvider.payload_in_argv is True
+
+
+def codex_home_with_rollout(tmp_path: Path) -> Path:
+    home = tmp_path / "codex-home"
+    day = home / "sessions" / "2025" / "10" / "06"
+    day.mkdir(parents=True)
+    for f in CODEX.glob("rollout-*.jsonl"):
+        shutil.copy(f, day / f.name)
+    return home
+
+
+def test_codex_notify_is_a_turn_with_usage_from_the_rollout(tmp_path: Path) -> None:
+    home = codex_home_with_rollout(tmp_path)
+    payload = load(CODEX / "notify_agent_turn_complete.json")
+    ev = CodexProvider(codex_home=str(home)).parse_hook("notify", payload)
+    assert ev.kind == "turn_end"
+    assert ev.provider_session_id == THREAD_ID
+    assert ev.messages == [
+        {"role": "user", "content": payload["input-messages"][0]},
+        {"role": "assistant", "content": payload["last-assistant-message"]},
+    ]
+    assert ev.transcript_path is not None and ev.transcript_path.endswith(f"{THREAD_ID}.jsonl")
+    assert ev.model == "gpt-5-codex"
+    u = ev.usage
+    assert u is not None
+    # The second turn's tokens: totals at its end minus totals when it began
+    # (input 39,451 - 11,643 of which cached 30,592 - 5,376; output 1,630 - 816).
+    assert (u.input_tokens, u.cache_read_tokens, u.output_tokens) == (2_592, 25_216, 814)
+    assert (u.context_tokens, u.context_window) == (15_114, 272_000)
+    assert u.context_pct == pytest.approx(100 * 15_114 / 272_000)
+
+
+def test_codex_first_turn_usage(tmp_path: Path) -> None:
+    home = codex_home_with_rollout(tmp_path)
+    (rollout,) = home.glob("sessions/*/*/*/rollout-*.jsonl")
+    # The rollout as it was when the first turn ended.
+    rollout.write_text("".join(rollout.read_text().splitlines(True)[:9]))
+    ev = CodexProvider(codex_home=str(home)).parse_hook(
+        "notify", load(CODEX / "notify_agent_turn_complete.json"))
+    u = ev.usage
+    assert u is not None
+    assert (u.input_tokens, u.cache_read_tokens, u.output_tokens) == (11_643 - 5_376, 5_376, 816)
+    assert u.context_tokens == 12_459
+
+
+def test_codex_home_comes_from_the_environment(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CODEX_HOME", str(codex_home_with_rollout(tmp_path)))
+    ev = CodexProvider().parse_hook("notify", load(CODEX / "notify_agent_turn_complete.json"))
+    assert ev.usage is not None
+
+
+def test_codex_notify_without_a_rollout_has_no_usage(tmp_path: Path) -> None:
+    payload = load(CODEX / "notify_agent_turn_complete.json")
+    payload["last-assistant-message"] = None
+    ev = CodexProvider(codex_home=str(tmp_path)).parse_hook("notify", payload)
+    assert ev.kind == "turn_end"
+    assert ev.usage is None and ev.transcript_path is None
+    assert [m["role"] for m in ev.messages] == ["user"]
+
+
+def test_codex_other_notifications_are_heartbeats(tmp_path: Path) -> None:
+    provider = CodexProvider(codex_home=str(tmp_path))
+    ev = provider.parse_hook("notify", {"type": "approval-requested", "thread-id": THREAD_ID})
+    assert ev.kind == "other"
+    assert ev.provider_session_id == THREAD_ID
+    # notify is fire-and-forget: there is nothing to answer, even when fenced.
+    assert provider.reply(HookEvent(kind="turn_end"), False, "fenced").stdout == b""
