@@ -255,3 +255,81 @@ def test_ps_shows_agent_columns(daemon: DaemonProc, tmp_path: Path) -> None:
     assert b"LIFECYCLE" in r.stdout and b"HEALTHY" in r.stdout and b"42%" in r.stdout
     rows = json.loads(daemon.cli("ps", "--json").stdout)
     assert rows[0]["agent"]["turns"] == 1 and rows[0]["agent"]["heartbeat"] == "ACTIVE"
+
+
+FAKE_CLAUDE = """#!{python}
+# A stand-in for Claude Code, which cannot run here (no network for its model): it
+# reads the --settings file tether passes and fires the recorded hook payloads
+# through the hook commands exactly as Claude Code would (JSON on stdin).
+import json, os, subprocess, sys
+args = sys.argv[1:]
+settings = json.load(open(args[args.index("--settings") + 1]))
+fixtures = {fixtures!r}
+out = open(os.environ["FAKE_LOG"], "a")
+def fire(event, **patch):
+    payload = json.load(open(os.path.join(fixtures, event + ".json")))
+    payload.update(patch)
+    for group in settings["hooks"].get(event, []):
+        for hook in group["hooks"]:
+            r = subprocess.run(hook["command"], shell=True, capture_output=True,
+                               input=json.dumps(payload).encode())
+            out.write(json.dumps({{"event": event, "code": r.returncode,
+                                   "stdout": r.stdout.decode()}}) + "\\n")
+            out.flush()
+transcript = os.path.join(fixtures, "transcript.jsonl")
+fire("SessionStart", session_id="sess-42", transcript_path=transcript)
+fire("PreToolUse", session_id="sess-42", transcript_path=transcript)
+fire("Stop", session_id="sess-42", transcript_path=transcript)
+fire("PreToolUse", session_id="sess-42", transcript_path=transcript)
+fire("PreToolUse", session_id="sess-42", transcript_path=transcript)
+fire("SessionEnd", session_id="sess-42", transcript_path=transcript)
+"""
+
+
+def test_claude_provider_end_to_end_with_recorded_hooks(daemon: DaemonProc,
+                                                        tmp_path: Path) -> None:
+    """Claude Code itself cannot run here; a stand-in fires its recorded hook payloads
+    through the settings file and hook program tether wires up."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "claude"
+    fake.write_text(FAKE_CLAUDE.format(
+        python=sys.executable, fixtures=str(Path(__file__).parent / "fixtures" / "claude")))
+    fake.chmod(0o755)
+    log = tmp_path / "hooks.log"
+    c = daemon.client()
+    lin = c._call("agent.start", {
+        "argv": ["claude", "--model", "opus"], "dying_pct": 1.0, "aging_pct": 0.5,
+        "env": {"PATH": f"{bindir}:{os.environ['PATH']}", "FAKE_LOG": str(log)}})
+    assert lin["provider"] == "claude"
+    wait_for(lambda: log.exists() and len(log.read_text().splitlines()) == 6, timeout=20)
+    calls = [json.loads(x) for x in log.read_text().splitlines()]
+    assert [c_["event"] for c_ in calls] == ["SessionStart", "PreToolUse", "Stop",
+                                             "PreToolUse", "PreToolUse", "SessionEnd"]
+    assert all(c_["code"] == 0 for c_ in calls)
+    assert calls[1]["stdout"] == ""  # allowed: Claude's own permission flow decides
+    assert calls[3]["stdout"] == ""  # DYING: the one finalization call
+    deny = json.loads(calls[4]["stdout"])  # DRAINING: fenced, in Claude's deny format
+    assert deny["hookSpecificOutput"]["hookEventName"] == "PreToolUse"
+    assert deny["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert "fenced" in deny["hookSpecificOutput"]["permissionDecisionReason"]
+    rec = lineage(c, lin["id"])
+    assert rec["provider_session_id"] == "sess-42"
+    assert rec["turns"] == 1 and rec["context_pct"] is not None
+    assert rec["lifecycle"] in ("DRAINING", "DEAD")
+    snap = snapshot.read(daemon.home / "drain" / f"{lin['id']}.json")
+    assert snap["provider_session_id"] == "sess-42" and snap["messages"]
+
+
+def test_interactive_agent_idle_at_its_prompt_is_not_killed(fast_daemon: DaemonProc,
+                                                           tmp_path: Path) -> None:
+    """After a turn, a terminal agent waits for its user: silence then is not a hang."""
+    c = fast_daemon.client()
+    lin = start_agent(c, tmp_path, "--pcts", "10", "--linger", "60", tty=True,
+                      stale_after=0.3, crashed_after=0.8)
+    wait_for(lambda: any(x["event"] == "done" for x in log_lines(tmp_path)))
+    import time
+
+    time.sleep(2.5)  # three times the CRASHED threshold, with the tick every 0.2 s
+    rec = lineage(c, lin["id"])
+    assert rec["status"] == "ACTIVE" and rec["attempt"] == 1

@@ -640,13 +640,19 @@ def agent_handoff(text: str | None) -> None:
 @agent.command("hook", hidden=True)
 @click.argument("provider")
 @click.argument("event")
-def agent_hook(provider: str, event: str) -> None:
-    """Called by an agent's own hooks: read the payload on stdin, answer in its format."""
+@click.argument("payload_arg", required=False)
+def agent_hook(provider: str, event: str, payload_arg: str | None) -> None:
+    """Called by an agent's own hooks: read the payload (stdin, or the last argument for
+    agents that pass it so), answer in the agent's format."""
     import base64
     import json
 
+    from tether.agent.providers import REGISTRY
+
     s = _session()
-    raw = sys.stdin.read()
+    prov = REGISTRY.get(provider)
+    in_argv = prov is not None and prov.payload_in_argv
+    raw = (payload_arg or "") if in_argv else sys.stdin.read()
     try:
         payload = json.loads(raw) if raw.strip() else {}
     except ValueError:

@@ -71,6 +71,8 @@ class AgentService:
         self._hung_kills: set[str] = set()  # exec ids we cancelled as hung
         self._successor_wanted: list[str] = []  # DEAD lineages whose successor is due
         self._tool_calls: dict[str, int] = {}  # for heartbeat.json toolCallsCount
+        # Interactive sessions whose last turn ended: waiting for their user, not hung.
+        self._awaiting_user: dict[str, float] = {}
         self.wake = asyncio.Event()
         execs.on_terminal.append(self._on_exec_terminal)
 
@@ -146,6 +148,7 @@ class AgentService:
 
     def touch(self, rec: LineageRecord) -> None:
         self._heartbeat[rec.id] = time.time()
+        self._awaiting_user.pop(rec.id, None)
 
     # ------------------------------------------------------------------ start
     async def start(self, cfg: AgentConfig, name: str | None) -> LineageRecord:
@@ -303,6 +306,7 @@ class AgentService:
 
     def _forget(self, lineage: str) -> None:
         self._heartbeat.pop(lineage, None)
+        self._awaiting_user.pop(lineage, None)
         self._hb_class.pop(lineage, None)
         self._messages.pop(lineage, None)
 
@@ -379,6 +383,9 @@ class AgentService:
             self._write_worktree_heartbeat(rec, now)
         if cls != lc.HeartbeatClass.CRASHED:
             return
+        waiting = self._awaiting_user.get(rec.id)
+        if waiting is not None and self._last_sign_of_life(rec) <= waiting + 1.0:
+            return  # an interactive agent idle at its prompt after a turn is not hung
         x = self.store.get_exec(rec.exec_id) if rec.exec_id else None
         if x is None:
             return
@@ -455,6 +462,8 @@ class AgentService:
             data={"turn": turn_no, "context_pct": context_pct}))
         if after != before:
             self._lifecycle_event(rec, before, after, "turn report")
+        if rec.config.tty:
+            self._awaiting_user[rec.id] = time.time()
         self._update_worktree(rec)
         if after == lc.Lifecycle.DEAD and rec.exec_id and self.execs.tasks is not None:
             # Reap after the reply has reached the agent, not before.

@@ -82,6 +82,9 @@ class Provider:
     name = "base"
     # Names of argv[0] (basename) that select this provider in ``tether run NAME ...``.
     commands: tuple[str, ...] = ()
+    # True when the agent passes the hook payload as the last argument (Codex's notify)
+    # instead of on stdin; the hook program must then not read stdin at all.
+    payload_in_argv = False
 
     def launch(self, argv: list[str], ctx: SessionContext) -> LaunchPlan:
         raise NotImplementedError
