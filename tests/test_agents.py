@@ -333,3 +333,46 @@ def test_interactive_agent_idle_at_its_prompt_is_not_killed(fast_daemon: DaemonP
     time.sleep(2.5)  # three times the CRASHED threshold, with the tick every 0.2 s
     rec = lineage(c, lin["id"])
     assert rec["status"] == "ACTIVE" and rec["attempt"] == 1
+
+
+def test_worktree_sessions_keep_agent_state_and_refuse_foreign_issues(
+        daemon: DaemonProc, tmp_path: Path) -> None:
+    import subprocess
+
+    from tether.agent import worktree as wt
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for cmd in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "init"]):
+        subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t",
+                        *cmd], check=True)
+    run = ["run", "--agent", "generic", "-d", "--worktree", "fix-1", "--issue", "ABC-1", "--",
+           sys.executable, AGENT, "--log", str(tmp_path / "agent.log"), "--pcts", "33",
+           "--linger", "30"]
+    r = subprocess.run([*TETHER_CLI(daemon), *run], cwd=repo, capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    tree = tmp_path / "repo.worktrees" / "fix-1"
+    assert (tree / ".git").exists()
+    wait_for(lambda: any(x["event"] == "done" for x in log_lines(tmp_path)))
+    st = wt.read(tree)
+    assert st.issue_identifier == "ABC-1" and st.provider_name == "generic"
+    assert st.tether_lineage and st.attempt_count == 1 and st.status == "ACTIVE"
+    raw = json.loads((tree / ".agent" / "state.json").read_text())
+    assert raw["issueIdentifier"] == "ABC-1" and isinstance(raw["lastUpdatedAt"], int)
+    other = [*run[:6], "--issue", "XYZ-9", *run[8:]]
+    r = subprocess.run([*TETHER_CLI(daemon), *other], cwd=repo, capture_output=True,
+                       timeout=60)
+    assert r.returncode == 1 and b"belongs to issue ABC-1" in r.stderr
+    r = subprocess.run([*TETHER_CLI(daemon), *other[:8], "--force", *other[8:]], cwd=repo,
+                       capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    wait_for(lambda: wt.read(tree).issue_identifier == "XYZ-9")
+    bad = [*run[:5], "--issue", *run[6:]]  # a branch named like an option
+    r = subprocess.run([*TETHER_CLI(daemon), *bad], cwd=repo, capture_output=True, timeout=60)
+    assert r.returncode == 2 and b"not a valid git branch name" in r.stderr
+
+
+def TETHER_CLI(d: DaemonProc) -> list[str]:
+    from tests.harness import TETHER
+
+    return [*TETHER, "--home", str(d.home)]

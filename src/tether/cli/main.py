@@ -181,6 +181,10 @@ def _prepare_worktree(branch: str, cwd: str) -> str:
 
     if branch == ".":
         return cwd
+    ok = not branch.startswith("-") and subprocess.run(
+        ["git", "check-ref-format", "--branch", branch], capture_output=True).returncode == 0
+    if not ok:
+        _die(f"--worktree {branch!r} is not a valid git branch name", 2)
     try:
         top = subprocess.run(["git", "-C", cwd, "rev-parse", "--show-toplevel"], check=True,
                              capture_output=True, text=True).stdout.strip()

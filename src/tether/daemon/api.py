@@ -41,8 +41,10 @@ def claim_worktree(path: str, issue: str | None, *, force: bool, provider: str) 
     if not os.path.isdir(path):
         raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
                           f"worktree {path!r} is not an existing directory")
+    if not issue:
+        return  # no issue to guard; the session still keeps .agent/state.json current
     try:
-        wt.claim_for_issue(path, issue or "", force=force, provider_name=provider)
+        wt.claim_for_issue(path, issue, force=force, provider_name=provider)
     except wt.IdentifierMismatch as e:
         raise TetherError(RpcCode.CONFLICT, "WORKTREE_IN_USE", str(e),
                           {"worktree": path}) from None
