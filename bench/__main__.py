@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
-from bench import logs, memory, recovery, rpc, start_latency
+from bench import logs, memory, recovery, rpc, start_latency, terminal
 from bench.harness import (
     BenchResult,
     Options,
@@ -33,9 +33,10 @@ BENCHMARKS: dict[str, Runner] = {
     "rpc": lambda o, c: rpc.run(o),
     "logs": lambda o, c: logs.run(o),
     "memory": memory.run,
+    "terminal": lambda o, c: terminal.run(o),
 }
 ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
-           "mem": "memory"}
+           "mem": "memory", "tty": "terminal", "pty": "terminal"}
 
 
 def _names(value: str) -> list[str]:

@@ -9,12 +9,13 @@ Synchronisation is by markers, never by sleeps: a typed ``echo tag$((40+2))`` pr
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
 import re
 import shlex
 import signal
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,6 +28,7 @@ import pytest
 from tests.harness import TETHER, DaemonProc, RawConn, wait_for
 from tether.cli.main import _EscapeStripper
 from tether.cli.terminal import BadDetachKeys, DetachMatcher, parse_detach_keys
+from tether.client.attach import Attachment
 from tether.client.errors import TetherError
 
 TIMEOUT = 10
@@ -129,13 +131,15 @@ def state(daemon: DaemonProc, xid: str) -> str:
         return s
 
 
-SIZE_CMD = 'echo "sz[$(stty size)]"\r'
-SIZE_RE = rb"sz\[(\d+) (\d+)\]"
+_sizes = itertools.count()
 
 
 def stty_size(child: pexpect.spawn) -> tuple[int, int]:
-    child.send(SIZE_CMD)
-    child.expect(SIZE_RE)
+    """The program's idea of its window size (each query tagged: every client sees every
+    answer)."""
+    n = next(_sizes)
+    child.send(f'echo "sz{n}[$(stty size)]"\r')
+    child.expect(rf"sz{n}\[(\d+) (\d+)\]".encode())
     m = child.match
     return int(m.group(1)), int(m.group(2))
 
@@ -284,7 +288,6 @@ def test_most_recently_active_client_sets_the_size(terms: Terminals,
     small.setwinsize(40, 120)
     wait_stty_size(small, (40, 120))
     assert stty_size(big) == (30, 100)
-    small.expect_exact("sz[30 100]")  # every client sees what the program prints
 
     def resizes() -> list[tuple[int, int]]:
         return [(e["data"]["rows"], e["data"]["cols"]) for e in events_of(daemon, xid)
@@ -362,10 +365,8 @@ def screen_until(child: pexpect.spawn, rows: int, cols: int,
         left = deadline - time.monotonic()
         if left <= 0:
             raise AssertionError("screen never matched:\n" + "\n".join(screen.display))
-        try:
+        with contextlib.suppress(pexpect.TIMEOUT):
             stream.feed(child.read_nonblocking(65536, timeout=min(left, 0.5)))
-        except pexpect.TIMEOUT:
-            pass
 
 
 def shows(counter: int, rows: int, cols: int) -> Callable[[list[str]], bool]:
@@ -509,11 +510,13 @@ def test_run_it_exits_with_the_programs_code(terms: Terminals) -> None:
                    "the client attaches fails (ConnectionResetError traceback or 'not running') "
                    "instead of exiting with the program's code")
 def test_run_it_of_a_program_that_ends_at_once_exits_with_its_code(terms: Terminals) -> None:
-    child = terms.tether("run", "-it", "--", "sh", "-c", "echo quick; exit 7")
-    status, text = finished(child)
-    assert b"Traceback" not in text
-    assert b"quick" in text
-    assert status == 7, text
+    # A race the program mostly wins: try until it shows (once, mostly), at most 10 times.
+    for _ in range(10):
+        child = terms.tether("run", "-it", "--", "sh", "-c", "echo quick; exit 7")
+        status, text = finished(child)
+        assert b"Traceback" not in text
+        assert b"quick" in text
+        assert status == 7, text
 
 
 def test_killed_program_reports_the_signal(terms: Terminals) -> None:
@@ -587,14 +590,33 @@ def test_logs_plain_with_charset_and_keypad_escapes(terms: Terminals,
     assert plain.stdout == b"abcde\nlast line\n"
 
 
+def monitor_connections(sock: str) -> int:
+    """Connections a monitor has accepted on its socket (the daemon's watcher included)."""
+    with open("/proc/net/unix") as f:
+        rows = [line.split() for line in f]
+    return sum(1 for r in rows if len(r) >= 8 and r[7] == sock and r[5] == "03")
+
+
+def read_to_prompt(att: Attachment, marker: bytes) -> bytes:
+    """Read past ``marker`` up to the next prompt: the shell is then idle."""
+    out = att.read_until(marker)
+    deadline = time.monotonic() + TIMEOUT
+    while not out.endswith(b"$ "):
+        assert time.monotonic() < deadline, out
+        out += att.read(timeout=1)
+    return out
+
+
 def test_attach_detach_resize_events(terms: Terminals, daemon: DaemonProc) -> None:
     xid = terms.start()
+    sock = daemon.handles(xid)["socket"]
+    wait_for(lambda: monitor_connections(sock) == 1, what="the daemon to watch the terminal")
     c = daemon.client()
     att = c.attach(xid, rows=20, cols=70)
     client_id = att.info["client"]
     att.resize(31, 99)
-    att.write(SIZE_CMD)
-    att.read_until(b"sz[31 99]")
+    att.write('echo "sz[$(stty size)]"\r')
+    read_to_prompt(att, b"sz[31 99]")
     att.detach()
 
     def mine() -> list[dict[str, Any]]:
@@ -612,18 +634,71 @@ def test_attach_detach_resize_events(terms: Terminals, daemon: DaemonProc) -> No
     assert (second["data"]["rows"], second["data"]["cols"]) == (31, 99)
     assert detach_ev["reason"] == "detached"
     assert all(e["sandbox"] == "default" and e["reason"] for e in evs)
+    # The CLI's own detach and a client that just goes away are journaled too.
+    a = terms.attach(xid)
+    detach(a)
+    wait_for(lambda: sum(e["type"] == "exec.detach" for e in events_of(daemon, xid)) == 2,
+             what="the CLI's detach")
 
 
+@pytest.mark.xfail(strict=True, reason="BUG: exec.start replies before the daemon's watcher is "
+                   "connected to the monitor, so an attach right after the start (as `tether "
+                   "run -it` does) is often never journaled")
 def test_attach_right_after_start_is_journaled(daemon: DaemonProc) -> None:
     c = daemon.client()
-    x = c.exec_start(SHELL, tty=True, rows=24, cols=80)
-    with c.attach(x["id"], rows=25, cols=81) as att:
-        client_id = att.info["client"]
 
-    def attached() -> bool:
-        return any(e["type"] == "exec.attach" and e["data"].get("client") == client_id
-                   for e in events_of(daemon, x["id"]))
-    wait_for(attached, what="the attach event")
+    def attach_events(xid: str) -> set[int]:
+        return {e["data"]["client"] for e in events_of(daemon, xid)
+                if e["type"] == "exec.attach"}
+
+    # A race: try until an attach is lost (once, mostly), at most 20 times. Stopping the
+    # daemon right after the reply only widens the window; a journal that is complete by
+    # design records the attach once the daemon runs again.
+    missed = []
+    for _ in range(20):
+        x = c.exec_start(["sleep", "60"], tty=True)
+        os.kill(daemon.pid, signal.SIGSTOP)
+        try:
+            early = Attachment(x["socket"])
+        finally:
+            os.kill(daemon.pid, signal.SIGCONT)
+        with early:
+            # Our client and the daemon's watcher, now surely connected.
+            wait_for(lambda s=x["socket"]: monitor_connections(s) == 2, what="the watcher")
+            with Attachment(x["socket"]) as late:
+                wait_for(lambda i=x["id"], n=late.info["client"]: n in attach_events(i),
+                         what="the later attach journaled")
+            if early.info["client"] not in attach_events(x["id"]):
+                missed.append(x["id"])
+                break
+    assert not missed
+
+
+@pytest.mark.xfail(strict=True, reason="BUG: a monitor that has output queued for a client "
+                   "flushes before it reads, so a detach is journaled as 'connection lost'")
+def test_detach_with_output_queued_is_journaled_as_a_detach(daemon: DaemonProc) -> None:
+    c = daemon.client()
+    script = "read x; head -c 1000000 /dev/zero | tr '\\0' x; exec sleep 60"
+    x = c.exec_start(["sh", "-c", script], tty=True)
+    wait_for(lambda: monitor_connections(x["socket"]) == 1, what="the watcher")
+    att = c.attach(x["id"], replay=0)
+    att.write("go\r")  # then read nothing: the monitor queues the output for us
+    # All of it is out ("go\r\n" echoed, then the x's) and the monitor is idle again.
+    wait_for(lambda: os.path.getsize(x["pty_path"]) == 1_000_004, what="the output")
+    with RawConn(Path(x["socket"])) as conn:
+        conn.send_obj({"op": "ping"})
+        conn.recv_obj()
+    monitor = daemon.handles(x["id"])["monitor"]["pid"]
+    os.kill(monitor, signal.SIGSTOP)  # a busy monitor: it sees the detach and the close at once
+    try:
+        att.detach()
+    finally:
+        os.kill(monitor, signal.SIGCONT)
+
+    def detaches() -> list[dict[str, Any]]:
+        return [e for e in events_of(daemon, x["id"]) if e["type"] == "exec.detach"]
+    wait_for(detaches, what="the detach event")
+    assert detaches()[0]["reason"] == "detached"
 
 
 # ---------------------------------------------------------------------- SDK
@@ -636,7 +711,7 @@ def test_sdk_attachment_write_read_resize_detach(daemon: DaemonProc) -> None:
         att.write(b"echo sdk$((40+2))\r")
         assert b"sdk42" in att.read_until(b"sdk42")
         att.resize(40, 120)
-        att.write(SIZE_CMD)
+        att.write('echo "sz[$(stty size)]"\r')
         att.read_until(b"sz[40 120]")
         assert att.read(timeout=0.01) is not None  # nothing pending is not an error
     assert att.closed
@@ -779,20 +854,24 @@ def test_escape_stripper_keeps_lone_cr_and_text() -> None:
     assert _strip([b"plain text, no escapes\n"]) == b"plain text, no escapes\n"
 
 
-def test_escape_stripper_sequences_split_across_chunks() -> None:
-    raw = b"a\x1b[1;31mred\x1b[0m b\x1b]0;title\x07c\x1b[?25ld"
-    want = b"ared bcd"
+def test_escape_stripper_csi_split_across_chunks() -> None:
+    raw = b"a\x1b[1;31mred\x1b[0m b\x1b[?25lc\x1b[10;20Hd\x1bMe"
+    want = b"ared bcde"
     assert _strip([raw]) == want
     assert _strip([bytes([b]) for b in raw]) == want
     for cut in range(len(raw) + 1):
         assert _strip([raw[:cut], raw[cut:]]) == want, cut
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: _EscapeStripper leaks an OSC whose ST (ESC \\) "
-                   "starts a new chunk, and keeps the \\r of a \\r\\n split across chunks")
-def test_escape_stripper_st_and_crlf_split_across_chunks() -> None:
-    raw = b"x\x1b]0;title\x1b\\y\r\nz"
-    want = b"xy\nz"
+@pytest.mark.xfail(strict=True, reason="BUG: _EscapeStripper takes the ESC ] that opens an OSC "
+                   "for a complete two-byte escape, so an OSC split across chunks leaks its "
+                   "text; and it keeps the \\r of a \\r\\n split across chunks")
+@pytest.mark.parametrize(("raw", "want"), [
+    (b"x\x1b]0;title\x07y", b"xy"),
+    (b"x\x1b]0;t\x1b\\y", b"xy"),
+    (b"a\r\nb", b"a\nb"),
+])
+def test_escape_stripper_osc_and_crlf_split_across_chunks(raw: bytes, want: bytes) -> None:
     assert _strip([raw]) == want
     for cut in range(len(raw) + 1):
         assert _strip([raw[:cut], raw[cut:]]) == want, cut
