@@ -232,7 +232,7 @@ def _attach_terminal(c: Client, ref: str, keys: bytes, *, read_only: bool = Fals
     att = c.attach(ref, read_only=read_only, rows=size[0] if size else None,
                    cols=size[1] if size else None, replay=replay)
     exec_id = att.info["exec"]
-    with raw_terminal(in_fd if not read_only else -1):
+    with raw_terminal(in_fd):
         result = copy_loop(att, stdin_fd=in_fd, stdout_fd=out_fd, detach_keys=keys,
                            forward_input=not read_only)
     if result.how == "detached":

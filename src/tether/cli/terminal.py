@@ -127,7 +127,8 @@ def copy_loop(att: Attachment, *, stdin_fd: int, stdout_fd: int, detach_keys: by
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     old_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     old_winch = signal.signal(signal.SIGWINCH, lambda *_: None)
-    reading = [att.fileno(), wake_r] + ([stdin_fd] if forward_input else [])
+    # Read-only clients read the keyboard too, for the detach keys; nothing is sent.
+    reading = [att.fileno(), wake_r, stdin_fd]
     try:
         pending = att.read(0)  # anything already buffered (e.g. the replay)
         while True:
@@ -147,11 +148,11 @@ def copy_loop(att: Attachment, *, stdin_fd: int, stdout_fd: int, detach_keys: by
                 data = os.read(stdin_fd, 65536)
                 if not data:
                     reading.remove(stdin_fd)
-                    if not att.info.get("tty"):
+                    if forward_input and not att.info.get("tty"):
                         att.close_stdin()
                     continue
                 send, detached = matcher.feed(data)
-                if send:
+                if send and forward_input:
                     att.write(send)
                 if detached:
                     att.detach()

@@ -38,9 +38,14 @@ class Attachment:
                               "the exec is not running (its monitor socket is gone)") from None
         hello = {"op": "attach", "read_only": read_only, "rows": rows or 0, "cols": cols or 0,
                  "replay": replay}
-        self.sock.sendall(json.dumps(hello).encode() + b"\n")
         self._buf = bytearray()
-        line = self._read_line()
+        try:
+            self.sock.sendall(json.dumps(hello).encode() + b"\n")
+            line = self._read_line()
+        except OSError as e:  # includes a timeout
+            self.sock.close()
+            raise TetherError(RpcCode.INVALID_STATE, "NOT_RUNNING",
+                              f"the exec's monitor did not answer the attach: {e}") from None
         reply: dict[str, Any] = json.loads(line)
         if not reply.get("ok"):
             self.sock.close()
@@ -149,19 +154,21 @@ class Attachment:
 
 def find_socket(layout: HomeLayout, ref: str) -> Path:
     """Find a running exec's monitor socket from the files alone (no daemon needed)."""
-    matches: list[Path] = []
+    exact: list[Path] = []
+    prefix: list[Path] = []
     for h in layout.run.glob("*.handles.json"):
         exec_id = h.name.split(".", 1)[0]
         try:
             data = json.loads(h.read_text())
         except (OSError, ValueError):
             continue
+        sock = Path(data.get("socket", layout.run / f"{exec_id}.sock"))
         if exec_id == ref or data.get("name") == ref:
-            matches = [Path(data.get("socket", layout.run / f"{exec_id}.sock"))]
-            break
-        if exec_id.startswith(ref):
-            matches.append(Path(data.get("socket", layout.run / f"{exec_id}.sock")))
-    live = [m for m in matches if m.exists()]
+            exact.append(sock)
+        elif exec_id.startswith(ref):
+            prefix.append(sock)
+    # A name may belong to ended execs too: only a live socket counts.
+    live = [m for m in exact if m.exists()] or [m for m in prefix if m.exists()]
     if len(live) == 1:
         return live[0]
     if len(live) > 1:

@@ -223,8 +223,9 @@ class ExecService:
         writer: asyncio.StreamWriter | None = None
         try:
             reader, writer = await asyncio.open_unix_connection(str(self.paths(rec).socket))
-            # Resume from what the journal already has: exactly once across restarts.
-            since = self.store.count_exec_events(rec.id, TERMINAL_EVENTS)
+            # Resume after the last event the journal has (the monitor's own numbering):
+            # exactly once across restarts, even if the monitor dropped old events.
+            since = self.store.max_exec_event_n(rec.id, TERMINAL_EVENTS) + 1
             writer.write(json.dumps({"op": "watch", "since": since}).encode() + b"\n")
             await writer.drain()
             await reader.readline()
@@ -233,7 +234,7 @@ class ExecService:
                 kind = ev.pop("event", None)
                 if kind == "exit":
                     return
-                n = ev.pop("n", since)
+                n = int(ev.get("n", since))
                 if n < since:
                     continue
                 since = n + 1
@@ -300,6 +301,9 @@ class ExecService:
                 rec = self._commit(self.store.transition_exec(
                     rec.id, ExecState.RUNNING, started_at=started_at,
                     reason="started while the daemon was down"))
+                pending = self._pending_cancel.pop(rec.id, None)
+                if pending is not None and self.tasks is not None:
+                    self.tasks.create_task(self._cancel_quietly(rec, *pending))
             if insp.handles is not None:
                 self._pids[rec.id] = insp.handles["child"]["pid"]
             if rec.id not in self._watches:
@@ -373,6 +377,13 @@ class ExecService:
             return rec
         await self._send_cancel(rec, sig, grace, reason)
         return self.store.get_exec(rec.id) or rec
+
+    async def _cancel_quietly(self, rec: ExecRecord, sig: int, grace: float,
+                              reason: str) -> None:
+        try:
+            await self._send_cancel(rec, sig, grace, reason)
+        except Exception:  # never into the daemon's TaskGroup
+            log.exception("queued cancel of %s failed", rec.id)
 
     async def _send_cancel(self, rec: ExecRecord, sig: int, grace: float, reason: str) -> None:
         paths = self.paths(rec)

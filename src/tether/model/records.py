@@ -15,12 +15,50 @@ import msgspec
 DEFAULT_SANDBOX = "default"
 
 
-class SandboxSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """The resolved spec of a sandbox, as the user asked for it."""
+class MountSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
+    source: str  # absolute, symlinks resolved, must exist
+    target: str  # absolute path inside the sandbox
+    mode: str = "ro"  # ro | rw
 
-    runtime: str = "process"
-    workspace: str | None = None
+
+class ResourceSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
+    memory: int | None = None  # bytes
+    cpus: float | None = None
+    pids: int | None = None
+
+
+class HealthCheckSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
+    command: list[str]  # run inside the container; healthy when it exits 0
+    interval: float = 1.0
+    timeout: float = 5.0
+    retries: int = 30
+    start_period: float = 0.0
+
+
+class CompanionSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
+    name: str
+    image: str
     env: dict[str, str] = msgspec.field(default_factory=dict)
+    command: list[str] | None = None
+    health: HealthCheckSpec | None = None
+    required: bool = True
+
+
+class SandboxSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """The resolved spec of a sandbox: what the store keeps after YAML parsing,
+    parameter substitution and ``--set`` overrides (source 000's sandbox-config)."""
+
+    runtime: str = "process"  # process | bwrap | docker ("auto" is resolved at create)
+    workspace: str | None = None  # host directory, mounted read-write
+    workspace_target: str | None = None  # where it appears inside (default: same path)
+    image: str | None = None  # docker only
+    mounts: list[MountSpec] = msgspec.field(default_factory=list)
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    network: str | None = None  # none | private | host (None: the runtime's default)
+    resources: ResourceSpec | None = None
+    companions: list[CompanionSpec] = msgspec.field(default_factory=list)
+    idle_timeout: float | None = None  # seconds with no running exec and no client
+    ttl: float | None = None  # seconds after creation before it is deleted
     labels: dict[str, str] = msgspec.field(default_factory=dict)
 
 

@@ -133,6 +133,7 @@ class Client:
         self.rows = 0
         self.cols = 0
         self.writable_wanted = False
+        self.replay_left = 0  # replay bytes still queued (exempt from the backlog limit)
 
 
 class Monitor:
@@ -158,6 +159,8 @@ class Monitor:
         self.rows = int(spec.get("rows") or 24)
         self.cols = int(spec.get("cols") or 80)
         self.active: Client | None = None  # the most recently active attached client
+        self.paused: set[Client] = set()  # attach clients not read while input is full
+        self.pending_eof = False
         self.tty_events: list[dict[str, Any]] = []  # attach/detach/resize, numbered
         self.tty_events_base = 0
 
@@ -389,11 +392,13 @@ class Monitor:
     def _input_fd(self) -> int:
         return self.master if self.master >= 0 else self.stdin_w
 
+    def _input_full(self) -> bool:
+        return len(self.input) >= MAX_INPUT_BACKLOG
+
     def _write_input(self, data: bytes) -> None:
         if self._input_fd() < 0:
             return
-        room = MAX_INPUT_BACKLOG - len(self.input)
-        self.input += data[:max(0, room)]
+        self.input += data  # callers stop reading clients while it is full
         self._flush_input()
 
     def _flush_input(self) -> None:
@@ -408,6 +413,15 @@ class Monitor:
                 break
             del self.input[:n]
         self._want_writable_input(bool(self.input))
+        if not self._input_full() and self.paused:
+            for c in list(self.paused):  # the program caught up: read clients again
+                self.paused.discard(c)
+                if c.fd in self.clients:
+                    self._set_mask(c)
+                    self._process_frames(c)
+        if not self.input and self.pending_eof:
+            self.pending_eof = False
+            self._close_stdin()
 
     def _want_writable_input(self, want: bool) -> None:
         fd = self._input_fd()
@@ -424,10 +438,14 @@ class Monitor:
                 self._unregister(fd)
 
     def _close_stdin(self) -> None:
-        if self.stdin_w >= 0 and not self.input:
-            self._unregister(self.stdin_w)
-            os.close(self.stdin_w)
-            self.stdin_w = -1
+        if self.stdin_w < 0:
+            return
+        if self.input:
+            self.pending_eof = True  # after the buffered input has been delivered
+            return
+        self._unregister(self.stdin_w)
+        os.close(self.stdin_w)
+        self.stdin_w = -1
 
     def _resize(self, rows: int, cols: int, who: Client | None) -> None:
         if rows < 1 or cols < 1 or self.master < 0:
@@ -470,6 +488,9 @@ class Monitor:
         self._register(fd, c)
 
     def _drop(self, c: Client, reason: str = "closed") -> None:
+        if self.clients.get(c.fd) is not c:
+            return  # already dropped
+        self.paused.discard(c)
         self._unregister(c.fd)
         self.clients.pop(c.fd, None)
         c.sock.close()
@@ -478,9 +499,13 @@ class Monitor:
                 self.active = None
             self._notify_watchers({"event": "detach", "client": c.id, "reason": reason})
 
-    def _queue(self, c: Client, data: bytes) -> None:
+    def _queue(self, c: Client, data: bytes, *, replay: bool = False) -> None:
+        if c.fd not in self.clients:
+            return
         c.outbuf += data
-        if len(c.outbuf) > MAX_CLIENT_BACKLOG:
+        c.replay_left = max(0, c.replay_left - len(data)) if not replay else c.replay_left
+        # The replay a client asked for does not count against its backlog.
+        if len(c.outbuf) - c.replay_left > MAX_CLIENT_BACKLOG:
             self._drop(c, "too slow: fell more than 4 MiB behind")
             return
         self._flush_client(c)
@@ -495,10 +520,16 @@ class Monitor:
                 self._drop(c, "connection lost")
                 return
             del c.outbuf[:n]
+            c.replay_left = max(0, c.replay_left - n)
         want = bool(c.outbuf)
         if want != c.writable_wanted and c.fd in self.fds:
             c.writable_wanted = want
-            self.poll.modify(c.fd, select.EPOLLIN | (select.EPOLLOUT if want else 0))
+            self._set_mask(c)
+
+    def _set_mask(self, c: Client) -> None:
+        mask = (0 if c in self.paused else select.EPOLLIN) | (
+            select.EPOLLOUT if c.writable_wanted else 0)
+        self.poll.modify(c.fd, mask)
 
     def _send_line(self, c: Client, obj: dict[str, Any]) -> None:
         self._queue(c, (json.dumps(obj) + "\n").encode())
@@ -530,7 +561,10 @@ class Monitor:
             self._drop(c, "client went away")
             return
         c.inbuf += chunk
-        while c.fd in self.clients:
+        self._process_frames(c)
+
+    def _process_frames(self, c: Client) -> None:
+        while c.fd in self.clients and c not in self.paused:
             if c.mode == "attach":
                 if not self._attach_frame(c):
                     break
@@ -558,9 +592,14 @@ class Monitor:
                 if self.active is not c:
                     self._make_active(c)
                 self._write_input(payload)
+                if self._input_full():
+                    self.paused.add(c)  # backpressure: stop reading until it drains
+                    self._set_mask(c)
+                    return False
         elif kind == proto.RESIZE and len(payload) == proto.SIZE.size:
-            c.rows, c.cols = proto.SIZE.unpack(payload)
-            self._make_active(c)
+            if not c.read_only:  # watchers do not size the window
+                c.rows, c.cols = proto.SIZE.unpack(payload)
+                self._make_active(c)
         elif kind == proto.EOF:
             if not c.read_only:
                 self._close_stdin()
@@ -640,7 +679,10 @@ class Monitor:
                                "rows": c.rows, "cols": c.cols})
         if self.tty and replay:
             for chunk in self._tail(replay):
-                self._queue(c, frame(proto.DATA, chunk))
+                c.replay_left += len(chunk) + proto.HEADER.size
+                self._queue(c, frame(proto.DATA, chunk), replay=True)
+        if c.fd not in self.clients:
+            return
         if self.tty and not c.read_only:
             before = (self.rows, self.cols)
             self._make_active(c)

@@ -34,7 +34,10 @@ def signal_verified_group(pid: int, start_time: int, sig: int) -> bool:
     The leader's pidfd is held across the check and the ``killpg``, so the pid
     (and therefore the pgid) cannot be recycled in between.
     """
-    fd = open_verified_pidfd(pid, start_time)
+    try:
+        fd = open_verified_pidfd(pid, start_time)
+    except OSError:  # e.g. out of descriptors: refuse rather than risk a bare-pid signal
+        return False
     if fd is None:
         return False
     try:

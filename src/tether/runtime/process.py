@@ -166,7 +166,11 @@ class ProcessRuntime:
     async def start(self, rec: ExecRecord, paths: ExecPaths, env: dict[str, str]) -> Started:
         """Hand ``rec`` to a monitor and wait until its child runs."""
         self.check_paths(paths)
-        paths.stdout.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            paths.stdout.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StartError(f"cannot create {paths.stdout.parent}: {e}",
+                             "MONITOR_FAILED") from None
         spec = {
             "exec_id": rec.id,
             "argv": rec.spec.argv,
@@ -183,14 +187,18 @@ class ProcessRuntime:
                                                             "handles", "socket", "claim",
                                                             "monitor_log")},
         }
-        mon = await self._take_monitor()
+        try:
+            mon = await self._take_monitor()
+        except OSError as e:
+            raise StartError(f"cannot start a monitor process: {e}", "MONITOR_FAILED") from None
         assert mon.proc.stdin is not None and mon.proc.stdout is not None
         try:
             mon.proc.stdin.write(json.dumps(spec).encode() + b"\n")
             mon.proc.stdin.flush()
             mon.proc.stdin.close()
         except OSError as e:
-            raise StartError(f"could not hand the exec to its monitor: {e}") from e
+            raise StartError(f"could not hand the exec to its monitor: {e}",
+                             "MONITOR_FAILED") from e
         try:
             line = await asyncio.wait_for(_read_report(mon.proc.stdout.fileno()),
                                           START_REPORT_TIMEOUT)

@@ -167,12 +167,14 @@ class Store:
                 (since, limit)).fetchall()
         return [_dec_event.decode(r[0]) for r in rows]
 
-    def count_exec_events(self, exec_id: str, types: tuple[str, ...]) -> int:
+    def max_exec_event_n(self, exec_id: str, types: tuple[str, ...]) -> int:
+        """The highest monitor event number journaled for an exec (-1 if none)."""
         row = self._db.execute(
-            "SELECT COUNT(*) FROM events WHERE json_extract(body, '$.exec') = ? AND "
+            "SELECT MAX(json_extract(body, '$.data.n')) FROM events WHERE "
+            "json_extract(body, '$.exec') = ? AND "
             f"json_extract(body, '$.type') IN ({','.join('?' * len(types))})",
             (exec_id, *types)).fetchone()
-        return int(row[0])
+        return -1 if row[0] is None else int(row[0])
 
     def last_gseq(self) -> int:
         row = self._db.execute("SELECT COALESCE(MAX(gseq), 0) FROM events").fetchone()

@@ -1,0 +1,110 @@
+"""The ``bwrap`` runtime: the process runtime with the command wrapped in bubblewrap.
+
+The monitor runs ``bwrap … -- CMD`` as its child, so a bwrap exec is supervised,
+logged and re-adopted exactly like a plain one. What the sandbox sees:
+
+* the system directories (``/usr``, ``/etc``, ``/bin``, ``/lib*``, ``/sbin``,
+  ``/opt``), read-only — not the rest of the host, so ``~/.ssh`` and other
+  users' files stay out of reach;
+* the workspace (the sandbox's, else the exec's working directory), read-write,
+  at the same path or at ``workspace_target``; plus the spec's mounts;
+* a private ``/tmp``, a private ``/run`` (host sockets such as Docker's are not
+  reachable), its own ``/proc`` and a minimal ``/dev``;
+* new pid, ipc and uts namespaces, and a new network namespace (loopback only)
+  unless the spec says ``network: host``;
+* tether's own home is never visible, even if it lies under a mounted path.
+
+Killing the exec kills bwrap; ``--die-with-parent`` then takes the sandbox's
+init with it, and the kernel ends every process in its pid namespace.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from tether.model.records import SandboxSpec
+
+SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/srv")
+MAYBE_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+@dataclass(frozen=True)
+class Probe:
+    available: bool
+    path: str | None
+    version: str | None
+    reason: str  # why not, or "ok"
+
+
+def probe(timeout: float = 10.0) -> Probe:
+    """Can bubblewrap create the namespaces we need here? (Run once at daemon start.)"""
+    path = shutil.which("bwrap")
+    if path is None:
+        return Probe(False, None, None, "bubblewrap is not installed (apt-get install "
+                     "bubblewrap)")
+    try:
+        version = subprocess.run([path, "--version"], capture_output=True, text=True,
+                                 timeout=timeout).stdout.strip() or None
+        r = subprocess.run([path, *base_args(network="none"), "--", "true"],
+                           capture_output=True, text=True, timeout=timeout)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return Probe(False, path, None, f"bubblewrap did not run: {e}")
+    if r.returncode != 0:
+        err = r.stderr.strip() or f"exit {r.returncode}"
+        hint = (" (user namespaces are disabled or restricted, e.g. by "
+                "kernel.unprivileged_userns_clone=0 or an AppArmor profile)"
+                if "namespace" in err or "uid map" in err or "Permission" in err else "")
+        return Probe(False, path, version, f"bubblewrap cannot create a sandbox: {err}{hint}")
+    return Probe(True, path, version, "ok")
+
+
+def base_args(*, network: str) -> list[str]:
+    args = ["--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--hostname", "tether-sandbox", "--proc", "/proc", "--dev", "/dev",
+            "--tmpfs", "/tmp", "--tmpfs", "/run", "--tmpfs", "/var/tmp"]
+    if network != "host":
+        args.append("--unshare-net")
+    for d in SYSTEM_DIRS:
+        args += ["--ro-bind-try", d, d]
+    for d in MAYBE_LINKS:
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            args += ["--ro-bind", d, d]
+    # Keep name resolution working with network: host when resolv.conf points into /run.
+    resolv = Path("/etc/resolv.conf")
+    if network == "host" and resolv.is_symlink():
+        target = resolv.resolve()
+        if str(target).startswith("/run/") and target.exists():
+            args += ["--ro-bind", str(target), str(target)]
+    return args
+
+
+def wrap(argv: list[str], spec: SandboxSpec, *, cwd: str, tether_home: str,
+         tty: bool, bwrap_path: str = "bwrap") -> list[str]:
+    """The argv the monitor runs for ``argv`` inside a sandbox described by ``spec``."""
+    network = spec.network or "none"
+    args = [bwrap_path, *base_args(network=network)]
+    workspace = spec.workspace or cwd
+    target = spec.workspace_target or workspace
+    args += ["--bind", workspace, target]
+    for m in spec.mounts:
+        args += ["--bind" if m.mode == "rw" else "--ro-bind", m.source, m.target]
+    home = os.path.realpath(tether_home)
+    if _under(home, [workspace, *(m.source for m in spec.mounts), *SYSTEM_DIRS]):
+        args += ["--tmpfs", home]  # never expose tether's own state
+    inside_cwd = cwd
+    if spec.workspace_target and _under(cwd, [workspace]):
+        inside_cwd = os.path.join(target, os.path.relpath(cwd, workspace))
+    args += ["--chdir", inside_cwd]
+    if not tty:
+        args.append("--new-session")  # no TIOCSTI into a terminal we do not own
+    return [*args, "--", *argv]
+
+
+def _under(path: str, roots: list[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
