@@ -470,19 +470,43 @@ def sandbox() -> None:
 
 
 @sandbox.command("create")
+@click.option("-f", "--file", "spec_file", type=click.Path(exists=True, dir_okay=False),
+              help="a YAML spec (see docs/examples/sandbox.yaml)")
+@click.option("--set", "sets", multiple=True, help="KEY=VALUE: a param or a field path")
 @click.option("--workspace", type=click.Path(exists=True, file_okay=False))
 @click.option("-e", "--env", "envs", multiple=True)
 @click.option("--label", "labels", multiple=True)
-@click.option("--runtime", default="process", show_default=True)
+@click.option("--runtime", default="auto", show_default=True,
+              help="auto (bwrap when it works here, else process), bwrap or process")
+@click.option("--network", type=click.Choice(["none", "private", "host"]), default=None)
 @click.argument("name")
 @click.pass_context
-def sandbox_create(ctx: click.Context, workspace: str | None, envs: tuple[str, ...],
-                   labels: tuple[str, ...], runtime: str, name: str) -> None:
-    """Create a sandbox."""
-    ws = os.path.abspath(workspace) if workspace else None
-    sb = _client(ctx).sandbox_create(name, runtime=runtime, workspace=ws, env=_kv(envs, "env"),
-                                     labels=_kv(labels, "label"))
+def sandbox_create(ctx: click.Context, spec_file: str | None, sets: tuple[str, ...],
+                   workspace: str | None, envs: tuple[str, ...], labels: tuple[str, ...],
+                   runtime: str, network: str | None, name: str) -> None:
+    """Create a sandbox, from flags or from a spec file (-f spec.yaml --set k=v)."""
+    c = _client(ctx)
+    if spec_file is not None:
+        with open(spec_file, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        params: dict[str, Any] = {
+            "name": name, "spec": text, "set": list(sets), "spec_name": spec_file,
+            "base_dir": os.path.dirname(os.path.abspath(spec_file))}
+        try:
+            sb = c._call("sandbox.create", params)
+        except TetherError as e:
+            _die(e.message, 2 if e.code == "INVALID_SPEC" else 1)
+    else:
+        if sets:
+            raise click.UsageError("--set needs a spec file (-f)")
+        ws = os.path.abspath(workspace) if workspace else None
+        sb = c._call("sandbox.create", {k: v for k, v in {
+            "name": name, "runtime": runtime, "workspace": ws, "env": _kv(envs, "env"),
+            "labels": _kv(labels, "label"), "network": network}.items() if v is not None})
     click.echo(sb["id"])
+    reason = sb.get("reason") or ""
+    if "fell back" in reason:
+        out.fail(reason)
 
 
 @sandbox.command("ls")

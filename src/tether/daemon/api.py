@@ -72,6 +72,11 @@ def build_router(d: Daemon) -> Router:
             "home": str(d.layout.root), "instance": d.instance,
             "started_at": d.started_at, "uptime": time.time() - d.started_at,
             "runtime": "process",
+            "runtimes": {"process": {"available": True},
+                         "bwrap": {"available": d.bwrap.available, "version": d.bwrap.version,
+                                   "reason": d.bwrap.reason},
+                         "docker": {"available": False,
+                                    "reason": "not implemented in this version"}},
             "recovery": d.recovery_summary,
             "counts": {"sandboxes": len(store.list_sandboxes()), "execs": store.count_execs(),
                        "watched": execs.live_count(), "connections": d.connection_count(),
@@ -79,8 +84,21 @@ def build_router(d: Daemon) -> Router:
         }
 
     async def sandbox_create(p: m.SandboxCreate, c: Connection) -> Any:
-        spec = SandboxSpec(runtime=p.runtime, workspace=p.workspace, env=p.env,
-                           labels=p.labels)
+        if p.spec is not None:
+            from tether.sandbox.spec import SpecError, parse_spec
+
+            if p.base_dir is not None and not os.path.isabs(p.base_dir):
+                raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
+                                  "base_dir must be an absolute path")
+            try:
+                spec = parse_spec(p.spec, source=p.spec_name, overrides=p.set,
+                                  tether_home=str(d.layout.root), base_dir=p.base_dir)
+            except SpecError as e:
+                raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_SPEC", e.message,
+                                  {"path": e.path, "line": e.line}) from None
+        else:
+            spec = SandboxSpec(runtime=p.runtime, workspace=p.workspace, env=p.env,
+                               labels=p.labels, network=p.network)
         return to_builtins(sandboxes.create(p.name, spec))
 
     async def sandbox_get(p: m.SandboxRef, c: Connection) -> Any:

@@ -37,6 +37,7 @@ from tether.daemon.sandboxes import SandboxService
 from tether.model.layout import MAX_SOCKET_PATH, HomeLayout
 from tether.model.states import DaemonState, check_transition
 from tether.rpc.server import RpcServer
+from tether.runtime import bwrap as bwrap_runtime
 from tether.runtime.process import ProcessRuntime
 from tether.store import SchemaTooNew, Store
 
@@ -155,7 +156,11 @@ class Daemon:
         queue_limit = int(os.environ.get("TETHER_SUBSCRIBER_QUEUE", QUEUE_LIMIT))
         self.bus = EventBus(self.store, queue_limit=queue_limit)
         self.execs = ExecService(self.store, self.layout, self.runtime, self.bus, faults)
-        self.sandboxes = SandboxService(self.store, self.bus, self.execs)
+        self.bwrap = bwrap_runtime.probe()
+        if not self.bwrap.available:
+            log.warning("sandboxes fall back to the process runtime: %s", self.bwrap.reason)
+        self.execs.bwrap_path = self.bwrap.path or "bwrap"
+        self.sandboxes = SandboxService(self.store, self.bus, self.execs, self.bwrap)
         self.agents = AgentService(self.store, self.layout, self.bus, self.execs,
                                    self.sandboxes, self.instance)
         loop = asyncio.get_running_loop()

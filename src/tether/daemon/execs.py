@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from tether.daemon.events import EventBus
 from tether.daemon.faults import Faults
 from tether.model.errors import RpcCode, TetherError, invalid_params, not_found
@@ -26,6 +28,7 @@ from tether.model.layout import ExecPaths, HomeLayout
 from tether.model.records import Event, ExecRecord, ExecSpec, SandboxRecord, to_builtins
 from tether.model.states import EXEC_TERMINAL, ExecState, SandboxState
 from tether.monitor.files import is_same_process
+from tether.runtime import bwrap as bwrap_runtime
 from tether.runtime.identity import signal_verified_group
 from tether.runtime.process import Inspection, ProcessRuntime, StartError
 from tether.store import Store
@@ -89,6 +92,7 @@ class ExecService:
         self.pool_wanted = asyncio.Event()
         # Owner of the long-lived per-exec tasks; the daemon sets it before recovery.
         self.tasks: asyncio.TaskGroup | None = None
+        self.bwrap_path = "bwrap"  # set from the daemon's probe
         # Called (synchronously) with every exec that reaches a terminal state.
         self.on_terminal: list[Callable[[ExecRecord], None]] = []
 
@@ -173,6 +177,11 @@ class ExecService:
         env["TETHER_EXEC_ID"] = exec_id
         env["TETHER_SANDBOX"] = sandbox.id
         run_spec = spec if cwd == spec.cwd else ExecSpec(**{**to_builtins(spec), "cwd": cwd})
+        if sandbox.spec.runtime == "bwrap":
+            workdir = cwd or os.getcwd()
+            run_spec = msgspec.structs.replace(run_spec, cwd=workdir, argv=bwrap_runtime.wrap(
+                run_spec.argv, sandbox.spec, cwd=workdir, tether_home=str(self.layout.root),
+                tty=run_spec.tty, bwrap_path=self.bwrap_path))
         run_rec = rec if run_spec is spec else ExecRecord(**{**to_builtins(rec), "spec": run_spec})
         paths = self.paths(rec)
         try:

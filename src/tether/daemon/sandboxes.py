@@ -8,21 +8,26 @@ import contextlib
 import os
 import signal
 
+import msgspec
+
 from tether.daemon.events import EventBus
 from tether.daemon.execs import ExecService
 from tether.model.errors import RpcCode, TetherError, invalid_params, not_found
 from tether.model.records import DEFAULT_SANDBOX, Event, SandboxRecord, SandboxSpec
 from tether.model.states import EXEC_TERMINAL, ExecState, SandboxState
+from tether.runtime import bwrap as bwrap_runtime
 from tether.store import Store
 
-RUNTIMES = ("process",)
+RUNTIMES = ("auto", "process", "bwrap")
 
 
 class SandboxService:
-    def __init__(self, store: Store, bus: EventBus, execs: ExecService) -> None:
+    def __init__(self, store: Store, bus: EventBus, execs: ExecService,
+                 bwrap: bwrap_runtime.Probe) -> None:
         self.store = store
         self.bus = bus
         self.execs = execs
+        self.bwrap = bwrap
 
     def _commit(self, result: tuple[SandboxRecord, Event]) -> SandboxRecord:
         self.bus.publish(result[1])
@@ -38,18 +43,41 @@ class SandboxService:
                               {"ref": ref, "matches": [r.id for r in found]})
         return found[0]
 
+    def resolve_runtime(self, wanted: str) -> tuple[str, str | None]:
+        """``auto`` → bwrap when it works here, else process (with the reason why)."""
+        if wanted == "auto":
+            if self.bwrap.available:
+                return "bwrap", None
+            return "process", f"runtime auto fell back to process: {self.bwrap.reason}"
+        if wanted == "bwrap" and not self.bwrap.available:
+            raise TetherError(RpcCode.INVALID_STATE, "RUNTIME_UNAVAILABLE",
+                              f"the bwrap runtime is not available: {self.bwrap.reason}; "
+                              "use runtime auto or process", {"runtime": "bwrap"})
+        if wanted == "docker":
+            raise TetherError(RpcCode.INVALID_STATE, "RUNTIME_UNAVAILABLE",
+                              "the docker runtime is not available in this tether yet; use "
+                              f"one of: {', '.join(RUNTIMES)}", {"runtime": wanted})
+        if wanted not in RUNTIMES:
+            raise invalid_params(f"unknown runtime {wanted!r}; use one of: "
+                                 f"{', '.join(RUNTIMES)}", runtime=wanted)
+        return wanted, None
+
     def create(self, name: str, spec: SandboxSpec) -> SandboxRecord:
-        if spec.runtime not in RUNTIMES:
-            raise invalid_params(f"runtime {spec.runtime!r} is not available yet; "
-                                 f"use one of: {', '.join(RUNTIMES)}")
+        runtime, warning = self.resolve_runtime(spec.runtime)
+        spec = msgspec.structs.replace(spec, runtime=runtime)
+        if runtime == "process" and (spec.mounts or spec.workspace_target or
+                                     spec.network not in (None, "host")):
+            raise invalid_params("the process runtime cannot isolate: mounts, "
+                                 "workspace_target and network none/private need bwrap")
         if spec.workspace is not None:
             if not os.path.isabs(spec.workspace) or not os.path.isdir(spec.workspace):
                 raise invalid_params(
                     f"workspace {spec.workspace!r} must be an existing absolute directory")
             spec.workspace = os.path.realpath(spec.workspace)
         rec = self._commit(self.store.create_sandbox(name, spec))
+        ready = f"{runtime} runtime ready" + (f" ({warning})" if warning else "")
         return self._commit(self.store.transition_sandbox(rec.id, SandboxState.READY,
-                                                          reason="process runtime ready"))
+                                                          reason=ready))
 
     async def _stop_execs(self, sb: SandboxRecord, grace: float, reason: str) -> None:
         live = self.store.list_execs(sandbox=sb.id,

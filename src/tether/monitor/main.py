@@ -37,6 +37,7 @@ import struct
 import sys
 import termios
 import time
+from _collections import deque  # type: ignore[import-not-found]
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see tether/__init__.py
 if TYPE_CHECKING:
@@ -128,12 +129,17 @@ class Client:
         self.id = ident
         self.mode = "control"  # "control" | "attach" | "watch"
         self.inbuf = bytearray()
-        self.outbuf = bytearray()
+        # Unsent output as whole frames (a backlog can be dropped at a frame boundary);
+        # ``out_off`` bytes of the first one have been sent already.
+        self.out: deque[bytes] = deque()
+        self.out_off = 0
+        self.out_size = 0
         self.read_only = False
         self.rows = 0
         self.cols = 0
         self.writable_wanted = False
         self.replay_left = 0  # replay bytes still queued (exempt from the backlog limit)
+        self.skips = 0  # times it fell behind and skipped ahead
 
 
 class Monitor:
@@ -160,6 +166,8 @@ class Monitor:
         self.cols = int(spec.get("cols") or 80)
         self.active: Client | None = None  # the most recently active attached client
         self.paused: set[Client] = set()  # attach clients not read while input is full
+        self.input_wants_out = False  # EPOLLOUT registered for the input fd
+        self.child_may_have_ended = True  # set by SIGCHLD; saves a waitid per wake-up
         self.pending_eof = False
         self.tty_events: list[dict[str, Any]] = []  # attach/detach/resize, numbered
         self.tty_events_base = 0
@@ -281,9 +289,11 @@ class Monitor:
             os.set_blocking(self.master, False)
             self._register(self.master, "master")
         while True:
-            status = self._poll_child()
-            if status is not None:
-                return self._finish(status)
+            if self.child_may_have_ended:
+                self.child_may_have_ended = False
+                status = self._poll_child()
+                if status is not None:
+                    return self._finish(status)
             now = time.monotonic()
             timers = [t for t in (self.deadline,
                                   self.cancel["kill_at"] if self.cancel else None) if t]
@@ -331,6 +341,7 @@ class Monitor:
             self.poll.unregister(fd)
 
     def _drain_wake(self) -> None:
+        self.child_may_have_ended = True  # the wake-up fd carries SIGCHLD (and SIGTERM)
         try:
             while os.read(self._wake_r, 4096):
                 pass
@@ -388,6 +399,8 @@ class Monitor:
             for c in list(self.clients.values()):
                 if c.mode == "attach":
                     self._queue(c, out)
+            if len(data) < 65536:
+                return  # drained; the next EPOLLIN says when there is more
 
     def _input_fd(self) -> int:
         return self.master if self.master >= 0 else self.stdin_w
@@ -425,8 +438,9 @@ class Monitor:
 
     def _want_writable_input(self, want: bool) -> None:
         fd = self._input_fd()
-        if fd < 0:
+        if fd < 0 or want == self.input_wants_out:
             return
+        self.input_wants_out = want
         mask = select.EPOLLOUT if want else 0
         if fd == self.master and fd in self.fds:
             self.poll.modify(fd, select.EPOLLIN | mask)
@@ -502,26 +516,50 @@ class Monitor:
     def _queue(self, c: Client, data: bytes, *, replay: bool = False) -> None:
         if c.fd not in self.clients:
             return
-        c.outbuf += data
-        c.replay_left = max(0, c.replay_left - len(data)) if not replay else c.replay_left
+        c.out.append(data)
+        c.out_size += len(data)
         # The replay a client asked for does not count against its backlog.
-        if len(c.outbuf) - c.replay_left > MAX_CLIENT_BACKLOG:
-            self._drop(c, "too slow: fell more than 4 MiB behind")
-            return
+        if c.out_size - c.replay_left > MAX_CLIENT_BACKLOG and c.mode == "attach":
+            self._skip_ahead(c)
         self._flush_client(c)
 
+    def _skip_ahead(self, c: Client) -> None:
+        """A client far behind (a slow terminal or link) jumps to the present instead of
+        being dropped or slowing the program: its backlog is discarded, its terminal is
+        reset and shown the recent output, and the program is asked to redraw. Nothing
+        is lost: every byte is in pty.log."""
+        head = c.out[0] if c.out and c.out_off else None  # finish a half-sent frame
+        c.out.clear()
+        c.out_size = 0
+        if head is not None:
+            c.out.append(head)
+            c.out_size = len(head) - c.out_off
+        else:
+            c.out_off = 0
+        c.skips += 1
+        for chunk in (b"\x1bc", *self._tail(proto.DEFAULT_REPLAY)):
+            c.out.append(frame(proto.DATA, chunk))
+            c.out_size += len(c.out[-1])
+        c.replay_left = c.out_size
+        self._redraw()
+
     def _flush_client(self, c: Client) -> None:
-        while c.outbuf:
+        while c.out:
+            views = [memoryview(c.out[0])[c.out_off:], *list(c.out)[1:64]]
             try:
-                n = c.sock.send(c.outbuf)
+                n = c.sock.sendmsg(views)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:
                 self._drop(c, "connection lost")
                 return
-            del c.outbuf[:n]
+            c.out_size -= n
             c.replay_left = max(0, c.replay_left - n)
-        want = bool(c.outbuf)
+            n += c.out_off
+            while c.out and n >= len(c.out[0]):
+                n -= len(c.out.popleft())
+            c.out_off = n
+        want = bool(c.out)
         if want != c.writable_wanted and c.fd in self.fds:
             c.writable_wanted = want
             self._set_mask(c)
@@ -717,13 +755,12 @@ class Monitor:
         write_exit(self.paths["exit"], record)
         exit_frame = frame(proto.EXIT, json.dumps(record).encode())
         for c in list(self.clients.values()):
-            if c.mode == "attach":
-                c.outbuf += exit_frame
-            else:
-                c.outbuf += (json.dumps({"event": "exit", **record}) + "\n").encode()
+            last = exit_frame if c.mode == "attach" else (
+                json.dumps({"event": "exit", **record}) + "\n").encode()
+            pending = b"".join(c.out)[c.out_off:] + last
             try:
                 c.sock.settimeout(1.0)
-                c.sock.sendall(c.outbuf)
+                c.sock.sendall(pending)
             except OSError:
                 pass
             c.sock.close()

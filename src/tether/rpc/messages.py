@@ -31,6 +31,13 @@ class SandboxCreate(_P):
     workspace: str | None = None
     env: dict[str, str] = msgspec.field(default_factory=dict)
     labels: dict[str, str] = msgspec.field(default_factory=dict)
+    network: Literal["none", "private", "host"] | None = None
+    # A YAML spec file's text (docs/examples/sandbox.yaml); when given it is the whole
+    # spec and the fields above must be left at their defaults.
+    spec: Annotated[str, Meta(max_length=1024 * 1024)] | None = None
+    set: list[Annotated[str, Meta(max_length=4096)]] = msgspec.field(default_factory=list)
+    spec_name: Annotated[str, Meta(max_length=4096)] = "<spec>"  # for error messages
+    base_dir: str | None = None  # relative paths in the spec resolve against it
 
 
 class SandboxRef(_P):

@@ -34,7 +34,7 @@ from tether.monitor.files import (
 from tether.monitor.main import boot_id
 from tether.runtime.identity import open_verified_pidfd, signal_verified_group
 
-MONITOR_SCRIPT = str(Path(_monitor_main.__file__).resolve())
+MONITOR_SCRIPT = str(Path(_monitor_main.__file__).resolve().with_name("run.py"))
 _BOOT_ID = boot_id()
 START_REPORT_TIMEOUT = 10.0
 

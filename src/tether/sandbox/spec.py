@@ -179,7 +179,7 @@ class _Loader(yaml.SafeLoader):
         self._depth = 0
 
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
-        event = self.peek_event()
+        event = self.peek_event()  # type: ignore[no-untyped-call]
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise _Refused(None, None, "anchors and aliases (&name, *name) are not supported; "
                            "write the value out", event.start_mark)
@@ -206,14 +206,15 @@ def _scalar_value(node: yaml.ScalarNode) -> object:
         return _CONSTRUCTOR.construct_yaml_int(node)
     if tag == _TAG + "float":
         return _CONSTRUCTOR.construct_yaml_float(node)
-    if tag == _TAG + "timestamp":  # 2024-01-01 is a date to YAML; here it is text
-        return node.value
+    if tag in (_TAG + "timestamp", _TAG + "merge", _TAG + "value"):
+        return node.value  # a date, "<<" or "=" to YAML; here it is text
     raise ValueError(tag)
 
 
 def _text_scalar(text: str, line: int | None = None, origin: str | None = None) -> _Scalar:
     """Text (from ``--set`` or a param) read the way YAML reads a plain scalar."""
-    node = yaml.ScalarNode(_RESOLVER.resolve(yaml.ScalarNode, text, (True, False)), text)
+    tag = _RESOLVER.resolve(yaml.ScalarNode, text, (True, False))  # type: ignore[no-untyped-call]
+    node = yaml.ScalarNode(str(tag), text)
     try:
         value = _scalar_value(node)
     except ValueError:
@@ -328,9 +329,11 @@ def parse_duration(text: str) -> float | None:
     seconds -> seconds. ``None`` when it is not a duration."""
     s = text.strip().lower()
     try:
-        return float(s)
+        value = float(s)
     except ValueError:
         pass
+    else:
+        return value if math.isfinite(value) else None
     if not _DURATION_RE.fullmatch(s):
         return None
     return sum(float(n) * _DURATION_UNITS[u] for n, u in _DURATION_PART.findall(s))
@@ -384,11 +387,12 @@ class _Parser:
             root = loader.get_single_node()
         except yaml.MarkedYAMLError as e:
             mark = e.problem_mark or e.context_mark
-            problem = e.problem or e.context or "invalid YAML"
-            if e.context and e.problem and not isinstance(e, _Refused):
-                problem = f"{e.context}, {e.problem}"
             line = int(mark.line) + 1 if mark is not None else None
-            self.fail(None, "", f"invalid YAML: {problem}", line=line)
+            if isinstance(e, _Refused):
+                problem = str(e.problem)
+            else:
+                problem = "invalid YAML: " + ", ".join(p for p in (e.context, e.problem) if p)
+            self.fail(None, "", problem, line=line)
         except yaml.reader.ReaderError as e:
             line = text[: int(e.position)].count("\n") + 1
             self.fail(None, "", f"invalid YAML: {e.reason} ({e.character!r})", line=line)
@@ -530,7 +534,7 @@ class _Parser:
                     node.put(tok, value, None)
                     return
                 child = node.entries.get(tok)
-                if _is_null(child):
+                if child is None or _is_null(child):
                     if isinstance(sub, _List):
                         self._set_error(origin, key, f"{path} has no items to set")
                     child = _Map(None, origin)
@@ -779,7 +783,8 @@ class _Parser:
         try:
             real = os.path.realpath(raw, strict=True)
         except OSError as e:
-            where = "" if os.path.isabs(os.path.expanduser(text)) else f" (resolved to {raw})"
+            where = ("" if os.path.isabs(os.path.expanduser(text))
+                     else f" (resolved to {os.path.normpath(raw)})")
             if isinstance(e, FileNotFoundError) and not os.path.lexists(raw):
                 self.fail(node, path, f"{what} {text!r} does not exist{where}")
             self.fail(node, path, f"{what} {text!r} cannot be resolved{where}: "
@@ -806,8 +811,8 @@ class _Parser:
     # ----------------------------------------------------------------- fields
 
     def mount(self, node: _Node, path: str) -> MountSpec:
-        if isinstance(node, _Scalar) and isinstance(node.value, str):
-            text = node.value
+        if isinstance(node, _Scalar) and (isinstance(node.value, str) or not node.literal):
+            text = self.string(node, path)
             parts = text.split(":")
             mode = "ro"
             if len(parts) >= 3 and parts[-1] in MOUNT_MODES:

@@ -1,0 +1,179 @@
+"""The bwrap runtime with real bubblewrap namespaces and a real daemon."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import DaemonProc, wait_for
+from tether.runtime import bwrap
+
+PROBE = bwrap.probe()
+pytestmark = pytest.mark.skipif(not PROBE.available, reason=f"bwrap: {PROBE.reason}")
+
+
+def run(c: Any, sandbox: str, script: str, cwd: Path | None = None) -> tuple[int, bytes, bytes]:
+    x = c.exec_start(["sh", "-c", script], sandbox=sandbox,
+                     cwd=str(cwd) if cwd else None)
+    done = c.exec_wait(x["id"], timeout=20)
+    out = b"".join(c.read_logs(x["id"]))
+    err = b"".join(c.read_logs(x["id"], stream="stderr"))
+    return done["exit_code"], out, err
+
+
+@pytest.fixture
+def box(daemon: DaemonProc, tmp_path: Path) -> tuple[Any, Path]:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    c = daemon.client()
+    sb = c.sandbox_create("box", runtime="bwrap", workspace=str(ws))
+    assert sb["spec"]["runtime"] == "bwrap"
+    return c, ws
+
+
+def test_workspace_is_writable_and_nothing_else_is(box: tuple[Any, Path],
+                                                   tmp_path: Path) -> None:
+    c, ws = box
+    code, out, _ = run(c, "box", f"echo hi > {ws}/made && cat {ws}/made")
+    assert (code, out) == (0, b"hi\n") and (ws / "made").read_text() == "hi\n"
+    code, _, err = run(c, "box", "touch /usr/tether-was-here")
+    assert code != 0 and b"Read-only file system" in err
+    assert not Path("/usr/tether-was-here").exists()
+    code, _, _ = run(c, "box", "echo x > /etc/tether-was-here")
+    assert code != 0 and not Path("/etc/tether-was-here").exists()
+
+
+def test_files_outside_the_allowed_mounts_cannot_be_read(box: tuple[Any, Path],
+                                                         tmp_path: Path) -> None:
+    c, _ = box
+    secret = tmp_path / "secret.txt"
+    secret.write_text("top secret")
+    code, out, _ = run(c, "box", f"cat {secret}")
+    assert code != 0 and b"top secret" not in out
+    code, out, _ = run(c, "box", "ls /root /home 2>&1; echo done")
+    assert b".pyenv" not in out
+
+
+def test_tether_home_and_host_sockets_are_hidden(daemon: DaemonProc, box: tuple[Any, Path],
+                                                 ) -> None:
+    c, _ = box
+    _, out, _ = run(c, "box", f"ls {daemon.home} 2>&1; ls /run 2>&1; echo end")
+    assert b"tether.db" not in out and b"tether.sock" not in out
+    assert b"docker.sock" not in out
+
+
+def test_no_network_by_default(box: tuple[Any, Path]) -> None:
+    c, _ = box
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    try:
+        _, out, _ = run(c, "box", f"ls /sys/class/net; (echo > /dev/tcp/127.0.0.1/{port}) "
+                           "2>/dev/null && echo reached || echo unreachable")
+    finally:
+        srv.close()
+    assert out.split() == [b"lo", b"unreachable"] or b"unreachable" in out
+
+
+def test_host_processes_are_invisible(box: tuple[Any, Path]) -> None:
+    c, _ = box
+    code, out, _ = run(c, "box", "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; "
+                       "echo; done")
+    assert code == 0
+    assert b"tether.cli.main" not in out and b"tether.daemon" not in out  # not the daemon
+    assert len(out.splitlines()) <= 6  # bwrap's init, the shell and its children only
+
+
+def test_killing_the_exec_kills_everything_inside(box: tuple[Any, Path]) -> None:
+    c, _ = box
+    marker = f".{os.getpid()}7"  # a unique fraction in each sleeper's duration
+    x = c.exec_start(["sh", "-c", f"setsid sleep 300{marker} & (sleep 301{marker} &) ; "
+                                  f"exec sleep 302{marker}"], sandbox="box")
+    wait_for(lambda: len(_pids_with(marker)) == 3, what="three sleepers")
+    c.exec_cancel(x["id"], grace=1)
+    assert c.exec_wait(x["id"], timeout=10)["state"] == "CANCELLED"
+    wait_for(lambda: not _pids_with(marker), what="every process in the sandbox gone")
+
+
+def _pids_with(marker: str) -> list[int]:
+    found = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    cmd = f.read()
+                with open(f"/proc/{d}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except OSError:
+                continue
+            if cmd.startswith(b"sleep\0") and marker.encode() in cmd and state != "Z":
+                found.append(int(d))
+    return found
+
+
+def test_bwrap_exec_survives_a_daemon_sigkill(daemon: DaemonProc, box: tuple[Any, Path],
+                                              tmp_path: Path) -> None:
+    c, ws = box
+    x = c.exec_start(["sh", "-c", f"while [ ! -e {ws}/go ]; do sleep 0.05; done; echo out; "
+                                  "exit 4"], sandbox="box")
+    daemon.kill9()
+    daemon.start()
+    c = daemon.client()
+    assert c.exec_get(x["id"])["state"] == "RUNNING"
+    (ws / "go").touch()
+    done = c.exec_wait(x["id"], timeout=10)
+    assert (done["state"], done["exit_code"]) == ("FINISHED", 4)
+    assert base64.b64decode(c.exec_logs(x["id"])["data"]) == b"out\n"
+
+
+def test_tty_exec_in_bwrap(box: tuple[Any, Path]) -> None:
+    c, _ = box
+    x = c.exec_start(["sh", "-c", "tty; stty size"], sandbox="box", tty=True, rows=33,
+                     cols=77)
+    c.exec_wait(x["id"], timeout=10)
+    out = b"".join(c.read_logs(x["id"], stream="pty"))
+    assert b"33 77" in out  # bwrap presents the terminal as /dev/console
+    assert b"not a tty" not in out
+
+
+def test_runtime_auto_and_status(daemon: DaemonProc) -> None:
+    c = daemon.client()
+    sb = c.sandbox_create("auto-box", runtime="auto")
+    assert sb["spec"]["runtime"] == "bwrap"
+    st = c.status()
+    assert st["runtimes"]["bwrap"]["available"] is True
+    assert threading.active_count() >= 1 and time.time() > 0 and signal.SIGTERM
+
+
+def test_sandbox_from_a_spec_file_through_the_cli(daemon: DaemonProc, tmp_path: Path) -> None:
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "in.txt").write_text("dataset")
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("params:\n  dir: ./data\n  mode: slow\nruntime: bwrap\nworkspace: ./ws\n"
+                    "mounts:\n  - ${params.dir}:/data:ro\nenv:\n  MODE: ${params.mode}\n"
+                    "network: none\nlabels:\n  team: core\nparams_note: x\n")
+    r = daemon.cli("sandbox", "create", "-f", str(spec), "--set", "mode=fast", "specbox")
+    assert r.returncode == 2
+    assert b"spec.yaml:13: params_note: unknown key" in r.stderr
+    spec.write_text(spec.read_text().replace("params_note: x\n", ""))
+    r = daemon.cli("sandbox", "create", "-f", str(spec), "--set", "mode=fast", "specbox")
+    assert r.returncode == 0, r.stderr
+    c = daemon.client()
+    sb = c.sandbox_get("specbox")
+    assert sb["spec"]["runtime"] == "bwrap" and sb["spec"]["env"] == {"MODE": "fast"}
+    assert [(m["source"], m["target"], m.get("mode", "ro")) for m in sb["spec"]["mounts"]] == [
+        (str(tmp_path / "data"), "/data", "ro")]
+    _, out, err = run(c, "specbox", "cat /data/in.txt; echo; echo $MODE; touch /data/x || "
+                                       f"echo read-only; touch {tmp_path}/ws/made && echo ok",
+                         cwd=tmp_path / "ws")
+    assert out.split() == [b"dataset", b"fast", b"read-only", b"ok"], err
