@@ -376,3 +376,30 @@ def TETHER_CLI(d: DaemonProc) -> list[str]:
     from tests.harness import TETHER
 
     return [*TETHER, "--home", str(d.home)]
+
+
+def test_a_revival_interrupted_by_a_crash_is_not_duplicated(stopped_daemon: DaemonProc,
+                                                            tmp_path: Path) -> None:
+    d = stopped_daemon
+    d.start(env={**FAST, "TETHER_FAULT": "agent.after_attempt_commit"})
+    c = d.client(reconnect=0.5)
+    lin = start_agent(c, tmp_path, "--pcts", "10,20", "--wait-file", str(tmp_path / "go"))
+    (tmp_path / "go.1").touch()
+    wait_for(lambda: any(x["event"] == "turn" for x in log_lines(tmp_path)))
+    pid = d.handles(lin["exec"])["child"]["pid"]
+    os.kill(pid, signal.SIGKILL)  # the revival commits attempt 2, then the daemon dies
+    assert d.proc is not None
+    d.proc.wait(20)
+    assert d.proc.returncode == -signal.SIGKILL
+    d.start(env=FAST)
+    c = d.client()
+    wait_for(lambda: lineage(c, lin["id"])["status"] == "ACTIVE"
+             and lineage(c, lin["id"])["attempt"] == 2, what="attempt 2 running")
+    d.kill9()  # and once more, with attempt 2 running: nothing is started twice
+    d.start(env=FAST)
+    c = d.client()
+    execs = [x for x in c.exec_list(all=True)["execs"] if x.get("agent")]
+    assert len(execs) == 2  # attempt 1 (killed) and attempt 2, never a second copy
+    assert lineage(c, lin["id"])["attempt"] == 2
+    starts = [x for x in log_lines(tmp_path) if x["event"] == "start"]
+    assert [s["attempt"] for s in starts] == ["1", "2"]

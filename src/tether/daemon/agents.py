@@ -35,6 +35,7 @@ from tether.agent.providers import get as get_provider
 from tether.agent.providers.base import HookEvent, SessionContext, Usage
 from tether.daemon.events import EventBus
 from tether.daemon.execs import ExecService
+from tether.daemon.faults import Faults
 from tether.daemon.sandboxes import SandboxService
 from tether.model.errors import RpcCode, TetherError
 from tether.model.layout import HomeLayout
@@ -56,7 +57,8 @@ def backoff(attempt: int) -> float:
 
 class AgentService:
     def __init__(self, store: Store, layout: HomeLayout, bus: EventBus, execs: ExecService,
-                 sandboxes: SandboxService, instance: str) -> None:
+                 sandboxes: SandboxService, instance: str, faults: Faults) -> None:
+        self.faults = faults
         self.store = store
         self.layout = layout
         self.bus = bus
@@ -171,6 +173,8 @@ class AgentService:
             attempt=rec.attempt + 1, token=secrets.token_hex(16), revive_at=None,
             event="lineage.attempt" if not resume else None,
             reason=f"reviving (attempt {rec.attempt + 1})" if resume else None))
+        if resume:
+            self.faults.hit("agent.after_attempt_commit")
         return await self._run_attempt(rec, resume=resume)
 
     def _context(self, rec: LineageRecord) -> SessionContext:

@@ -162,7 +162,7 @@ class Daemon:
         self.execs.bwrap_path = self.bwrap.path or "bwrap"
         self.sandboxes = SandboxService(self.store, self.bus, self.execs, self.bwrap)
         self.agents = AgentService(self.store, self.layout, self.bus, self.execs,
-                                   self.sandboxes, self.instance)
+                                   self.sandboxes, self.instance, faults)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)

@@ -4,7 +4,9 @@ itself at that point, so a test can prove what a crash *there* leaves behind.
 Points (docs/STATE.md lists what each must leave):
 
 * ``exec.after_commit`` — the exec's intent is committed, no monitor has it yet;
-* ``exec.after_handoff`` — the monitor has the spec, RUNNING is not committed yet.
+* ``exec.after_handoff`` — the monitor has the spec, RUNNING is not committed yet;
+* ``agent.after_attempt_commit`` — a revival's intent (attempt number, token) is
+  committed, its exec is not started yet.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 import os
 import signal
 
-POINTS = frozenset({"exec.after_commit", "exec.after_handoff"})
+POINTS = frozenset({"exec.after_commit", "exec.after_handoff", "agent.after_attempt_commit"})
 
 
 class Faults:
