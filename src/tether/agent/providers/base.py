@@ -105,3 +105,44 @@ class Provider:
     def reply(self, event: HookEvent, allowed: bool, reason: str) -> HookReply:
         """The hook program's output for a decision (deny output when not allowed)."""
         return HookReply()
+
+
+def split_args(args: list[str], *, value_opts: frozenset[str],
+               variadic_opts: frozenset[str] = frozenset(),
+               optional_value_opts: frozenset[str] = frozenset(),
+               ) -> list[tuple[str | None, list[str]]]:
+    """Group a CLI's ``args`` into (option name, its words) and (None, [positional]), so
+    a provider can drop or replace options when it builds a resume command line.
+
+    ``value_opts`` take one value, ``variadic_opts`` take words up to the next option,
+    ``optional_value_opts`` take a value only if the next word is not an option.
+    """
+    items: list[tuple[str | None, list[str]]] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg == "--":
+            items.extend((None, [rest]) for rest in args[i - 1:])
+            break
+        if not arg.startswith("-") or arg == "-":
+            items.append((None, [arg]))
+            continue
+        name, eq, _ = arg.partition("=")
+        words = [arg]
+        if eq and arg.startswith("--"):
+            items.append((name, words))
+            continue
+        if name in value_opts:
+            if i < len(args):
+                words.append(args[i])
+                i += 1
+        elif name in variadic_opts:
+            while i < len(args) and not args[i].startswith("-"):
+                words.append(args[i])
+                i += 1
+        elif name in optional_value_opts and i < len(args) and not args[i].startswith("-"):
+            words.append(args[i])
+            i += 1
+        items.append((name, words))
+    return items

@@ -46,6 +46,7 @@ from tether.agent.providers.base import (
     Provider,
     SessionContext,
     Usage,
+    split_args,
 )
 
 SETTINGS_FILE = "claude-settings.json"
@@ -114,36 +115,8 @@ _RESUME_DROP = frozenset({
 
 
 def _split_args(args: list[str]) -> list[tuple[str | None, list[str]]]:
-    """Group ``args`` into (option name, its words) and (None, [positional])."""
-    items: list[tuple[str | None, list[str]]] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        i += 1
-        if arg == "--":
-            items.extend((None, [rest]) for rest in args[i - 1:])
-            break
-        if not arg.startswith("-") or arg == "-":
-            items.append((None, [arg]))
-            continue
-        name, eq, _ = arg.partition("=")
-        words = [arg]
-        if eq and arg.startswith("--"):
-            items.append((name, words))
-            continue
-        if name in _VALUE_OPTS:
-            if i < len(args):
-                words.append(args[i])
-                i += 1
-        elif name in _VARIADIC_OPTS:
-            while i < len(args) and not args[i].startswith("-"):
-                words.append(args[i])
-                i += 1
-        elif name in _OPTIONAL_VALUE_OPTS and i < len(args) and not args[i].startswith("-"):
-            words.append(args[i])
-            i += 1
-        items.append((name, words))
-    return items
+    return split_args(args, value_opts=_VALUE_OPTS, variadic_opts=_VARIADIC_OPTS,
+                      optional_value_opts=_OPTIONAL_VALUE_OPTS)
 
 
 def _hook_command(ctx: SessionContext, event: str) -> str:

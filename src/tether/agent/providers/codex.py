@@ -53,7 +53,14 @@ import os
 import re
 from typing import Any
 
-from tether.agent.providers.base import HookEvent, LaunchPlan, Provider, SessionContext, Usage
+from tether.agent.providers.base import (
+    HookEvent,
+    LaunchPlan,
+    Provider,
+    SessionContext,
+    Usage,
+    split_args,
+)
 
 NOTIFY_EVENT = "notify"
 TURN_COMPLETE = "agent-turn-complete"
@@ -80,33 +87,7 @@ _THREAD_ID = re.compile(r"^[0-9A-Za-z-]{1,128}$")
 
 
 def _split_args(args: list[str]) -> list[tuple[str | None, list[str]]]:
-    """Group ``args`` into (option name, its words) and (None, [positional])."""
-    items: list[tuple[str | None, list[str]]] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        i += 1
-        if arg == "--":
-            items.extend((None, [rest]) for rest in args[i - 1:])
-            break
-        if not arg.startswith("-") or arg == "-":
-            items.append((None, [arg]))
-            continue
-        name, eq, _ = arg.partition("=")
-        words = [arg]
-        if eq and arg.startswith("--"):
-            items.append((name, words))
-            continue
-        if name in _VALUE_OPTS:
-            if i < len(args):
-                words.append(args[i])
-                i += 1
-        elif name in _VARIADIC_OPTS:
-            while i < len(args) and not args[i].startswith("-"):
-                words.append(args[i])
-                i += 1
-        items.append((name, words))
-    return items
+    return split_args(args, value_opts=_VALUE_OPTS, variadic_opts=_VARIADIC_OPTS)
 
 
 def toml_string(value: str) -> str:
