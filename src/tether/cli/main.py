@@ -366,6 +366,9 @@ def logs(ctx: click.Context, follow: bool, use_stderr: bool, offset: int, plain:
         for data in c.read_logs(x["id"], stream=stream, offset=offset, follow=follow):
             sink.write(strip.feed(data) if strip else data)
             sink.flush()
+        if strip:
+            sink.write(strip.flush())
+            sink.flush()
     except KeyboardInterrupt:
         pass
     except BrokenPipeError:
@@ -373,22 +376,44 @@ def logs(ctx: click.Context, follow: bool, use_stderr: bool, offset: int, plain:
 
 
 class _EscapeStripper:
-    """Removes ANSI escape sequences (CSI, OSC, and two-byte ESC x) across chunk bounds."""
+    """Removes terminal escape sequences (ECMA-48: CSI, OSC, DCS/SOS/PM/APC strings, and
+    the short ESC forms) and the CR of CRLF, across chunk boundaries: an incomplete
+    sequence at the end of a chunk is held back until the next one (or ``flush``)."""
 
-    _SEQ = re.compile(rb"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"
-                      rb"|\x1b[@-Z\\-_]|\r(?=\n)")
+    _SEQ = re.compile(
+        rb"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI
+        rb"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC, ended by BEL or ST
+        rb"|\x1b[PX^_][^\x1b]*\x1b\\"  # DCS, SOS, PM, APC strings, ended by ST
+        rb"|\x1b[ -/]*[0-OQ-WYZ\\`-~]"  # short forms: ESC 7, ESC c, ESC ( B, ...
+        rb"|\r(?=\n)")
+    # What an unfinished sequence looks like at the very end of a chunk.
+    _PARTIAL = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?|[PX^_][^\x1b]*\x1b?"
+                          rb"|[ -/]*)\Z")
+    _HOLD = 64 * 1024  # longest incomplete sequence held back
 
     def __init__(self) -> None:
         self.tail = b""
 
     def feed(self, data: bytes) -> bytes:
         data = self.tail + data
-        cut = data.rfind(b"\x1b")
-        if cut >= 0 and len(data) - cut < 256 and not self._SEQ.match(data, cut):
-            data, self.tail = data[:cut], data[cut:]
-        else:
-            self.tail = b""
+        self.tail = b""
+        i = 0
+        while (pos := data.find(b"\x1b", i)) >= 0:
+            m = self._SEQ.match(data, pos)
+            if m is not None:
+                i = m.end()
+            elif len(data) - pos < self._HOLD and self._PARTIAL.match(data, pos):
+                data, self.tail = data[:pos], data[pos:]  # finish it with the next chunk
+                break
+            else:
+                i = pos + 1  # a stray ESC: leave it
+        if not self.tail and data.endswith(b"\r"):
+            data, self.tail = data[:-1], b"\r"  # maybe the CR of a CRLF
         return self._SEQ.sub(b"", data)
+
+    def flush(self) -> bytes:
+        rest, self.tail = self.tail, b""
+        return self._SEQ.sub(b"", rest)
 
 
 @cli.command()

@@ -63,19 +63,15 @@ class DetachMatcher:
         out = bytearray()
         for b in data:
             candidate = self.held + bytes([b])
-            if self.keys.startswith(candidate):
-                self.held = candidate
-                if candidate == self.keys:
-                    self.held = b""
-                    return bytes(out), True
-                continue
-            # Mismatch: release what was held, but the tail may start a new match.
-            out += self.held
-            self.held = b""
-            if self.keys.startswith(bytes([b])):
-                self.held = bytes([b])
-            else:
-                out.append(b)
+            # Release bytes from the front until what is left could still be the start
+            # of the sequence (so "aab" is found in "aaab").
+            while candidate and not self.keys.startswith(candidate):
+                out.append(candidate[0])
+                candidate = candidate[1:]
+            if candidate == self.keys:
+                self.held = b""
+                return bytes(out), True
+            self.held = candidate
         return bytes(out), False
 
 
