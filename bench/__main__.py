@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
-from bench import logs, memory, recovery, rpc, start_latency, terminal
+from bench import agents, logs, memory, recovery, rpc, start_latency, terminal
 from bench.harness import (
     BenchResult,
     Options,
@@ -34,9 +34,10 @@ BENCHMARKS: dict[str, Runner] = {
     "logs": lambda o, c: logs.run(o),
     "memory": memory.run,
     "terminal": lambda o, c: terminal.run(o),
+    "agents": lambda o, c: agents.run(o),
 }
 ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
-           "mem": "memory", "tty": "terminal", "pty": "terminal"}
+           "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents"}
 
 
 def _names(value: str) -> list[str]:

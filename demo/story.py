@@ -5,6 +5,10 @@ commands never noticed, start a new daemon, and show that it re-adopts every
 command, records real exit codes, keeps every byte of output and continues the
 event numbers with no gap.
 
+Then an agent session: a scripted agent takes two turns, is killed with ``kill -9``,
+and comes back as a new attempt of the same lineage, restored from the drain
+snapshot of its last turn, and finishes its work.
+
 Every step runs the real ``tether`` CLI (``python -m tether.cli.main``) as a
 subprocess and prints the command and its output. Every claim the story makes is
 also checked, so the demo doubles as an end-to-end smoke test: it exits 1 when a
@@ -33,6 +37,8 @@ except ImportError:  # pragma: no cover - only without the venv
     sys.exit("demo/story.py needs the project's venv: run `make demo`")
 
 TETHER = [sys.executable, "-m", "tether.cli.main"]
+REPO = Path(__file__).resolve().parent.parent
+SCRIPTED_AGENT = REPO / "tests" / "agents" / "scripted_agent.py"
 CMD_TIMEOUT = 30.0
 TERMINAL = ("FINISHED", "FAILED", "CANCELLED")
 
@@ -212,6 +218,7 @@ class Story:
         self.recover(pre_crash, old_pid)
         self.finish()
         self.record(pre_crash)
+        self.agent()
         self.stop()
 
     def start(self) -> None:
@@ -421,6 +428,126 @@ class Story:
                    f"continued at {len(pre) + 1}",
                    "journal broken: " + "; ".join(problems))
 
+    # ------------------------------------------------------------ the agent chapter
+    def agent_log(self) -> list[dict[str, Any]]:
+        path = self.home / "scribe.log"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def agent_events(self, kind: str) -> list[dict[str, Any]]:
+        return [x for x in self.agent_log() if x["event"] == kind]
+
+    def lineage(self, ident: str) -> dict[str, Any]:
+        rows: dict[str, dict[str, Any]] = {
+            r["id"]: r for r in self.tether_json("lineage", "ls", "--all")}
+        return rows.get(ident, {})
+
+    def go(self, *turns: int) -> None:
+        names = [f"go.{n}" for n in turns]
+        self.show_cmd("touch " + " ".join(names))
+        for name in names:
+            (self.home / name).touch()
+
+    def agent(self) -> None:
+        self.chapter(
+            "An agent dies and comes back from its last turn",
+            "An agent session is a command plus a lineage: a stable id that outlives any one "
+            "process. At the end of every turn the agent reports its context %, usage and "
+            "messages, and tether makes a drain snapshot of the conversation durable before "
+            "it answers. Our agent is the repository's tests/agents/scripted_agent.py (no "
+            "model): it waits for a file go.<n> before turn n, and logs what it does.")
+        argv = ["run", "--agent", "generic", "--name", "scribe", "-d", "--", "python",
+                str(SCRIPTED_AGENT.relative_to(REPO)), "--pcts", "10,20,30,40", "--wait-file",
+                "go", "--log", "scribe.log"]
+        self.show_cmd("tether " + shlex.join(argv))
+        real = [*argv[:argv.index("python")], sys.executable, str(SCRIPTED_AGENT),
+                *argv[argv.index("python") + 2:]]
+        out = self.tether(*real, show=False).stdout.decode().split()
+        self.show_out(" ".join(out).encode())
+        if len(out) < 3 or not out[2].rstrip(")"):
+            raise Abort(f"unexpected output from `tether run --agent`: {out}")
+        first_exec, lin = out[0], out[2].rstrip(")")
+        self.ids["scribe"] = first_exec
+        self.go(1, 2)
+        self.wait_until(lambda: len(self.agent_events("turn")) >= 2, 15,
+                        "the agent's first two turns")
+        self.say("Two turns done. `tether ps` shows the agent columns: lineage, lifecycle, "
+                 "heartbeat, context %, turns, revivals.")
+        self.tether("ps")
+        row = next((x for x in self.tether_json("ps") if x["id"] == first_exec), None)
+        a = (row or {}).get("agent") or {}
+        self.check(a.get("lineage") == lin and a.get("lifecycle") == "HEALTHY"
+                   and a.get("turns") == 2 and a.get("context_pct") == 20,
+                   f"scribe is lineage {lin}: HEALTHY, 2 turns, 20% context",
+                   f"`tether ps` shows scribe as {a}")
+        self.tether("lineage", "ls")
+        snap = json.loads((self.home / "drain" / f"{lin}.json").read_text())
+        self.check(snap["turn"] == 2 and len(snap["messages"]) == 4,
+                   f"drain/{lin}.json holds turn 2 and its 4 messages",
+                   f"the drain snapshot holds turn {snap['turn']}, "
+                   f"{len(snap['messages'])} messages")
+
+        child = self.handles("scribe")["child"]
+        self.say(f"Now kill -9 the agent (pid {child['pid']}, from "
+                 f"run/{first_exec}.handles.json), in the middle of its work.")
+        self.show_cmd(f"kill -9 {child['pid']}")
+        t_kill = time.monotonic()
+        os.kill(child["pid"], signal.SIGKILL)
+        self.wait_until(lambda: not alive(child["pid"], child["start_time"]), 5,
+                        "the agent to die")
+
+        def revived() -> bool:
+            rec = self.lineage(lin)
+            return rec.get("attempt") == 2 and rec.get("status") == "ACTIVE" and \
+                any(x["attempt"] == "2" for x in self.agent_events("start"))
+
+        self.wait_until(revived, 20, "the agent's revival")
+        self.say(f"{time.monotonic() - t_kill:.1f}s later, attempt 2 of the same lineage "
+                 "runs: a new process, given the snapshot's path in TETHER_DRAIN_SNAPSHOT.")
+        self.tether("lineage", "ls")
+        rec = self.lineage(lin)
+        self.ids["scribe#2"] = rec["exec"]
+        self.check(rec["exec"] != first_exec and rec["revivals"] == 1,
+                   f"same lineage {lin}, attempt 2, now exec {rec['exec']}",
+                   f"after the kill: {rec}")
+        self.run(["cat", "scribe.log"], "cat scribe.log")
+        starts = self.agent_events("start")
+        self.check([x["restored"] for x in starts] == [0, 4],
+                   "attempt 2 started with the 4 messages of turns 1-2 restored",
+                   f"restored messages per start: {[x['restored'] for x in starts]}")
+
+        self.say("It picks up at turn 3, not from scratch:")
+        self.go(3, 4)
+        self.wait_until(lambda: bool(self.agent_events("done")), 15, "the agent to finish")
+        self.wait_until(lambda: self.lineage(lin).get("status") == "FINISHED", 15,
+                        "the lineage to finish")
+        self.tether("logs", first_exec)
+        self.tether("logs", rec["exec"])
+        self.tether("lineage", "ls", "-a")
+        final = self.lineage(lin)
+        turns = [x["turn"] for x in self.agent_events("turn")]
+        self.check(turns == [1, 2, 3, 4], "turns 1, 2 by attempt 1 and 3, 4 by attempt 2",
+                   f"turns taken: {turns}")
+        self.check(final.get("status") == "FINISHED" and final.get("turns") == 4
+                   and final.get("revivals") == 1,
+                   f"lineage {lin}: FINISHED after 4 turns and 1 revival",
+                   f"final lineage: {final}")
+        snap = json.loads((self.home / "drain" / f"{lin}.json").read_text())
+        self.check(snap["lineage_id"] == lin and len(snap["messages"]) == 8
+                   and snap["messages"][-1] == {"role": "assistant", "content": "did 4"},
+                   "the last snapshot holds the whole conversation: 8 messages, across both "
+                   "attempts",
+                   f"last snapshot: turn {snap.get('turn')}, {len(snap.get('messages', []))} "
+                   "messages")
+        x = self.execs_by_id().get(first_exec, {})
+        self.check(x.get("signal") == 9, f"exec {first_exec} is on record as killed by signal 9",
+                   f"exec {first_exec}: {x.get('state')} exit {x.get('exit_code')} "
+                   f"signal {x.get('signal')}")
+
+    def execs_by_id(self) -> dict[str, dict[str, Any]]:
+        return {x["id"]: x for x in self.tether_json("ps", "-a")}
+
     def stop(self) -> None:
         self.chapter(
             "Clean up",
@@ -430,7 +557,7 @@ class Story:
         self.tether("daemon", "stop")
         self.wait_until(lambda: not alive(pid), 10, f"daemon {pid} to exit")
         self.check(True, f"daemon {pid} exited")
-        ours = [(n, who, self.handles(n)[who]) for n in COUNTERS for who in ("monitor", "child")]
+        ours = [(n, who, self.handles(n)[who]) for n in self.ids for who in ("monitor", "child")]
         self.wait_until(lambda: not any(alive(p["pid"], p["start_time"]) for _, _, p in ours),
                         10, "every monitor and command to exit")
         self.check(True, f"none of the {len(ours)} monitors and commands is left running")
