@@ -353,25 +353,33 @@ class AgentService:
 
     async def tick_loop(self) -> None:
         while True:
+            self.wake.clear()  # before the tick: a wake-up during it is not lost
+            due: float | None = None
             try:
-                await self.tick()
+                due = await self.tick()
             except Exception:
                 log.exception("agent tick failed")
-            jitter = self.tick_interval * random.uniform(-0.2, 0.2)
-            self.wake.clear()
+            wait = self.tick_interval * (1 + random.uniform(-0.2, 0.2))  # jittered
+            if due is not None:  # a revival is due sooner than the next tick
+                wait = min(wait, max(0.0, due - time.time()))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), self.tick_interval + jitter)
+                await asyncio.wait_for(self.wake.wait(), wait)
 
-    async def tick(self) -> None:
+    async def tick(self) -> float | None:
+        """One pass; returns when the next pending revival is due, if any."""
         now = time.time()
+        next_due: float | None = None
         while self._successor_wanted:
             await self._start_successor(self._successor_wanted.pop(0))
         for rec in self.store.list_lineages(tuple(LINEAGE_LIVE)):
-            if rec.status == LineageStatus.ORPHANED and rec.revive_at is not None \
-                    and rec.revive_at <= now:
-                await self._begin_attempt(rec, resume=True)
+            if rec.status == LineageStatus.ORPHANED and rec.revive_at is not None:
+                if rec.revive_at <= now:
+                    await self._begin_attempt(rec, resume=True)
+                else:
+                    next_due = min(next_due or rec.revive_at, rec.revive_at)
             elif rec.status == LineageStatus.ACTIVE and rec.exec_id:
                 await self._check_heartbeat(rec, now)
+        return next_due
 
     async def _check_heartbeat(self, rec: LineageRecord, now: float) -> None:
         th = lc.HeartbeatThresholds(rec.config.stale_after, rec.config.crashed_after)
@@ -444,8 +452,9 @@ class AgentService:
         total = dict(rec.usage)
         for k, v in (usage or {}).items():
             total[k] = total.get(k, 0) + int(v)
-        convo = self._conversation(rec)
-        convo.extend(messages)
+        # A new list, cached only once the snapshot is durable: a failed write followed
+        # by the agent's retry must not record the turn's messages twice.
+        convo = [*self._conversation(rec), *messages]
         turn_no = rec.turns + 1
         snap = snapshot.build(
             lineage=rec.id, instance=self.instance, provider=rec.config.provider,
@@ -457,6 +466,7 @@ class AgentService:
                          "tty": rec.config.tty, **(config or {})})
         await asyncio.get_running_loop().run_in_executor(
             None, snapshot.write, self.layout.root, snap)
+        self._messages[rec.id] = convo
         rec = self._commit(self.store.update_lineage(
             rec.id, event="agent.turn", turns=turn_no, lifecycle=str(after),
             context_pct=context_pct if context_pct is not None else rec.context_pct,
@@ -520,8 +530,8 @@ class AgentService:
                 "lifecycle": rec.lifecycle}
 
     def heartbeat(self, rec: LineageRecord) -> dict[str, Any]:
-        self.touch(rec)
-        return {"lifecycle": rec.lifecycle, "heartbeat": self.heartbeat_class(rec)}
+        self.touch(rec)  # it just spoke, so it is ACTIVE: no need to look further
+        return {"lifecycle": rec.lifecycle, "heartbeat": str(lc.HeartbeatClass.ACTIVE)}
 
     def handoff(self, rec: LineageRecord, text: str) -> dict[str, Any]:
         self.touch(rec)

@@ -189,7 +189,8 @@ class Daemon:
         with contextlib.suppress(FileNotFoundError):
             self.layout.socket.unlink()  # stale: we hold the home lock
         self._server = await asyncio.start_unix_server(
-            self._rpc.handle_connection, path=str(self.layout.socket), limit=2**20)
+            self._rpc.handle_connection, path=str(self.layout.socket), limit=2**20,
+            backlog=socket.SOMAXCONN)  # a burst of agents reconnecting after a restart
         os.chmod(self.layout.socket, 0o600)
 
     async def _shutdown(self) -> None:
