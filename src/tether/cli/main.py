@@ -229,8 +229,13 @@ def _attach_terminal(c: Client, ref: str, keys: bytes, *, read_only: bool = Fals
 
     in_fd, out_fd = sys.stdin.fileno(), sys.stdout.fileno()
     size = terminal_size(in_fd)
-    att = c.attach(ref, read_only=read_only, rows=size[0] if size else None,
-                   cols=size[1] if size else None, replay=replay)
+    try:
+        att = c.attach(ref, read_only=read_only, rows=size[0] if size else None,
+                       cols=size[1] if size else None, replay=replay)
+    except TetherError as e:
+        if e.code != "NOT_RUNNING":
+            raise
+        return _print_ended(c, ref)  # it ended before we could attach
     exec_id = att.info["exec"]
     with raw_terminal(in_fd):
         result = copy_loop(att, stdin_fd=in_fd, stdout_fd=out_fd, detach_keys=keys,
@@ -279,6 +284,20 @@ def _pump(home: Path, exec_id: str, stream: str, sink: Any) -> None:
         for data in c.read_logs(exec_id, stream=stream, follow=True):
             sink.write(data)
             sink.flush()
+
+
+def _print_ended(c: Client, ref: str) -> int:
+    """An exec that ended before the attach: show its terminal output and its status."""
+    x = c.exec_wait(ref, timeout=30.0)
+    stream = "pty" if x["spec"].get("tty") else "stdout"
+    for data in c.read_logs(x["id"], stream=stream):
+        sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+    code = _exit_code(x)
+    what = (f"killed by signal {x['signal']}" if x.get("signal")
+            else f"exited with code {x.get('exit_code')}")
+    sys.stderr.write(f"\r\n[{x['id']} {what}]\n")
+    return code
 
 
 def _exit_code(x: dict[str, Any]) -> int:

@@ -174,6 +174,9 @@ class ExecService:
                "HOME": os.environ.get("HOME", "/"), "LANG": os.environ.get("LANG", "C.UTF-8")}
         env.update(sandbox.spec.env)
         env.update(spec.env)
+        if spec.tty:  # ncurses trusts these over the terminal: they would pin its size
+            env.pop("LINES", None)
+            env.pop("COLUMNS", None)
         env["TETHER_EXEC_ID"] = exec_id
         env["TETHER_SANDBOX"] = sandbox.id
         run_spec = spec if cwd == spec.cwd else ExecSpec(**{**to_builtins(spec), "cwd": cwd})

@@ -551,6 +551,7 @@ class Monitor:
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:
+                self._read_last_words(c)  # a DETACH it sent before closing counts
                 self._drop(c, "connection lost")
                 return
             c.out_size -= n
@@ -563,6 +564,19 @@ class Monitor:
         if want != c.writable_wanted and c.fd in self.fds:
             c.writable_wanted = want
             self._set_mask(c)
+
+    def _read_last_words(self, c: Client) -> None:
+        """Process whatever a client sent before its connection broke."""
+        c.sock.setblocking(False)
+        while c.fd in self.clients:
+            try:
+                chunk = c.sock.recv(65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            c.inbuf += chunk
+            self._process_frames(c)
 
     def _set_mask(self, c: Client) -> None:
         mask = (0 if c in self.paused else select.EPOLLIN) | (
@@ -755,8 +769,10 @@ class Monitor:
         write_exit(self.paths["exit"], record)
         exit_frame = frame(proto.EXIT, json.dumps(record).encode())
         for c in list(self.clients.values()):
-            last = exit_frame if c.mode == "attach" else (
-                json.dumps({"event": "exit", **record}) + "\n").encode()
+            # Control connections are request/reply: they only see their own replies.
+            last = {"attach": exit_frame,
+                    "watch": (json.dumps({"event": "exit", **record}) + "\n").encode(),
+                    }.get(c.mode, b"")
             pending = b"".join(c.out)[c.out_off:] + last
             try:
                 c.sock.settimeout(1.0)

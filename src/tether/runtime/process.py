@@ -322,5 +322,6 @@ class ProcessRuntime:
                 if not chunk:
                     break
                 buf += chunk
-        reply: dict[str, Any] = json.loads(buf) if buf else {"ok": False, "error": "no reply"}
+        line = buf.split(b"\n", 1)[0]
+        reply: dict[str, Any] = json.loads(line) if line else {"ok": False, "error": "no reply"}
         return reply
