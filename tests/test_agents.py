@@ -3,10 +3,12 @@ lifecycle; agents and daemons are killed with real SIGKILLs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,9 @@ FAST = {"TETHER_AGENT_TICK": "0.2"}
 def start_agent(c: Any, tmp: Path, *args: str, **params: Any) -> dict[str, Any]:
     log = tmp / "agent.log"
     params.setdefault("revival", "revive")
+    import uuid
+
+    params.setdefault("request_key", uuid.uuid4().hex)  # retries start it once
     lin: dict[str, Any] = c._call("agent.start", {
         "argv": [sys.executable, AGENT, "--log", str(log), *args], "provider": "generic",
         "env": {"PATH": os.environ["PATH"]}, **params})
@@ -403,3 +408,47 @@ def test_a_revival_interrupted_by_a_crash_is_not_duplicated(stopped_daemon: Daem
     assert lineage(c, lin["id"])["attempt"] == 2
     starts = [x for x in log_lines(tmp_path) if x["event"] == "start"]
     assert [s["attempt"] for s in starts] == ["1", "2"]
+
+
+@pytest.mark.parametrize("point", ["exec.after_commit", "exec.after_handoff"])
+def test_a_first_attempt_interrupted_by_a_crash_is_adopted_not_duplicated(
+        stopped_daemon: DaemonProc, tmp_path: Path, point: str) -> None:
+    """The daemon dies inside agent.start. The agent (if it got started) finds no daemon
+    and its SDK auto-starts one, and the client's retry of agent.start may reach that
+    one: either way there must be one lineage and one process."""
+    d = stopped_daemon
+    d.start(env={**FAST, "TETHER_FAULT": point})
+    c = d.client(reconnect=3)
+    from tether.client.errors import DaemonUnavailable
+
+    with contextlib.suppress(DaemonUnavailable):
+        start_agent(c, tmp_path, "--pcts", "10", "--linger", "30", name="solo")
+    assert d.proc is not None
+    d.proc.wait(20)
+    from tests.harness import raw_call
+
+    def serving() -> bool:
+        try:
+            return bool(raw_call(d.socket, "daemon.health")["result"]["status"] == "SERVING")
+        except (OSError, KeyError, ValueError):
+            return False
+
+    time.sleep(1.0)  # give an agent-started daemon its moment
+    if not serving():
+        d.start(env=FAST)
+    c = d.client()
+    (lin,) = c._call("lineage.list", {"all": True})["lineages"]
+    wait_for(lambda: lineage(c, lin["id"])["status"] == "ACTIVE"
+             and any(x["event"] == "done" for x in log_lines(tmp_path)), what="running")
+    starts = [x for x in log_lines(tmp_path) if x["event"] == "start"]
+    running = [x for x in c.exec_list()["execs"] if x.get("agent")]
+    assert len(running) == 1 and len(starts) == 1  # one process, never two
+    # after_commit: attempt 1 never ran and was revived as attempt 2; after_handoff:
+    # attempt 1 ran and was adopted.
+    assert lineage(c, lin["id"])["attempt"] == (2 if point == "exec.after_commit" else 1)
+
+
+def test_hook_program_outside_an_agent_never_blocks(daemon: DaemonProc) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
+    r = daemon.cli("agent", "hook", "claude", "PreToolUse", input=b"{}", env=env)
+    assert r.returncode == 0 and b"ignored" in r.stderr

@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -146,6 +147,7 @@ def run(ctx: click.Context, detach: bool, name: str | None, sandbox: str, envs: 
                 "max_revivals": max_revivals, "aging_pct": aging_pct, "dying_pct": dying_pct,
                 "stale_after": stale_after, "crashed_after": crashed_after,
                 "successor": successor, "worktree": wt_path, "issue": issue, "force": force,
+                "request_key": uuid.uuid4().hex,
             }.items() if v is not None})
             if lin["exec_view"] is None:
                 _die(f"agent lineage {lin['id']} did not start: {lin['reason']}", 1)
@@ -720,8 +722,13 @@ def agent_hook(provider: str, event: str, payload_arg: str | None) -> None:
     import json
 
     from tether.agent.providers import REGISTRY
+    from tether.agent.session import NotAnAgent, Session
 
-    s = _session()
+    try:
+        s = Session.from_env()
+    except NotAnAgent as e:  # never block the agent (exit 2 would deny a tool call)
+        print(f"tether: hook {event} ignored: {e}", file=sys.stderr)
+        sys.exit(0)
     prov = REGISTRY.get(provider)
     in_argv = prov is not None and prov.payload_in_argv
     raw = (payload_arg or "") if in_argv else sys.stdin.read()

@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from tether.agent import lifecycle as lc
 from tether.agent import snapshot
 from tether.agent import worktree as wt
@@ -104,6 +106,10 @@ class AgentService:
             raise TetherError(RpcCode.INVALID_PARAMS, "BAD_TOKEN",
                               "unknown session or wrong token (TETHER_SESSION/TETHER_TOKEN); "
                               "a revived session gets a new token", {"session": session})
+        if rec.status not in LINEAGE_LIVE:
+            raise TetherError(RpcCode.INVALID_STATE, "LINEAGE_ENDED",
+                              f"lineage {rec.id} is {rec.status}; this session is over",
+                              {"session": session, "status": rec.status})
         return rec
 
     def view(self, rec: LineageRecord) -> dict[str, Any]:
@@ -148,21 +154,34 @@ class AgentService:
                         last = max(last, p.stat().st_mtime)  # output is activity too
         return last
 
-    def touch(self, rec: LineageRecord) -> None:
+    def touch(self, rec: LineageRecord, *, activity: bool = True) -> None:
         self._heartbeat[rec.id] = time.time()
-        self._awaiting_user.pop(rec.id, None)
+        if activity:  # e.g. an idle notification is a sign of life, not of work
+            self._awaiting_user.pop(rec.id, None)
 
     # ------------------------------------------------------------------ start
-    async def start(self, cfg: AgentConfig, name: str | None) -> LineageRecord:
+    async def start(self, cfg: AgentConfig, name: str | None,
+                    request_key: str | None = None) -> LineageRecord:
+        if request_key:
+            existing = self.store.lineage_by_request_key(request_key)
+            if existing is not None:
+                return existing  # a retry after a lost reply
         get_provider(cfg.provider)  # raises for an unknown provider before any intent
         lc.Thresholds(cfg.aging_pct, cfg.dying_pct)
         if cfg.revival not in ("revive", "reap", "ask"):
             raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
                               f"revival policy must be revive, reap or ask, not {cfg.revival!r}")
-        self.sandboxes.resolve(cfg.sandbox)
+        sandbox = self.sandboxes.resolve(cfg.sandbox)
+        if sandbox.spec.runtime != "process":
+            raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
+                              f"agents cannot run in {sandbox.spec.runtime} sandboxes yet: the "
+                              "agent must reach the daemon's socket, which a sandbox hides; "
+                              "use a process sandbox (e.g. the default one)")
+        cfg = msgspec.structs.replace(cfg, sandbox=sandbox.id)  # its event stream
         ident = self.store.reserve_id("lineage", nbytes=5)
         now = time.time()
-        rec = LineageRecord(id=ident, name=name, config=cfg, created_at=now, updated_at=now)
+        rec = LineageRecord(id=ident, name=name, config=cfg, created_at=now, updated_at=now,
+                            request_key=request_key)
         rec = self._commit(self.store.create_lineage(rec))
         return await self._begin_attempt(rec, resume=False)
 
@@ -238,7 +257,8 @@ class AgentService:
         rec = self.store.get_lineage(x.lineage)
         if rec is None or rec.exec_id != x.id or rec.status != LineageStatus.ACTIVE:
             return
-        hung = x.id in self._hung_kills
+        # A hung kill from before a restart is recognised by its recorded reason.
+        hung = x.id in self._hung_kills or (x.reason or "").startswith("hung:")
         self._hung_kills.discard(x.id)
         if rec.lifecycle == lc.Lifecycle.DEAD:
             self._finish(rec, "context exhausted (DEAD); the session was reaped")
@@ -331,6 +351,16 @@ class AgentService:
         """After exec recovery: every live lineage without a live process is ORPHANED."""
         summary = {"running": 0, "orphaned": 0, "resumed": 0}
         for rec in self.store.list_lineages(tuple(LINEAGE_LIVE)):
+            if rec.status == LineageStatus.ACTIVE and rec.exec_id is None and rec.attempt:
+                # The daemon died between committing this attempt and recording its
+                # exec: the request key finds it if it was started; else start it now.
+                summary["resumed"] += 1
+                x = self.store.exec_by_request_key(f"lineage-{rec.id}-{rec.attempt}")
+                if x is None:
+                    await self._run_attempt(rec, resume=rec.attempt > 1)
+                    continue
+                rec = self._commit(self.store.update_lineage(
+                    rec.id, exec_id=x.id, reason=f"attempt {rec.attempt} adopted as {x.id}"))
             if rec.status == LineageStatus.ACTIVE:
                 x = self.store.get_exec(rec.exec_id) if rec.exec_id else None
                 if x is not None and x.state == ExecState.RUNNING:
@@ -349,6 +379,13 @@ class AgentService:
                 await self._run_attempt(rec, resume=True)
             elif rec.status == LineageStatus.ORPHANED and rec.revive_at is None:
                 self._apply_policy(rec, None)
+        # A successor that was due when the daemon died.
+        lineages = self.store.list_lineages()
+        has_successor = {r.predecessor for r in lineages if r.predecessor}
+        for rec in lineages:
+            if (rec.status == LineageStatus.FINISHED and rec.lifecycle == lc.Lifecycle.DEAD
+                    and rec.config.successor == "auto" and rec.id not in has_successor):
+                self._successor_wanted.append(rec.id)
         return summary
 
     async def tick_loop(self) -> None:
@@ -549,7 +586,7 @@ class AgentService:
         """A provider's hook program calling back: translate, act, answer in its format."""
         provider = get_provider(provider_name)
         ev: HookEvent = provider.parse_hook(event, payload)
-        self.touch(rec)
+        self.touch(rec, activity=ev.kind not in ("other", "turn_end"))
         allowed, reason = True, "ok"
         if ev.kind == "session_start" and ev.provider_session_id:
             rec = self._commit(self.store.update_lineage(

@@ -11,7 +11,9 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tether import __version__
+from tether.agent.lifecycle import Thresholds
 from tether.agent.providers import for_command
+from tether.agent.providers import get as get_provider
 from tether.daemon.execs import parse_signal
 from tether.model.errors import RpcCode, TetherError
 from tether.model.records import AgentConfig, ExecRecord, ExecSpec, SandboxSpec, to_builtins
@@ -84,6 +86,12 @@ def build_router(d: Daemon) -> Router:
         }
 
     async def sandbox_create(p: m.SandboxCreate, c: Connection) -> Any:
+        flat = (p.runtime != "process" or p.workspace is not None or p.env or p.labels
+                or p.network is not None)
+        if p.spec is not None and flat:
+            raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
+                              "give either a spec or the runtime/workspace/env/labels/network "
+                              "fields, not both (use --set to override the spec)")
         if p.spec is not None:
             from tether.sandbox.spec import SpecError, parse_spec
 
@@ -203,9 +211,14 @@ def build_router(d: Daemon) -> Router:
                           aging_pct=p.aging_pct, dying_pct=p.dying_pct,
                           stale_after=p.stale_after, crashed_after=p.crashed_after,
                           worktree=p.worktree, issue=p.issue)
+        try:
+            get_provider(provider)
+            Thresholds(p.aging_pct, p.dying_pct)
+        except (KeyError, ValueError) as e:
+            raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS", str(e.args[0])) from None
         if p.worktree:
             claim_worktree(p.worktree, p.issue, force=p.force, provider=provider)
-        rec = await agents.start(cfg, p.name)
+        rec = await owned(agents.start(cfg, p.name, p.request_key))
         out = agents.view(rec)
         x = store.get_exec(rec.exec_id) if rec.exec_id else None
         out["exec_view"] = xview(x) if x is not None else None
@@ -230,7 +243,8 @@ def build_router(d: Daemon) -> Router:
         try:
             return await agents.hook(rec, p.provider, p.event, p.payload)
         except KeyError as e:
-            raise TetherError(RpcCode.INVALID_PARAMS, "UNKNOWN_PROVIDER", str(e)) from None
+            raise TetherError(RpcCode.INVALID_PARAMS, "UNKNOWN_PROVIDER",
+                              str(e.args[0])) from None
 
     async def agent_reap(p: m.Empty, c: Connection) -> Any:
         return agents.reap()
@@ -243,7 +257,8 @@ def build_router(d: Daemon) -> Router:
         return agents.view(agents.resolve(p.lineage))
 
     async def lineage_resolve(p: m.LineageResolve, c: Connection) -> Any:
-        return agents.view(await agents.resolve_ask(agents.resolve(p.lineage), p.action))
+        return agents.view(await owned(agents.resolve_ask(agents.resolve(p.lineage),
+                                                          p.action)))
 
     table: list[tuple[str, type[Any], Handler]] = [
         ("daemon.health", m.Empty, health),

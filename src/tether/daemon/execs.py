@@ -181,7 +181,10 @@ class ExecService:
         env["TETHER_SANDBOX"] = sandbox.id
         run_spec = spec if cwd == spec.cwd else ExecSpec(**{**to_builtins(spec), "cwd": cwd})
         if sandbox.spec.runtime == "bwrap":
-            workdir = cwd or os.getcwd()
+            if not cwd:
+                raise invalid_params("a bwrap exec needs a working directory (cwd) or a "
+                                     "sandbox workspace: it is the one writable place")
+            workdir = cwd
             run_spec = msgspec.structs.replace(run_spec, cwd=workdir, argv=bwrap_runtime.wrap(
                 run_spec.argv, sandbox.spec, cwd=workdir, tether_home=str(self.layout.root),
                 tty=run_spec.tty, bwrap_path=self.bwrap_path))

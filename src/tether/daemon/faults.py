@@ -27,4 +27,10 @@ class Faults:
 
     def hit(self, point: str) -> None:
         if point in self.armed:
+            import sys
+            import traceback
+
+            sys.stderr.write(f"tether: fault point {point} reached: SIGKILL\n")
+            traceback.print_stack(file=sys.stderr)
+            sys.stderr.flush()
             os.kill(os.getpid(), signal.SIGKILL)

@@ -175,6 +175,7 @@ class LineageRecord(msgspec.Struct, kw_only=True):
     last_turn_at: float | None = None
     reason: str | None = None
     predecessor: str | None = None  # the lineage whose handoff seeded this one
+    request_key: str | None = None  # the agent.start that created it (retries are no-ops)
 
 
 def to_builtins(obj: Any) -> Any:

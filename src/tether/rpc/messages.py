@@ -134,6 +134,8 @@ class AgentStart(_P):
     worktree: str | None = None
     issue: Annotated[str, Meta(max_length=256)] | None = None
     force: bool = False
+    # Client-chosen; a retried agent.start with the same key returns the same lineage.
+    request_key: Annotated[str, Meta(min_length=8, max_length=128)] | None = None
 
 
 class _Auth(_P):

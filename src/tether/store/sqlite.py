@@ -339,6 +339,12 @@ class Store:
         row = self._db.execute("SELECT record FROM lineages WHERE id = ?", (ident,)).fetchone()
         return _dec_lineage.decode(row[0]) if row else None
 
+    def lineage_by_request_key(self, key: str) -> LineageRecord | None:
+        row = self._db.execute(
+            "SELECT record FROM lineages WHERE json_extract(record, '$.request_key') = ?",
+            (key,)).fetchone()
+        return _dec_lineage.decode(row[0]) if row else None
+
     def find_lineages(self, ref: str) -> list[LineageRecord]:
         rows = self._db.execute(
             "SELECT record FROM lineages WHERE id = ? OR name = ? ORDER BY rowid DESC",
