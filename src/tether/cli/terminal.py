@@ -60,6 +60,8 @@ class DetachMatcher:
 
     def feed(self, data: bytes) -> tuple[bytes, bool]:
         """(bytes to send to the program, whether the user detached)."""
+        if not self.held and self.keys[0] not in data:
+            return data, False  # the common case, per keystroke: nothing to look at
         out = bytearray()
         for b in data:
             candidate = self.held + bytes([b])
@@ -124,7 +126,9 @@ def copy_loop(att: Attachment, *, stdin_fd: int, stdout_fd: int, detach_keys: by
     old_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     old_winch = signal.signal(signal.SIGWINCH, lambda *_: None)
     # Read-only clients read the keyboard too, for the detach keys; nothing is sent.
-    reading = [att.fileno(), wake_r, stdin_fd]
+    poller = select.poll()
+    for fd in (att.fileno(), wake_r, stdin_fd):
+        poller.register(fd, select.POLLIN)
     try:
         pending = att.read(0)  # anything already buffered (e.g. the replay)
         while True:
@@ -132,7 +136,7 @@ def copy_loop(att: Attachment, *, stdin_fd: int, stdout_fd: int, detach_keys: by
                 _write_all(stdout_fd, pending)
             if att.closed:
                 return AttachResult("exited" if att.exit else "lost", att.exit)
-            ready, _, _ = select.select(reading, [], [])
+            ready = {fd for fd, _ in poller.poll()}
             pending = b""
             if wake_r in ready:
                 with contextlib.suppress(BlockingIOError):
@@ -143,7 +147,7 @@ def copy_loop(att: Attachment, *, stdin_fd: int, stdout_fd: int, detach_keys: by
             if stdin_fd in ready:
                 data = os.read(stdin_fd, 65536)
                 if not data:
-                    reading.remove(stdin_fd)
+                    poller.unregister(stdin_fd)
                     if forward_input and not att.info.get("tty"):
                         att.close_stdin()
                     continue
@@ -154,7 +158,7 @@ def copy_loop(att: Attachment, *, stdin_fd: int, stdout_fd: int, detach_keys: by
                     att.detach()
                     return AttachResult("detached")
             if att.fileno() in ready:
-                pending = att.read(0)
+                pending = att.read_ready()
     finally:
         signal.set_wakeup_fd(old_wakeup)
         signal.signal(signal.SIGWINCH, old_winch)

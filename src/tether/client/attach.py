@@ -115,6 +115,23 @@ class Attachment:
                 return b""
             self._buf += chunk
 
+    def read_ready(self) -> bytes:
+        """Output after ``select`` said the socket is readable: one recv, no waiting."""
+        got = self._take()
+        if got is not None:
+            return got
+        try:
+            chunk = self.sock.recv(1 << 20, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return b""
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.closed = True
+            return b""
+        self._buf += chunk
+        return self._take() or b""
+
     def read_until(self, marker: bytes, timeout: float = 10.0) -> bytes:
         """Read until ``marker`` appears (e.g. a prompt); raise TimeoutError if it does not."""
         deadline = time.monotonic() + timeout

@@ -392,13 +392,15 @@ class Monitor:
             if not data:
                 self._unregister(self.master)
                 return
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self.pty_log, view):]
+            # Clients first (they are waiting on it), then the log. Nothing can run in
+            # between (one thread), so a replay still sees every byte exactly once.
             out = frame(proto.DATA, data)
             for c in list(self.clients.values()):
                 if c.mode == "attach":
                     self._queue(c, out)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self.pty_log, view):]
             if len(data) < 65536:
                 return  # drained; the next EPOLLIN says when there is more
 
