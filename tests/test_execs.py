@@ -264,3 +264,22 @@ def test_sandbox_delete_finishes_when_the_client_goes_away(daemon: DaemonProc) -
                       "params": {"sandbox": "gone", "grace": 1}})
     wait_for(lambda: all(s["name"] != "gone" for s in c.sandbox_list()["sandboxes"]),
              what="sandbox deleted although its client left")
+
+
+def test_idle_timeout_stops_and_ttl_deletes(stopped_daemon: DaemonProc) -> None:
+    d = stopped_daemon
+    d.start(env={"TETHER_SWEEP_INTERVAL": "0.2"})
+    r = d.cli("sandbox", "create", "--runtime", "process", "--idle-timeout", "1", "idle")
+    assert r.returncode == 0, r.stderr
+    c = d.client()
+    c.sandbox_create("short", ttl=1.5)
+    x = c.exec_start(["sleep", "2"], sandbox="idle")
+    wait_for(lambda: c.sandbox_get("idle")["state"] == "STOPPED", timeout=15)
+    # It stayed READY while the exec ran, and stopped only a second after it ended.
+    assert c.exec_get(x["id"])["state"] == "FINISHED"
+    stopped = [e for e in c.events_list(limit=10000)["events"]
+               if e["type"] == "sandbox.state" and e["state"] == "STOPPED"]
+    assert "idle_timeout" in stopped[0]["reason"]
+    assert stopped[0]["time"] >= c.exec_get(x["id"])["ended_at"] + 0.9
+    wait_for(lambda: all(s["name"] != "short" for s in c.sandbox_list()["sandboxes"]),
+             timeout=15, what="ttl deletion")

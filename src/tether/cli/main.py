@@ -525,11 +525,16 @@ def sandbox() -> None:
 @click.option("--runtime", default="auto", show_default=True,
               help="auto (bwrap when it works here, else process), bwrap or process")
 @click.option("--network", type=click.Choice(["none", "private", "host"]), default=None)
+@click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="stop it after SEC seconds without a running exec")
+@click.option("--ttl", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="delete it SEC seconds after creation")
 @click.argument("name")
 @click.pass_context
 def sandbox_create(ctx: click.Context, spec_file: str | None, sets: tuple[str, ...],
                    workspace: str | None, envs: tuple[str, ...], labels: tuple[str, ...],
-                   runtime: str, network: str | None, name: str) -> None:
+                   runtime: str, network: str | None, idle_timeout: float | None,
+                   ttl: float | None, name: str) -> None:
     """Create a sandbox, from flags or from a spec file (-f spec.yaml --set k=v)."""
     c = _client(ctx)
     if spec_file is not None:
@@ -548,7 +553,8 @@ def sandbox_create(ctx: click.Context, spec_file: str | None, sets: tuple[str, .
         ws = os.path.abspath(workspace) if workspace else None
         sb = c._call("sandbox.create", {k: v for k, v in {
             "name": name, "runtime": runtime, "workspace": ws, "env": _kv(envs, "env"),
-            "labels": _kv(labels, "label"), "network": network}.items() if v is not None})
+            "labels": _kv(labels, "label"), "network": network, "idle_timeout": idle_timeout,
+            "ttl": ttl}.items() if v is not None})
     click.echo(sb["id"])
     reason = sb.get("reason") or ""
     if "fell back" in reason:

@@ -31,11 +31,12 @@ class _Api(Generic[R]):
 
     # sandboxes
     def sandbox_create(self, name: str, *, runtime: str = "process", workspace: str | None = None,
-                       env: dict[str, str] | None = None,
-                       labels: dict[str, str] | None = None) -> R:
-        return self._call("sandbox.create", _clean({"name": name, "runtime": runtime,
-                                                    "workspace": workspace, "env": env,
-                                                    "labels": labels}))
+                       env: dict[str, str] | None = None, labels: dict[str, str] | None = None,
+                       network: str | None = None, idle_timeout: float | None = None,
+                       ttl: float | None = None) -> R:
+        return self._call("sandbox.create", _clean({
+            "name": name, "runtime": runtime, "workspace": workspace, "env": env,
+            "labels": labels, "network": network, "idle_timeout": idle_timeout, "ttl": ttl}))
 
     def sandbox_get(self, sandbox: str) -> R:
         return self._call("sandbox.get", {"sandbox": sandbox})

@@ -87,7 +87,7 @@ def build_router(d: Daemon) -> Router:
 
     async def sandbox_create(p: m.SandboxCreate, c: Connection) -> Any:
         flat = (p.runtime != "process" or p.workspace is not None or p.env or p.labels
-                or p.network is not None)
+                or p.network is not None or p.idle_timeout is not None or p.ttl is not None)
         if p.spec is not None and flat:
             raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
                               "give either a spec or the runtime/workspace/env/labels/network "
@@ -106,7 +106,8 @@ def build_router(d: Daemon) -> Router:
                                   {"path": e.path, "line": e.line}) from None
         else:
             spec = SandboxSpec(runtime=p.runtime, workspace=p.workspace, env=p.env,
-                               labels=p.labels, network=p.network)
+                               labels=p.labels, network=p.network,
+                               idle_timeout=p.idle_timeout, ttl=p.ttl)
         return to_builtins(sandboxes.create(p.name, spec))
 
     async def sandbox_get(p: m.SandboxRef, c: Connection) -> Any:

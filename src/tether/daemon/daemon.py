@@ -231,10 +231,12 @@ class Daemon:
             await self.execs.pool_wanted.wait()
 
     async def _sweep_loop(self) -> None:
+        interval = float(os.environ.get("TETHER_SWEEP_INTERVAL", SWEEP_INTERVAL))
         while True:
-            await asyncio.sleep(SWEEP_INTERVAL)
+            await asyncio.sleep(interval)
             try:
                 self.execs.sweep()
+                await self.sandboxes.enforce_lifetimes(time.time())
             except Exception:
                 log.exception("sweep failed")
 

@@ -133,6 +133,35 @@ class SandboxService:
                               f"sandbox {sb.name!r} is {sb.state} and cannot become {to}",
                               {"sandbox": sb.id, "state": sb.state})
 
+    async def enforce_lifetimes(self, now: float) -> None:
+        """``ttl`` deletes a sandbox that old; ``idle_timeout`` stops a READY one that has
+        had no live exec for that long. Both are derived from durable times (creation,
+        the last exec's end), so a daemon restart neither resets nor skips them."""
+        for sb in self.store.list_sandboxes():
+            if sb.id == DEFAULT_SANDBOX or sb.state in (SandboxState.DELETING,
+                                                        SandboxState.PENDING):
+                continue
+            ttl, idle = sb.spec.ttl, sb.spec.idle_timeout
+            if ttl is not None and now - sb.created_at >= ttl:
+                await self.delete(self._mark(sb, f"ttl of {ttl:g}s expired"), grace=5.0)
+                continue
+            if idle is None or sb.state != SandboxState.READY:
+                continue
+            execs = self.store.list_execs(sandbox=sb.id)
+            if any(x.state not in EXEC_TERMINAL for x in execs):
+                continue  # an attached client always has a live exec behind it
+            idle_since = max([sb.updated_at, *(x.ended_at or 0.0 for x in execs)])
+            if now - idle_since >= idle:
+                self._commit(self.store.transition_sandbox(
+                    sb.id, SandboxState.STOPPED,
+                    reason=f"idle_timeout: no exec for {idle:g}s"))
+
+    def _mark(self, sb: SandboxRecord, reason: str) -> SandboxRecord:
+        if sb.state == SandboxState.DELETING:
+            return sb
+        return self._commit(self.store.transition_sandbox(sb.id, SandboxState.DELETING,
+                                                          reason=reason))
+
     async def recover(self) -> None:
         for sb in self.store.list_sandboxes():
             if sb.state == SandboxState.PENDING:

@@ -32,6 +32,8 @@ class SandboxCreate(_P):
     env: dict[str, str] = msgspec.field(default_factory=dict)
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     network: Literal["none", "private", "host"] | None = None
+    idle_timeout: Annotated[float, Meta(gt=0)] | None = None  # seconds
+    ttl: Annotated[float, Meta(gt=0)] | None = None  # seconds
     # A YAML spec file's text (docs/examples/sandbox.yaml); when given it is the whole
     # spec and the fields above must be left at their defaults.
     spec: Annotated[str, Meta(max_length=1024 * 1024)] | None = None
