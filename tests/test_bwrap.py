@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
-import signal
 import socket
-import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +148,6 @@ def test_runtime_auto_and_status(daemon: DaemonProc) -> None:
     assert sb["spec"]["runtime"] == "bwrap"
     st = c.status()
     assert st["runtimes"]["bwrap"]["available"] is True
-    assert threading.active_count() >= 1 and time.time() > 0 and signal.SIGTERM
 
 
 def test_sandbox_from_a_spec_file_through_the_cli(daemon: DaemonProc, tmp_path: Path) -> None:

@@ -80,11 +80,7 @@ class EventBus:
 
     def _send(self, sub: Subscription, ev: Event) -> None:
         sub.conn.notify("events.event", {"subscription": sub.id, "event": to_builtins(ev)})
-        sub.cursor = self.key_after(sub, ev)
-
-    @staticmethod
-    def key_after(sub: Subscription, ev: Event) -> int:
-        return sub.key(ev)
+        sub.cursor = sub.key(ev)
 
     async def _pump(self, sub: Subscription) -> None:
         try:
