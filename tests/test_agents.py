@@ -452,3 +452,23 @@ def test_hook_program_outside_an_agent_never_blocks(daemon: DaemonProc) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
     r = daemon.cli("agent", "hook", "claude", "PreToolUse", input=b"{}", env=env)
     assert r.returncode == 0 and b"ignored" in r.stderr
+
+
+def test_a_held_worktree_lock_does_not_freeze_the_daemon(daemon: DaemonProc,
+                                                         tmp_path: Path) -> None:
+    """Review finding: a stray process holding .agent/state.json.lock froze every RPC."""
+    import fcntl
+
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / ".agent").mkdir()
+    c = daemon.client()
+    start_agent(c, tmp_path, "--pcts", "10,20", "--wait-file", str(tmp_path / "go"),
+                worktree=str(tree))
+    with open(tree / ".agent" / "state.json.lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        (tmp_path / "go.1").touch()
+        wait_for(lambda: any(x["event"] == "turn" for x in log_lines(tmp_path)), timeout=15)
+        t0 = time.monotonic()
+        assert c.health()["status"] == "SERVING"
+        assert time.monotonic() - t0 < 5

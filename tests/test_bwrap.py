@@ -173,3 +173,23 @@ def test_sandbox_from_a_spec_file_through_the_cli(daemon: DaemonProc, tmp_path: 
                                        f"echo read-only; touch {tmp_path}/ws/made && echo ok",
                          cwd=tmp_path / "ws")
     assert out.split() == [b"dataset", b"fast", b"read-only", b"ok"], err
+
+
+def test_a_cwd_cannot_widen_the_sandbox_to_tether_home(daemon: DaemonProc,
+                                                       tmp_path: Path) -> None:
+    """Review finding: a symlinked or ``..`` cwd used to mount tether's home's parent."""
+    from tether.client.errors import TetherError
+
+    c = daemon.client()
+    c.sandbox_create("bare", runtime="bwrap")  # no workspace: the cwd is the writable place
+    link = tmp_path / "lnk"
+    link.symlink_to(daemon.home.parent)
+    for cwd in (str(link), str(daemon.home / "logs" / ".."), str(daemon.home / "logs")):
+        with pytest.raises(TetherError) as e:
+            c.exec_start(["true"], sandbox="bare", cwd=cwd)
+        assert "tether's home" in e.value.message
+    assert not c.exec_list(all=True)["execs"], "a refused exec must leave no record"
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    _, out, _ = run(c, "bare", f"ls {daemon.home} 2>&1; echo end", cwd=ws)
+    assert b"tether.sock" not in out

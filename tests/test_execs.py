@@ -4,6 +4,7 @@ logs from offsets and while following, addressing by id, prefix and name."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import signal
 import subprocess
@@ -281,3 +282,39 @@ def test_idle_timeout_stops_and_ttl_deletes(stopped_daemon: DaemonProc) -> None:
     assert stopped[0]["time"] >= c.exec_get(x["id"])["ended_at"] + 0.9
     wait_for(lambda: all(s["name"] != "short" for s in c.sandbox_list()["sandboxes"]),
              timeout=15, what="ttl deletion")
+
+
+def test_hostile_values_on_the_monitor_socket_do_not_kill_it(daemon: DaemonProc) -> None:
+    """Review finding: 1e400 and friends used to crash the monitor, killing the command."""
+    import json as _json
+    import socket as _socket
+
+    c = daemon.client()
+    x = c.exec_start(["sh", "-c", "sleep 100"], tty=True)
+    sock_path = x["socket"]
+    for line in (b'{"op":"attach","rows":1e400}', b'{"op":"attach","replay":-1e400}',
+                 b'{"op":"signal","signal":1e400}', b'{"op":"watch","since":1e400}',
+                 b"\xff\xfe not json", b'{"op":[]}', b"[" * 5000):
+        with _socket.socket(_socket.AF_UNIX) as s:
+            s.settimeout(5)
+            s.connect(sock_path)
+            s.sendall(line + b"\n")
+            with contextlib.suppress(OSError):  # dropping the offender is fine
+                s.recv(4096)
+    with _socket.socket(_socket.AF_UNIX) as s:
+        s.settimeout(5)
+        s.connect(sock_path)
+        s.sendall(b'{"op":"ping"}\n')
+        assert _json.loads(s.recv(4096))["ok"] is True
+    assert c.exec_get(x["id"])["state"] == "RUNNING"
+
+
+def test_very_long_timeouts_and_graces_are_fine(daemon: DaemonProc) -> None:
+    """Review finding: a wait past ~24.8 days overflowed epoll and killed the monitor."""
+    c = daemon.client()
+    x = c.exec_start(["sleep", "100"], timeout=3e6)
+    time.sleep(0.3)
+    assert c.exec_get(x["id"])["state"] == "RUNNING"
+    c.exec_cancel(x["id"], signal="INT", grace=3e6)  # sleep dies of SIGINT at once
+    done = c.exec_wait(x["id"], timeout=10)
+    assert (done["state"], done["signal"]) == ("CANCELLED", signal.SIGINT)

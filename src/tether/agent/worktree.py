@@ -113,6 +113,13 @@ class Malformed(WorktreeError):
         self.reason = reason
 
 
+class LockTimeout(WorktreeError):
+    """Another process held ``state.json.lock`` for longer than the caller would wait."""
+
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__(f"{path} is locked by another process (waited {timeout:g}s)", path)
+
+
 class IdentifierMismatch(WorktreeError):
     """The worktree's state belongs to another issue; reusing it would mix two issues' work.
 
@@ -411,12 +418,14 @@ _held = threading.local()
 
 
 @contextlib.contextmanager
-def _locked(worktree: PathArg) -> Iterator[str]:
+def _locked(worktree: PathArg, timeout: float | None = None) -> Iterator[str]:
     """Hold ``flock(LOCK_EX)`` on ``.agent/state.json.lock``; yields the ``.agent`` dir.
 
     A separate lock file (never renamed) because the state file's inode changes on
-    every write. Each acquisition opens its own descriptor, so threads of one
-    process exclude each other too. Re-entry from the same thread (an ``update``
+    every write. With ``timeout`` (seconds) give up with :class:`LockTimeout` rather
+    than wait for ever: the daemon must not hang on a lock an agent's process holds.
+    Each acquisition opens its own descriptor, so threads of one process exclude each
+    other too. Re-entry from the same thread (an ``update``
     callback calling ``write``) would deadlock on flock, so it raises instead.
     """
     agent_dir = _ensure_agent_dir(worktree)
@@ -427,7 +436,18 @@ def _locked(worktree: PathArg) -> Iterator[str]:
         raise RuntimeError(f"{lock_path} is already held by this thread (re-entrant update?)")
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        if timeout is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise LockTimeout(lock_path, timeout) from None
+                    time.sleep(0.01)
         held.add(lock_path)
         try:
             yield agent_dir
@@ -501,6 +521,7 @@ def update(
     fn: Callable[[WorktreeState], WorktreeState | None],
     *,
     reset_malformed: bool = False,
+    lock_timeout: float | None = None,
 ) -> WorktreeState:
     """Read-modify-write ``state.json`` entirely under the cross-process lock.
 
@@ -515,7 +536,7 @@ def update(
     bytes are kept in ``.agent/state.json.malformed``.
     """
     path = state_path(worktree)
-    with _locked(worktree) as agent_dir:
+    with _locked(worktree, lock_timeout) as agent_dir:
         malformed = False
         try:
             current = read(worktree)
@@ -536,7 +557,8 @@ def update(
 
 
 def claim_for_issue(
-    worktree: PathArg, issue_identifier: str, *, force: bool = False, **fields: Any
+    worktree: PathArg, issue_identifier: str, *, force: bool = False,
+    lock_timeout: float | None = None, **fields: Any
 ) -> WorktreeState:
     """Claim the worktree for ``issue_identifier`` at session start (``tether run --issue``).
 
@@ -592,7 +614,7 @@ def claim_for_issue(
             )
         return dataclasses.replace(st, **fields)
 
-    return update(worktree, claim, reset_malformed=force)
+    return update(worktree, claim, reset_malformed=force, lock_timeout=lock_timeout)
 
 
 # --------------------------------------------------------------------------- heartbeat API

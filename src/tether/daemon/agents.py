@@ -50,6 +50,9 @@ log = logging.getLogger("tether.agents")
 WORKTREE_HEARTBEAT_EVERY = 10.0
 CRASH_LOOP_LIMIT = 3  # consecutive attempts that die within crash_loop_seconds
 REAP_DELAY = 1.0  # seconds between a DEAD turn's reply and SIGTERM to the agent
+# The daemon waits at most this long for a worktree's state.json lock (held by some other
+# process, perhaps the agent's): it skips that update rather than freeze its event loop.
+WORKTREE_LOCK_TIMEOUT = 0.2
 
 
 def backoff(attempt: int) -> float:
@@ -77,6 +80,8 @@ class AgentService:
         self._tool_calls: dict[str, int] = {}  # for heartbeat.json toolCallsCount
         # Interactive sessions whose last turn ended: waiting for their user, not hung.
         self._awaiting_user: dict[str, float] = {}
+        # One per lineage: turns, revivals and resolutions of a lineage never interleave.
+        self._locks: dict[str, asyncio.Lock] = {}
         self.wake = asyncio.Event()
         execs.on_terminal.append(self._on_exec_terminal)
 
@@ -330,11 +335,22 @@ class AgentService:
 
     def _forget(self, lineage: str) -> None:
         self._heartbeat.pop(lineage, None)
+        lock = self._locks.get(lineage)
+        if lock is not None and not lock.locked():
+            self._locks.pop(lineage, None)
         self._awaiting_user.pop(lineage, None)
         self._hb_class.pop(lineage, None)
         self._messages.pop(lineage, None)
 
+    def _lock(self, lineage: str) -> asyncio.Lock:
+        return self._locks.setdefault(lineage, asyncio.Lock())
+
     async def resolve_ask(self, rec: LineageRecord, action: str) -> LineageRecord:
+        async with self._lock(rec.id):
+            fresh = self.store.get_lineage(rec.id)  # the caller's copy may be stale
+            return await self._resolve_ask(fresh or rec, action)
+
+    async def _resolve_ask(self, rec: LineageRecord, action: str) -> LineageRecord:
         if rec.status != LineageStatus.ASK_PENDING:
             raise TetherError(RpcCode.INVALID_STATE, "INVALID_STATE",
                               f"lineage {rec.id} is {rec.status}, not ASK_PENDING",
@@ -411,7 +427,10 @@ class AgentService:
         for rec in self.store.list_lineages(tuple(LINEAGE_LIVE)):
             if rec.status == LineageStatus.ORPHANED and rec.revive_at is not None:
                 if rec.revive_at <= now:
-                    await self._begin_attempt(rec, resume=True)
+                    async with self._lock(rec.id):
+                        fresh = self.store.get_lineage(rec.id)
+                        if fresh is not None and fresh.status == LineageStatus.ORPHANED:
+                            await self._begin_attempt(fresh, resume=True)
                 else:
                     next_due = min(next_due or rec.revive_at, rec.revive_at)
             elif rec.status == LineageStatus.ACTIVE and rec.exec_id:
@@ -481,7 +500,17 @@ class AgentService:
                    usage: dict[str, int] | None, model: str | None,
                    messages: list[dict[str, Any]], config: dict[str, Any] | None = None,
                    ) -> dict[str, Any]:
-        """A completed turn: lifecycle, snapshot (durable), counters, reply."""
+        """A completed turn: lifecycle, snapshot (durable), counters, reply. Turns of one
+        lineage are serialized (the hook program and the SDK may both report)."""
+        async with self._lock(rec.id):
+            fresh = self.store.get_lineage(rec.id)
+            return await self._turn(fresh or rec, context_pct=context_pct, usage=usage,
+                                    model=model, messages=messages, config=config)
+
+    async def _turn(self, rec: LineageRecord, *, context_pct: float | None,
+                    usage: dict[str, int] | None, model: str | None,
+                    messages: list[dict[str, Any]], config: dict[str, Any] | None = None,
+                    ) -> dict[str, Any]:
         self.touch(rec)
         th = lc.Thresholds(rec.config.aging_pct, rec.config.dying_pct)
         before = rec.lifecycle
@@ -635,7 +664,7 @@ class AgentService:
             return st
 
         try:
-            wt.update(rec.config.worktree, change)
+            wt.update(rec.config.worktree, change, lock_timeout=WORKTREE_LOCK_TIMEOUT)
         except Exception as e:  # a broken worktree must not break the agent
             log.warning("cannot update %s/.agent/state.json: %s", rec.config.worktree, e)
 

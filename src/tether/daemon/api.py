@@ -46,7 +46,7 @@ def claim_worktree(path: str, issue: str | None, *, force: bool, provider: str) 
     if not issue:
         return  # no issue to guard; the session still keeps .agent/state.json current
     try:
-        wt.claim_for_issue(path, issue, force=force, provider_name=provider)
+        wt.claim_for_issue(path, issue, force=force, provider_name=provider, lock_timeout=1.0)
     except wt.IdentifierMismatch as e:
         raise TetherError(RpcCode.CONFLICT, "WORKTREE_IN_USE", str(e),
                           {"worktree": path}) from None

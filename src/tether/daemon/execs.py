@@ -58,6 +58,12 @@ def parse_signal(value: int | str) -> int:
                              ) from None
 
 
+def _overlaps(path: str, other: str) -> bool:
+    """True when one of two real paths is, or is inside, the other."""
+    a, b = path.rstrip("/") + "/", other.rstrip("/") + "/"
+    return a.startswith(b) or b.startswith(a)
+
+
 def _describe_exit(outcome: str, st: dict[str, Any]) -> str:
     if outcome == "cancelled":
         return "cancelled"
@@ -163,6 +169,20 @@ class ExecService:
                 raise invalid_params(f"cwd must be an absolute path, got {cwd!r}")
             if not os.path.isdir(cwd):
                 raise invalid_params(f"cwd {cwd!r} is not an existing directory")
+        # Everything that can refuse the exec is checked before its intent is committed.
+        sandboxed_argv: list[str] | None = None
+        if sandbox.spec.runtime == "bwrap":
+            if not cwd:
+                raise invalid_params("a bwrap exec needs a working directory (cwd) or a "
+                                     "sandbox workspace: it is the one writable place")
+            cwd = os.path.realpath(cwd)  # symlinks and .. must not widen what is mounted
+            home = os.path.realpath(self.layout.root)
+            if _overlaps(cwd, home):
+                raise invalid_params(f"cwd {cwd!r} overlaps tether's home {home}: a sandbox "
+                                     "must not see tether's own state")
+            sandboxed_argv = bwrap_runtime.wrap(
+                spec.argv, sandbox.spec, cwd=cwd, tether_home=home, tty=spec.tty,
+                bwrap_path=self.bwrap_path)
         exec_id = self.store.reserve_id("exec")
         rec = ExecRecord(id=exec_id, sandbox=sandbox.id, state=ExecState.PENDING,
                          spec=spec, name=spec.name, created_at=time.time(),
@@ -180,18 +200,19 @@ class ExecService:
         env["TETHER_EXEC_ID"] = exec_id
         env["TETHER_SANDBOX"] = sandbox.id
         run_spec = spec if cwd == spec.cwd else ExecSpec(**{**to_builtins(spec), "cwd": cwd})
-        if sandbox.spec.runtime == "bwrap":
-            if not cwd:
-                raise invalid_params("a bwrap exec needs a working directory (cwd) or a "
-                                     "sandbox workspace: it is the one writable place")
-            workdir = cwd
-            run_spec = msgspec.structs.replace(run_spec, cwd=workdir, argv=bwrap_runtime.wrap(
-                run_spec.argv, sandbox.spec, cwd=workdir, tether_home=str(self.layout.root),
-                tty=run_spec.tty, bwrap_path=self.bwrap_path))
+        if sandboxed_argv is not None:
+            run_spec = msgspec.structs.replace(run_spec, argv=sandboxed_argv)
         run_rec = rec if run_spec is spec else ExecRecord(**{**to_builtins(rec), "spec": run_spec})
         paths = self.paths(rec)
         try:
-            started = await self.runtime.start(run_rec, paths, env)
+            try:
+                started = await self.runtime.start(run_rec, paths, env)
+            except (StartError, asyncio.CancelledError):
+                raise
+            except Exception as e:  # never leave a committed exec PENDING and unwatched
+                log.exception("starting exec %s failed", exec_id)
+                raise StartError(f"starting the monitor failed: {e!r}",
+                                 "MONITOR_FAILED") from e
         except StartError as e:
             self._pending_cancel.pop(exec_id, None)
             failed = self._commit(self.store.transition_exec(

@@ -263,6 +263,26 @@ class Monitor:
             for f in to_close:
                 os.close(f)
         self.started_at = time.time()
+        try:
+            self._announce()
+        except BaseException:
+            # The command runs but nobody could track it: end it, and say so on disk.
+            self._killpg(signal.SIGKILL)
+            try:
+                os.waitpid(self.pid, 0)
+                write_exit(self.paths["exit"], {
+                    "exit_code": None, "signal": signal.SIGKILL, "ended_at": time.time(),
+                    "started_at": self.started_at, "outcome": "start_failed",
+                    "reason": "the monitor failed right after starting the command; it "
+                              "was killed"})
+            except OSError:
+                pass
+            raise
+        return self.loop()
+
+    def _announce(self) -> None:
+        """Handles file and start report (the command already runs; the child is unreaped,
+        so its pid cannot have been reused if this fails and it must be killed)."""
         start_time = proc_start_time(self.pid)
         me = {"pid": os.getpid(), "start_time": proc_start_time(os.getpid())}
         write_handles(self.paths["handles"], {
@@ -278,7 +298,6 @@ class Monitor:
         _report({"pid": self.pid, "start_time": start_time, "started_at": self.started_at,
                  "monitor": me})
         _detach_pipes()
-        return self.loop()
 
     # -------------------------------------------------------------- loop
     def loop(self) -> int:
@@ -297,7 +316,8 @@ class Monitor:
             now = time.monotonic()
             timers = [t for t in (self.deadline,
                                   self.cancel["kill_at"] if self.cancel else None) if t]
-            wait = max(0.0, min(timers) - now) if timers else -1
+            # Capped: epoll cannot wait longer than ~24.8 days, and the loop recomputes.
+            wait = min(3600.0, max(0.0, min(timers) - now)) if timers else 3600.0
             try:
                 ready = self.poll.poll(wait)
             except InterruptedError:
@@ -318,12 +338,16 @@ class Monitor:
                 elif what == "stdin":
                     self._flush_input()
                 else:
-                    # Read first: a client that sent "detach" and closed must be seen
-                    # detaching, not failing on the write of its pending output.
-                    if events & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
-                        self._client_readable(what)
-                    if events & select.EPOLLOUT and what.fd in self.clients:
-                        self._flush_client(what)
+                    try:
+                        # Read first: a client that sent "detach" and closed must be seen
+                        # detaching, not failing on the write of its pending output.
+                        if events & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
+                            self._client_readable(what)
+                        if events & select.EPOLLOUT and what.fd in self.clients:
+                            self._flush_client(what)
+                    except Exception as e:  # a hostile client costs only its connection
+                        sys.stderr.write(f"monitor: dropping client {what.id}: {e!r}\n")
+                        self._drop(what, "protocol error")
             now = time.monotonic()
             if self.deadline is not None and now >= self.deadline and self.cancel is None:
                 self._begin_cancel("timeout", signal.SIGTERM,
@@ -676,9 +700,11 @@ class Monitor:
             try:
                 sig = int(cmd.get("signal", signal.SIGTERM))
                 grace = float(cmd.get("grace", 5.0))
-            except (ValueError, TypeError):
+            except (ValueError, TypeError, OverflowError):
                 self._send_line(c, {"ok": False, "error": "bad signal or grace"})
                 return
+            if grace != grace:  # NaN
+                grace = 5.0
             if sig not in _VALID_SIGNALS:
                 self._send_line(c, {"ok": False, "error": f"bad signal {sig}"})
                 return
@@ -687,7 +713,7 @@ class Monitor:
         elif op == "signal":
             try:
                 sig = int(cmd["signal"])
-            except (ValueError, TypeError, KeyError):
+            except (ValueError, TypeError, KeyError, OverflowError):
                 sig = 0
             if sig not in _VALID_SIGNALS:
                 self._send_line(c, {"ok": False, "error": "bad signal"})
@@ -697,7 +723,7 @@ class Monitor:
         elif op == "watch":
             try:
                 since = max(0, int(cmd.get("since", 0)))
-            except (ValueError, TypeError):
+            except (ValueError, TypeError, OverflowError):
                 since = 0
             c.mode = "watch"
             self._send_line(c, {"ok": True, "clients": self._attached(),
@@ -723,7 +749,7 @@ class Monitor:
             c.cols = max(0, min(int(cmd.get("cols") or 0), 65535))
             replay = max(0, min(int(cmd.get("replay", proto.DEFAULT_REPLAY)),
                                 16 * proto.MAX_FRAME))
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, OverflowError):
             self._send_line(c, {"ok": False, "error": "bad rows, cols or replay"})
             return
         self._send_line(c, {"ok": True, "exec": self.exec_id, "pid": self.pid, "tty": self.tty,

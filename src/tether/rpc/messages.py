@@ -60,7 +60,7 @@ class ExecStart(_P):
     sandbox: NonEmpty = "default"
     env: dict[str, str] = msgspec.field(default_factory=dict)
     cwd: str | None = None
-    timeout: Annotated[float, Meta(gt=0)] | None = None
+    timeout: Annotated[float, Meta(gt=0, le=10 * 365 * 86400)] | None = None
     name: Name | None = None
     kill_grace: Seconds = 5.0
     request_key: Annotated[str, Meta(min_length=8, max_length=128)] | None = None

@@ -89,13 +89,14 @@ def wrap(argv: list[str], spec: SandboxSpec, *, cwd: str, tether_home: str,
     """The argv the monitor runs for ``argv`` inside a sandbox described by ``spec``."""
     network = spec.network or "none"
     args = [bwrap_path, *base_args(network=network)]
-    workspace = spec.workspace or cwd
+    workspace = os.path.realpath(spec.workspace or cwd)
     target = spec.workspace_target or workspace
     args += ["--bind", workspace, target]
     for m in spec.mounts:
         args += ["--bind" if m.mode == "rw" else "--ro-bind", m.source, m.target]
     home = os.path.realpath(tether_home)
-    if _under(home, [workspace, *(m.source for m in spec.mounts), *SYSTEM_DIRS]):
+    sources = [os.path.realpath(m.source) for m in spec.mounts]
+    if _under(home, [workspace, *sources, *SYSTEM_DIRS]):
         args += ["--tmpfs", home]  # never expose tether's own state
     inside_cwd = cwd
     if spec.workspace_target and _under(cwd, [workspace]):
