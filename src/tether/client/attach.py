@@ -94,6 +94,20 @@ class Attachment:
                 break
         return bytes(out) if out or self.closed else None
 
+    def _receive(self) -> bool:
+        """One non-blocking recv into the buffer; False when nothing was there."""
+        try:
+            chunk = self.sock.recv(1 << 20, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.closed = True
+            return False
+        self._buf += chunk
+        return True
+
     def read(self, timeout: float | None = None) -> bytes:
         """Output bytes; ``b""`` after a timeout with nothing new or once it ended."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -106,30 +120,14 @@ class Attachment:
             wait = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not select.select([self.sock], [], [], wait)[0]:
                 return b""
-            try:
-                chunk = self.sock.recv(1 << 20)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                self.closed = True
-                return b""
-            self._buf += chunk
+            self._receive()
 
     def read_ready(self) -> bytes:
-        """Output after ``select`` said the socket is readable: one recv, no waiting."""
+        """Output after ``select``/``poll`` said the socket is readable: no waiting."""
         got = self._take()
         if got is not None:
             return got
-        try:
-            chunk = self.sock.recv(1 << 20, socket.MSG_DONTWAIT)
-        except (BlockingIOError, InterruptedError):
-            return b""
-        except OSError:
-            chunk = b""
-        if not chunk:
-            self.closed = True
-            return b""
-        self._buf += chunk
+        self._receive()
         return self._take() or b""
 
     def read_until(self, marker: bytes, timeout: float = 10.0) -> bytes:
