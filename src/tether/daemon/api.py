@@ -6,6 +6,7 @@ Each handler is thin on purpose; the services own the behaviour.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,7 @@ from tether.model.records import AgentConfig, ExecRecord, ExecSpec, SandboxSpec,
 from tether.model.states import LINEAGE_LIVE, DaemonState
 from tether.rpc import messages as m
 from tether.rpc.server import Connection, Handler, Router
+from tether.runtime import docker as docker_runtime
 
 if TYPE_CHECKING:
     from tether.daemon.daemon import Daemon
@@ -27,8 +29,10 @@ if TYPE_CHECKING:
 MAX_SUBSCRIPTIONS = 64  # per connection; each may queue up to QUEUE_LIMIT events
 
 # Methods that may wait on outside events; the RPC server runs them as tasks.
+# sandbox.create and sandbox.start stay inline although a docker one takes seconds:
+# a client's next request on the same connection may rely on the sandbox existing.
 LONG_POLL_METHODS = {"exec.wait", "exec.logs", "sandbox.stop", "sandbox.delete",
-                     "agent.start", "lineage.resolve"}
+                     "sandbox.copy", "agent.start", "lineage.resolve"}
 
 
 def provider_for(argv0: str) -> str:
@@ -68,6 +72,12 @@ def build_router(d: Daemon) -> Router:
         serving = d.state == DaemonState.RUNNING and d.server_accepting()
         return {"status": "SERVING" if serving else "NOT_SERVING", "state": str(d.state)}
 
+    async def docker_status() -> dict[str, Any]:
+        if sandboxes.docker.probe_result is None and docker_runtime.docker_binary():
+            with contextlib.suppress(TetherError):
+                await asyncio.wait_for(sandboxes.docker.ensure(), 10.0)
+        return sandboxes.docker.status()
+
     async def status(p: m.Empty, c: Connection) -> Any:
         return {
             "pid": os.getpid(), "version": __version__, "state": str(d.state),
@@ -77,8 +87,7 @@ def build_router(d: Daemon) -> Router:
             "runtimes": {"process": {"available": True},
                          "bwrap": {"available": d.bwrap.available, "version": d.bwrap.version,
                                    "reason": d.bwrap.reason},
-                         "docker": {"available": False,
-                                    "reason": "not implemented in this version"}},
+                         "docker": await docker_status()},
             "recovery": d.recovery_summary,
             "counts": {"sandboxes": len(store.list_sandboxes()), "execs": store.count_execs(),
                        "watched": execs.live_count(), "connections": d.connection_count(),
@@ -108,7 +117,7 @@ def build_router(d: Daemon) -> Router:
             spec = SandboxSpec(runtime=p.runtime, workspace=p.workspace, env=p.env,
                                labels=p.labels, network=p.network,
                                idle_timeout=p.idle_timeout, ttl=p.ttl)
-        return to_builtins(sandboxes.create(p.name, spec))
+        return to_builtins(await owned(sandboxes.create(p.name, spec)))
 
     async def sandbox_get(p: m.SandboxRef, c: Connection) -> Any:
         return to_builtins(sandboxes.resolve(p.sandbox))
@@ -141,7 +150,7 @@ def build_router(d: Daemon) -> Router:
         return to_builtins(await owned(sandboxes.stop(sandboxes.resolve(p.sandbox), p.grace)))
 
     async def sandbox_start(p: m.SandboxRef, c: Connection) -> Any:
-        return to_builtins(sandboxes.start(sandboxes.resolve(p.sandbox)))
+        return to_builtins(await owned(sandboxes.start(sandboxes.resolve(p.sandbox))))
 
     async def sandbox_delete(p: m.SandboxStop, c: Connection) -> Any:
         return to_builtins(await owned(sandboxes.delete(sandboxes.resolve(p.sandbox),

@@ -38,6 +38,7 @@ from tether.model.layout import MAX_SOCKET_PATH, HomeLayout
 from tether.model.states import DaemonState, check_transition
 from tether.rpc.server import RpcServer
 from tether.runtime import bwrap as bwrap_runtime
+from tether.runtime.docker import DockerEngine
 from tether.runtime.process import ProcessRuntime
 from tether.store import SchemaTooNew, Store
 
@@ -115,6 +116,7 @@ class Daemon:
                 tg.create_task(self._pool_loop(), name="monitor-pool")
                 tg.create_task(self._sweep_loop(), name="sweep")
                 tg.create_task(self.agents.tick_loop(), name="agent-tick")
+                tg.create_task(self.sandboxes.docker.watch_loop(), name="docker-watch")
                 await self._stop.wait()
                 await self._shutdown()
                 raise _Stopped
@@ -160,7 +162,8 @@ class Daemon:
         if not self.bwrap.available:
             log.warning("sandboxes fall back to the process runtime: %s", self.bwrap.reason)
         self.execs.bwrap_path = self.bwrap.path or "bwrap"
-        self.sandboxes = SandboxService(self.store, self.bus, self.execs, self.bwrap)
+        self.sandboxes = SandboxService(self.store, self.bus, self.execs, self.bwrap,
+                                        DockerEngine(str(self.layout.root)))
         self.agents = AgentService(self.store, self.layout, self.bus, self.execs,
                                    self.sandboxes, self.instance, faults)
         loop = asyncio.get_running_loop()

@@ -29,6 +29,7 @@ from tether.model.records import Event, ExecRecord, ExecSpec, SandboxRecord, to_
 from tether.model.states import EXEC_TERMINAL, ExecState, SandboxState
 from tether.monitor.files import is_same_process
 from tether.runtime import bwrap as bwrap_runtime
+from tether.runtime import docker as docker_runtime
 from tether.runtime.identity import signal_verified_group
 from tether.runtime.process import Inspection, ProcessRuntime, StartError
 from tether.store import Store
@@ -99,6 +100,7 @@ class ExecService:
         # Owner of the long-lived per-exec tasks; the daemon sets it before recovery.
         self.tasks: asyncio.TaskGroup | None = None
         self.bwrap_path = "bwrap"  # set from the daemon's probe
+        self.docker_bin = docker_runtime.docker_binary()
         # Called (synchronously) with every exec that reaches a terminal state.
         self.on_terminal: list[Callable[[ExecRecord], None]] = []
 
@@ -183,6 +185,10 @@ class ExecService:
             sandboxed_argv = bwrap_runtime.wrap(
                 spec.argv, sandbox.spec, cwd=cwd, tether_home=home, tty=spec.tty,
                 bwrap_path=self.bwrap_path)
+        elif sandbox.spec.runtime == "docker" and self.docker_bin is None:
+            raise TetherError(RpcCode.INVALID_STATE, "RUNTIME_UNAVAILABLE",
+                              "the docker CLI is not installed; docker execs need it",
+                              {"runtime": "docker"})
         exec_id = self.store.reserve_id("exec")
         rec = ExecRecord(id=exec_id, sandbox=sandbox.id, state=ExecState.PENDING,
                          spec=spec, name=spec.name, created_at=time.time(),
@@ -192,13 +198,32 @@ class ExecService:
 
         env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
                "HOME": os.environ.get("HOME", "/"), "LANG": os.environ.get("LANG", "C.UTF-8")}
-        env.update(sandbox.spec.env)
-        env.update(spec.env)
-        if spec.tty:  # ncurses trusts these over the terminal: they would pin its size
-            env.pop("LINES", None)
-            env.pop("COLUMNS", None)
-        env["TETHER_EXEC_ID"] = exec_id
-        env["TETHER_SANDBOX"] = sandbox.id
+        signal_argv: list[str] | None = None
+        if sandbox.spec.runtime == "docker":
+            assert self.docker_bin is not None
+            # The sandbox's own env is the container's; only the exec's travels, by name.
+            inner = {k: v for k, v in spec.env.items()
+                     if k not in docker_runtime.HOST_ONLY_ENV and not k.startswith("DOCKER_")}
+            if spec.tty:
+                inner["TERM"] = spec.env.get("TERM", "xterm")
+            inner["TETHER_EXEC_ID"] = exec_id
+            inner["TETHER_SANDBOX"] = sandbox.id
+            env.update({k: v for k, v in os.environ.items() if k.startswith("DOCKER_")})
+            env.update(inner)
+            sandboxed_argv = docker_runtime.exec_argv(
+                self.docker_bin, sandbox.id, spec.argv, sorted(inner),
+                cwd=docker_runtime.inside_cwd(sandbox.spec, cwd), tty=spec.tty,
+                stdin=spec.stdin)
+            signal_argv = docker_runtime.signal_argv(self.docker_bin, sandbox.id, exec_id)
+            cwd = "/"  # the docker client's own; the exec's is its -w
+        else:
+            env.update(sandbox.spec.env)
+            env.update(spec.env)
+            if spec.tty:  # ncurses trusts these over the terminal: they would pin its size
+                env.pop("LINES", None)
+                env.pop("COLUMNS", None)
+            env["TETHER_EXEC_ID"] = exec_id
+            env["TETHER_SANDBOX"] = sandbox.id
         run_spec = spec if cwd == spec.cwd else ExecSpec(**{**to_builtins(spec), "cwd": cwd})
         if sandboxed_argv is not None:
             run_spec = msgspec.structs.replace(run_spec, argv=sandboxed_argv)
@@ -206,7 +231,8 @@ class ExecService:
         paths = self.paths(rec)
         try:
             try:
-                started = await self.runtime.start(run_rec, paths, env)
+                started = await self.runtime.start(run_rec, paths, env,
+                                                   signal_argv=signal_argv)
             except (StartError, asyncio.CancelledError):
                 raise
             except Exception as e:  # never leave a committed exec PENDING and unwatched

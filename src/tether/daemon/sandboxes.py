@@ -1,33 +1,44 @@
-"""Sandboxes for the ``process`` runtime: a named place (workspace, env, labels)
-that execs run in. Stopping or deleting one cancels its execs first."""
+"""Sandboxes: a named place (runtime, workspace, env, labels) that execs run in.
+
+The ``process`` and ``bwrap`` runtimes need nothing besides the execs' own
+monitors; the ``docker`` runtime's containers and network are managed by
+:class:`~tether.daemon.containers.ContainerService`. Stopping or deleting a
+sandbox cancels its execs first.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 
 import msgspec
 
+from tether.daemon.containers import ContainerService
 from tether.daemon.events import EventBus
 from tether.daemon.execs import ExecService
 from tether.model.errors import RpcCode, TetherError, invalid_params, not_found
 from tether.model.records import DEFAULT_SANDBOX, Event, SandboxRecord, SandboxSpec
 from tether.model.states import EXEC_TERMINAL, ExecState, SandboxState
 from tether.runtime import bwrap as bwrap_runtime
+from tether.runtime.docker import DockerEngine
 from tether.store import Store
 
-RUNTIMES = ("auto", "process", "bwrap")
+RUNTIMES = ("auto", "process", "bwrap", "docker")
+
+log = logging.getLogger("tether.sandboxes")
 
 
 class SandboxService:
     def __init__(self, store: Store, bus: EventBus, execs: ExecService,
-                 bwrap: bwrap_runtime.Probe) -> None:
+                 bwrap: bwrap_runtime.Probe, engine: DockerEngine) -> None:
         self.store = store
         self.bus = bus
         self.execs = execs
         self.bwrap = bwrap
+        self.docker = ContainerService(store, bus, engine, self._finish_docker_delete)
 
     def _commit(self, result: tuple[SandboxRecord, Event]) -> SandboxRecord:
         self.bus.publish(result[1])
@@ -53,27 +64,38 @@ class SandboxService:
             raise TetherError(RpcCode.INVALID_STATE, "RUNTIME_UNAVAILABLE",
                               f"the bwrap runtime is not available: {self.bwrap.reason}; "
                               "use runtime auto or process", {"runtime": "bwrap"})
-        if wanted == "docker":
-            raise TetherError(RpcCode.INVALID_STATE, "RUNTIME_UNAVAILABLE",
-                              "the docker runtime is not available in this tether yet; use "
-                              f"one of: {', '.join(RUNTIMES)}", {"runtime": wanted})
         if wanted not in RUNTIMES:
             raise invalid_params(f"unknown runtime {wanted!r}; use one of: "
                                  f"{', '.join(RUNTIMES)}", runtime=wanted)
         return wanted, None
 
-    def create(self, name: str, spec: SandboxSpec) -> SandboxRecord:
+    async def create(self, name: str, spec: SandboxSpec) -> SandboxRecord:
         runtime, warning = self.resolve_runtime(spec.runtime)
         spec = msgspec.structs.replace(spec, runtime=runtime)
         if runtime == "process" and (spec.mounts or spec.workspace_target or
                                      spec.network not in (None, "host")):
             raise invalid_params("the process runtime cannot isolate: mounts, "
                                  "workspace_target and network none/private need bwrap")
+        if runtime != "docker" and (spec.image or spec.companions):
+            raise invalid_params("image and companions need runtime docker")
+        if runtime != "docker" and spec.resources is not None:
+            raise invalid_params("resource limits (memory, cpus, pids) are enforced by the "
+                                 "docker runtime only; use runtime docker or drop resources")
+        if runtime == "docker":
+            if not spec.image:
+                raise invalid_params("runtime docker needs an image")
+            if spec.network == "none" and spec.companions:
+                raise invalid_params("network none cuts the sandbox off from its "
+                                     "companions; use private")
         if spec.workspace is not None:
             if not os.path.isabs(spec.workspace) or not os.path.isdir(spec.workspace):
                 raise invalid_params(
                     f"workspace {spec.workspace!r} must be an existing absolute directory")
             spec.workspace = os.path.realpath(spec.workspace)
+        if runtime == "docker":
+            await self.docker.ensure()  # refuse before anything is recorded
+            rec = self._commit(self.store.create_sandbox(name, spec))
+            return await self.docker.create(rec)
         rec = self._commit(self.store.create_sandbox(name, spec))
         ready = f"{runtime} runtime ready" + (f" ({warning})" if warning else "")
         return self._commit(self.store.transition_sandbox(rec.id, SandboxState.READY,
@@ -87,18 +109,25 @@ class SandboxService:
         for rec in live:
             await self.execs.wait(rec, grace + 5.0)
 
-    async def stop(self, sb: SandboxRecord, grace: float) -> SandboxRecord:
+    async def stop(self, sb: SandboxRecord, grace: float,
+                   reason: str = "stopped by request") -> SandboxRecord:
         if sb.state == SandboxState.STOPPED:
             return sb
         self._guard(sb, SandboxState.STOPPED)
         await self._stop_execs(sb, grace, f"sandbox {sb.name} stopped")
+        if sb.spec.runtime == "docker":
+            await self.docker.ensure()
+            return await self.docker.stop(sb, reason)
         return self._commit(self.store.transition_sandbox(sb.id, SandboxState.STOPPED,
-                                                          reason="stopped by request"))
+                                                          reason=reason))
 
-    def start(self, sb: SandboxRecord) -> SandboxRecord:
+    async def start(self, sb: SandboxRecord) -> SandboxRecord:
         if sb.state == SandboxState.READY:
             return sb
         self._guard(sb, SandboxState.READY)
+        if sb.spec.runtime == "docker":
+            await self.docker.ensure()
+            return await self.docker.start(sb)
         return self._commit(self.store.transition_sandbox(sb.id, SandboxState.READY,
                                                           reason="started by request"))
 
@@ -111,6 +140,14 @@ class SandboxService:
             sb = self._commit(self.store.transition_sandbox(sb.id, SandboxState.DELETING,
                                                             reason="delete requested"))
         await self._stop_execs(sb, grace, f"sandbox {sb.name} deleted")
+        if sb.spec.runtime == "docker":
+            await self.docker.ensure()
+            await self.docker.remove(sb)
+        return self._finish_delete(sb)
+
+    async def _finish_docker_delete(self, sb: SandboxRecord) -> SandboxRecord:
+        """The reconcile's DELETING row: its containers are already removed."""
+        await self._stop_execs(sb, 5.0, f"sandbox {sb.name} deleted")
         return self._finish_delete(sb)
 
     def _finish_delete(self, sb: SandboxRecord) -> SandboxRecord:
@@ -141,20 +178,24 @@ class SandboxService:
             if sb.id == DEFAULT_SANDBOX or sb.state in (SandboxState.DELETING,
                                                         SandboxState.PENDING):
                 continue
-            ttl, idle = sb.spec.ttl, sb.spec.idle_timeout
-            if ttl is not None and now - sb.created_at >= ttl:
-                await self.delete(self._mark(sb, f"ttl of {ttl:g}s expired"), grace=5.0)
-                continue
-            if idle is None or sb.state != SandboxState.READY:
-                continue
-            execs = self.store.list_execs(sandbox=sb.id)
-            if any(x.state not in EXEC_TERMINAL for x in execs):
-                continue  # an attached client always has a live exec behind it
-            idle_since = max([sb.updated_at, *(x.ended_at or 0.0 for x in execs)])
-            if now - idle_since >= idle:
-                self._commit(self.store.transition_sandbox(
-                    sb.id, SandboxState.STOPPED,
-                    reason=f"idle_timeout: no exec for {idle:g}s"))
+            try:
+                await self._enforce(sb, now)
+            except TetherError as e:  # e.g. dockerd down: the next sweep tries again
+                log.warning("lifetime of sandbox %s: %s", sb.id, e)
+
+    async def _enforce(self, sb: SandboxRecord, now: float) -> None:
+        ttl, idle = sb.spec.ttl, sb.spec.idle_timeout
+        if ttl is not None and now - sb.created_at >= ttl:
+            await self.delete(self._mark(sb, f"ttl of {ttl:g}s expired"), grace=5.0)
+            return
+        if idle is None or sb.state != SandboxState.READY:
+            return
+        execs = self.store.list_execs(sandbox=sb.id)
+        if any(x.state not in EXEC_TERMINAL for x in execs):
+            return  # an attached client always has a live exec behind it
+        idle_since = max([sb.updated_at, *(x.ended_at or 0.0 for x in execs)])
+        if now - idle_since >= idle:
+            await self.stop(sb, 5.0, reason=f"idle_timeout: no exec for {idle:g}s")
 
     def _mark(self, sb: SandboxRecord, reason: str) -> SandboxRecord:
         if sb.state == SandboxState.DELETING:
@@ -163,7 +204,13 @@ class SandboxService:
                                                           reason=reason))
 
     async def recover(self) -> None:
+        """Finish what a dead daemon left half done. Docker sandboxes are left to the
+        reconcile that runs once dockerd answers, so a slow or absent engine never
+        delays serving."""
         for sb in self.store.list_sandboxes():
+            if sb.spec.runtime == "docker":
+                self.docker.wanted.set()
+                continue
             if sb.state == SandboxState.PENDING:
                 self._commit(self.store.transition_sandbox(
                     sb.id, SandboxState.FAILED,

@@ -171,6 +171,7 @@ class Monitor:
         self.pending_eof = False
         self.tty_events: list[dict[str, Any]] = []  # attach/detach/resize, numbered
         self.tty_events_base = 0
+        self.helpers: set[int] = set()  # signal helpers still to be reaped
 
     # -------------------------------------------------------------- start
     def start(self) -> int:
@@ -310,6 +311,8 @@ class Monitor:
         while True:
             if self.child_may_have_ended:
                 self.child_may_have_ended = False
+                if self.helpers:
+                    self._reap_helpers()
                 status = self._poll_child()
                 if status is not None:
                     return self._finish(status)
@@ -353,7 +356,7 @@ class Monitor:
                 self._begin_cancel("timeout", signal.SIGTERM,
                                    float(self.spec.get("kill_grace", 5.0)))
             if self.cancel and self.cancel["kill_at"] and now >= self.cancel["kill_at"]:
-                self._killpg(signal.SIGKILL)
+                self._signal(signal.SIGKILL)
                 self.cancel["kill_at"] = None
 
     def _register(self, fd: int, what: Any) -> None:
@@ -394,6 +397,42 @@ class Monitor:
         except (ProcessLookupError, PermissionError):
             pass
 
+    def _signal(self, sig: int) -> None:
+        """Deliver ``sig`` to what the exec runs. When the child only drives the command
+        elsewhere (a ``docker exec`` client), ``signal_argv`` delivers it there; SIGKILL
+        also ends the client, so a hung engine cannot keep the exec alive."""
+        helper = self.spec.get("signal_argv")
+        if helper:
+            self._spawn_helper([*helper, str(int(sig))])
+            if sig != signal.SIGKILL:
+                return
+        self._killpg(sig)
+
+    def _spawn_helper(self, argv: list[str]) -> None:
+        env: dict[str, str] = self.spec["env"]
+        try:
+            null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                pid = os.posix_spawn(resolve_command(argv[0], env), argv, env,
+                                     file_actions=[(os.POSIX_SPAWN_DUP2, null, 0),
+                                                   (os.POSIX_SPAWN_DUP2, 2, 1)],
+                                     setpgroup=0, setsigdef=_RESET_SIGNALS)
+            finally:
+                os.close(null)
+        except OSError as e:
+            sys.stderr.write(f"monitor: signal helper {argv[0]} failed: {e}\n")
+            return
+        self.helpers.add(pid)
+
+    def _reap_helpers(self) -> None:
+        for pid in list(self.helpers):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                self.helpers.discard(pid)
+
     def _begin_cancel(self, outcome: str, sig: int, grace: float, reason: str = "") -> None:
         kill_at = time.monotonic() + (0.0 if sig == signal.SIGKILL else max(0.0, grace))
         if self.cancel is None:
@@ -401,7 +440,7 @@ class Monitor:
                            "kill_at": kill_at}
         elif self.cancel["kill_at"] is not None:
             self.cancel["kill_at"] = min(self.cancel["kill_at"], kill_at)  # sooner wins
-        self._killpg(sig)
+        self._signal(sig)
 
     # -------------------------------------------------------------- terminal
     def _pty_readable(self) -> None:
@@ -718,7 +757,7 @@ class Monitor:
             if sig not in _VALID_SIGNALS:
                 self._send_line(c, {"ok": False, "error": "bad signal"})
                 return
-            self._killpg(sig)
+            self._signal(sig)
             self._send_line(c, {"ok": True})
         elif op == "watch":
             try:

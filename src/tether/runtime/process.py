@@ -163,8 +163,11 @@ class ProcessRuntime:
                 f"the monitor socket path {paths.socket} is longer than {MAX_SOCKET_PATH} "
                 "bytes; use a shorter tether home (--home or $TETHER_HOME)", "HOME_TOO_LONG")
 
-    async def start(self, rec: ExecRecord, paths: ExecPaths, env: dict[str, str]) -> Started:
-        """Hand ``rec`` to a monitor and wait until its child runs."""
+    async def start(self, rec: ExecRecord, paths: ExecPaths, env: dict[str, str], *,
+                    signal_argv: list[str] | None = None) -> Started:
+        """Hand ``rec`` to a monitor and wait until its child runs. ``signal_argv``
+        (plus a signal number) is how the monitor signals a command that its child
+        only drives, such as a ``docker exec`` client's process in a container."""
         self.check_paths(paths)
         try:
             paths.stdout.parent.mkdir(parents=True, exist_ok=True)
@@ -183,6 +186,7 @@ class ProcessRuntime:
             "stdin": rec.spec.stdin,
             "rows": rec.spec.rows,
             "cols": rec.spec.cols,
+            "signal_argv": signal_argv,
             "paths": {k: str(getattr(paths, k)) for k in ("stdout", "stderr", "exit", "pty",
                                                             "handles", "socket", "claim",
                                                             "monitor_log")},

@@ -1,0 +1,288 @@
+"""The docker half of sandboxes: engine calls off the event loop, the reconcile
+table applied, and the docker event stream watched.
+
+Every engine call blocks, so it runs in a worker thread (``asyncio.to_thread``);
+the event stream, which blocks for as long as dockerd runs, has a thread of its
+own whose lifetime is owned by :meth:`ContainerService.watch_loop`. One
+``asyncio.Lock`` per sandbox serialises what tether does to a sandbox's
+containers with what it concludes from docker's events, so a ``die`` caused by
+``tether sandbox stop`` is never mistaken for a crash.
+
+The SDK is imported only once a docker sandbox exists or is asked about: a
+daemon that never uses docker pays nothing for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from tether.daemon import reconcile
+from tether.daemon.events import EventBus
+from tether.model.errors import RpcCode, TetherError
+from tether.model.records import SandboxRecord
+from tether.model.states import SandboxState
+from tether.runtime.docker import DockerEngine, DockerError, Probe, docker_binary, parse_event
+from tether.store import Store
+
+log = logging.getLogger("tether.docker")
+
+BACKOFF_FIRST = 0.5
+BACKOFF_MAX = 5.0
+
+
+class ContainerService:
+    def __init__(self, store: Store, bus: EventBus, engine: DockerEngine,
+                 finish_delete: Callable[[SandboxRecord], Awaitable[SandboxRecord]]) -> None:
+        self.store = store
+        self.bus = bus
+        self.engine = engine
+        self.finish_delete = finish_delete
+        self.probe_result: Probe | None = None
+        self.connected = False
+        self.reconciles = 0  # full reconciles run (start and every reconnect)
+        self.wanted = asyncio.Event()  # set once docker is needed: starts the watcher
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # ------------------------------------------------------------------ helpers
+    def lock(self, sandbox: str) -> asyncio.Lock:
+        return self._locks.setdefault(sandbox, asyncio.Lock())
+
+    def _publish(self, result: tuple[SandboxRecord, Any]) -> SandboxRecord:
+        self.bus.publish(result[1])
+        return result[0]
+
+    def _event(self, sandbox: str | None, kind: str, reason: str,
+               data: dict[str, Any] | None = None) -> None:
+        self.bus.publish(self.store.append_event(sandbox, kind, reason=reason,
+                                                 data=data or {}))
+
+    def has_docker_sandboxes(self) -> bool:
+        return any(sb.spec.runtime == "docker" for sb in self.store.list_sandboxes())
+
+    async def ensure(self) -> Probe:
+        """Probe dockerd (again, unless it is known to work); refuse when it is down."""
+        self.wanted.set()
+        if self.probe_result is None or not self.probe_result.available:
+            self.probe_result = await asyncio.to_thread(self.engine.probe)
+        if not self.probe_result.available:
+            raise TetherError(RpcCode.INVALID_STATE, "RUNTIME_UNAVAILABLE",
+                              f"the docker runtime is not available: "
+                              f"{self.probe_result.reason}", {"runtime": "docker"})
+        return self.probe_result
+
+    def status(self) -> dict[str, Any]:
+        p = self.probe_result
+        if p is None:
+            installed = docker_binary() is not None
+            return {"available": None if installed else False, "connected": False,
+                    "reason": "not probed yet (no docker sandbox so far)" if installed
+                    else "the docker CLI is not installed (apt-get install docker.io)"}
+        return {"available": p.available, "version": p.version, "reason": p.reason,
+                "connected": self.connected, "reconciles": self.reconciles}
+
+    # ------------------------------------------------------------------ lifecycle
+    async def create(self, sb: SandboxRecord) -> SandboxRecord:
+        """PENDING → READY once every container runs and required companions are
+        healthy; → FAILED (with everything removed) otherwise."""
+        ready: list[tuple[str, str]] = []  # required companions, in the order they came up
+
+        async with self.lock(sb.id):
+            try:
+                await asyncio.to_thread(self.engine.create, sb.id, sb.name, sb.spec,
+                                        lambda name, health: ready.append((name, health)))
+            except Exception as e:
+                code = e.code if isinstance(e, DockerError) else "DOCKER_FAILED"
+                with contextlib.suppress(Exception):
+                    await asyncio.to_thread(self.engine.remove, sb.id)
+                current = self.store.get_sandbox(sb.id)
+                if current is not None and current.state == SandboxState.PENDING:
+                    self._publish(self.store.transition_sandbox(
+                        sb.id, SandboxState.FAILED, reason=f"{code}: {e}"))
+                raise TetherError(RpcCode.START_FAILED, code, str(e),
+                                  {"sandbox": sb.id}) from None
+            for name, health in ready:
+                self._event(sb.id, "sandbox.companion", f"companion {name} is {health}",
+                            {"companion": name, "health": health})
+            return self._publish(self.store.transition_sandbox(
+                sb.id, SandboxState.READY, reason="docker runtime ready"))
+
+    async def start(self, sb: SandboxRecord) -> SandboxRecord:
+        async with self.lock(sb.id):
+            try:
+                await asyncio.to_thread(self.engine.start, sb.id, sb.spec)
+            except DockerError as e:
+                raise TetherError(RpcCode.START_FAILED, e.code, str(e),
+                                  {"sandbox": sb.id}) from None
+            return self._publish(self.store.transition_sandbox(
+                sb.id, SandboxState.READY, reason="started by request"))
+
+    async def stop(self, sb: SandboxRecord, reason: str) -> SandboxRecord:
+        async with self.lock(sb.id):
+            try:
+                await asyncio.to_thread(self.engine.stop, sb.id)
+            except DockerError as e:
+                raise TetherError(RpcCode.UNAVAILABLE, e.code, str(e), {"sandbox": sb.id}) from None
+            return self._publish(self.store.transition_sandbox(
+                sb.id, SandboxState.STOPPED, reason=reason))
+
+    async def remove(self, sb: SandboxRecord) -> None:
+        async with self.lock(sb.id):
+            try:
+                await asyncio.to_thread(self.engine.remove, sb.id)
+            except DockerError as e:
+                raise TetherError(RpcCode.UNAVAILABLE, e.code, f"{e}; the sandbox stays "
+                                  "DELETING and the next daemon start finishes it",
+                                  {"sandbox": sb.id}) from None
+
+    # ------------------------------------------------------------------ reconcile
+    async def reconcile_all(self) -> dict[str, int]:
+        """The full table over every docker sandbox, then labelled leftovers removed."""
+        summary = {"checked": 0, "changed": 0, "leftovers": 0}
+        for sb in self.store.list_sandboxes():
+            if sb.spec.runtime != "docker":
+                continue
+            summary["checked"] += 1
+            if await self.reconcile_one(sb.id):
+                summary["changed"] += 1
+        known = {sb.id for sb in self.store.list_sandboxes() if sb.spec.runtime == "docker"}
+        labelled = await asyncio.to_thread(self.engine.labelled)
+        for sandbox, names in sorted(labelled.items()):
+            if sandbox in known:
+                continue
+            async with self.lock(sandbox):
+                removed = await asyncio.to_thread(self.engine.remove, sandbox)
+            summary["leftovers"] += 1
+            self._event(None, "docker.leftover_removed",
+                        f"removed {', '.join(sorted(set(removed or names)))}: labelled "
+                        f"for sandbox {sandbox}, which tether has no record of",
+                        {"sandbox": sandbox, "names": sorted(set(removed or names))})
+        self.reconciles += 1
+        return summary
+
+    async def reconcile_one(self, sandbox: str) -> bool:
+        """Apply the table to one sandbox. True when its state changed."""
+        async with self.lock(sandbox):
+            sb = self.store.get_sandbox(sandbox)
+            if sb is None or sb.spec.runtime != "docker":
+                return False
+            views = await asyncio.to_thread(self.engine.views, sb.id, sb.spec)
+            required = {c.name for c in sb.spec.companions if c.required}
+            summary = reconcile.summarize(views, required)
+            sb = self.store.get_sandbox(sandbox)  # it may have changed meanwhile
+            if sb is None:
+                return False
+            out = reconcile.decide(sb.state, summary)
+            if out.stop:
+                with contextlib.suppress(DockerError):
+                    await asyncio.to_thread(self.engine.stop, sb.id)
+            if out.cleanup:
+                with contextlib.suppress(DockerError):
+                    await asyncio.to_thread(self.engine.remove, sb.id)
+            if out.to is None:
+                return False
+            if out.to == SandboxState.DELETED:
+                await self.finish_delete(sb)
+                return True
+            reason = (reconcile.describe(views, required, out.code)
+                      if out.code != "INTERRUPTED_PENDING" else
+                      "INTERRUPTED_PENDING: the daemon stopped while creating it; what it "
+                      "had made was removed")
+            self._publish(self.store.transition_sandbox(sb.id, out.to, reason=reason))
+            return True
+
+    # ------------------------------------------------------------------ events
+    async def watch_loop(self) -> None:
+        """Subscribe to docker's events; on every (re)connect run the full reconcile.
+        When the stream breaks (dockerd restarted or down), back off and start over."""
+        await self.wanted.wait()
+        backoff = BACKOFF_FIRST
+        while True:
+            try:
+                await self._watch_once()
+                backoff = BACKOFF_FIRST
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("docker event stream: %s", e)
+            if self.connected:
+                self.connected = False
+                self._event(None, "docker.disconnected",
+                            "the docker event stream broke; reconnecting")
+            self.engine.reset()
+            self.probe_result = None
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, BACKOFF_MAX)
+
+    async def _watch_once(self) -> None:
+        self.probe_result = await asyncio.to_thread(self.engine.probe)
+        if not self.probe_result.available:
+            raise RuntimeError(self.probe_result.reason)
+        stream = await asyncio.to_thread(self.engine.events)  # subscribe first …
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+
+        def pump() -> None:
+            try:
+                for ev in stream:
+                    loop.call_soon_threadsafe(queue.put_nowait, ev)
+            except Exception as e:  # the connection broke
+                log.debug("docker events ended: %s", e)
+            finally:
+                with contextlib.suppress(RuntimeError):  # the loop may be closing
+                    loop.call_soon_threadsafe(queue.put_nowait, None)
+
+        thread = threading.Thread(target=pump, name="docker-events", daemon=True)
+        thread.start()
+        try:
+            summary = await self.reconcile_all()  # … so nothing between is missed
+            self.connected = True
+            self._event(None, "docker.connected",
+                        f"watching docker events; reconcile checked {summary['checked']}, "
+                        f"changed {summary['changed']}, removed {summary['leftovers']} "
+                        "leftovers", {**summary, "version": self.probe_result.version})
+            while (ev := await queue.get()) is not None:
+                await self._on_event(ev)
+        finally:
+            with contextlib.suppress(Exception):
+                stream.close()
+            await asyncio.to_thread(thread.join, 5.0)
+
+    async def _on_event(self, ev: dict[str, Any]) -> None:
+        parsed = parse_event(ev)
+        if parsed is None:
+            return
+        sandbox, role, companion, action, attrs = parsed
+        sb = self.store.get_sandbox(sandbox)
+        if action.startswith("health_status"):
+            health = action.split(":", 1)[-1].strip()
+            required = sb is not None and any(c.name == companion and c.required
+                                              for c in sb.spec.companions)
+            # A required companion's first health is reported by create, before READY.
+            if sb is not None and role == "companion" and not (
+                    required and sb.state == SandboxState.PENDING):
+                self._event(sb.id, "sandbox.companion", f"companion {companion} is {health}",
+                            {"companion": companion, "health": health})
+            return
+        if action == "oom" and sb is not None:
+            self._event(sb.id, "sandbox.oom", f"{attrs.get('name')} ran out of memory",
+                        {"container": attrs.get("name"), "role": role})
+            return
+        if action in ("die", "destroy", "stop", "kill", "start"):
+            if sb is None:
+                return
+            if role == "companion" and not any(
+                    c.name == companion and c.required for c in sb.spec.companions):
+                if action == "die":
+                    self._event(sb.id, "sandbox.companion",
+                                f"optional companion {companion} exited (code "
+                                f"{attrs.get('exitCode')})",
+                                {"companion": companion, "health": "exited",
+                                 "exit_code": attrs.get("exitCode")})
+                return
+            if action in ("die", "destroy"):
+                await self.reconcile_one(sb.id)
