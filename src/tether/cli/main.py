@@ -22,6 +22,7 @@ import click
 
 from tether import __version__
 from tether.cli import output as out
+from tether.cli.sandboxflags import create_params, sandbox_flags, wants_sandbox
 from tether.client.daemonctl import resolve_home
 from tether.client.errors import DaemonUnavailable, TetherError
 from tether.client.sync import Client
@@ -113,18 +114,24 @@ def _client(ctx: click.Context) -> Client:
               help="agents: run in git worktree BRANCH (created beside the repo) or '.'")
 @click.option("--issue", default=None, help="agents: the issue this session works on")
 @click.option("--force", is_flag=True, help="agents: reuse a worktree of another issue")
+@sandbox_flags(for_run=True)
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
-def run(ctx: click.Context, detach: bool, name: str | None, sandbox: str, envs: tuple[str, ...],
+def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, envs: tuple[str, ...],
         cwd: str | None, timeout: float | None, clean_env: bool, use_tty: bool,
         interactive: bool, detach_keys: str | None, agent_provider: str | None,
         no_agent: bool, revival: str, max_revivals: int, aging_pct: float, dying_pct: float,
         stale_after: float, crashed_after: float, successor: str, worktree: str | None,
-        issue: str | None, force: bool, argv: tuple[str, ...]) -> None:
+        issue: str | None, force: bool, argv: tuple[str, ...], **flags: Any) -> None:
     """Run a command under the daemon: tether run [-d] [-it] -- CMD ARGS...
 
     `tether run claude ...`, `tether run codex ...` and `--agent NAME` start an agent
     session: a lineage that is revived from its last turn if the agent dies.
+
+    Sandbox flags (--runtime, --image, --workspace, --mount, --network, --memory,
+    --cpus, --pids, --spec FILE, --set) run it in a new sandbox of its own, deleted
+    when the command ends unless --keep-sandbox (an agent's is always kept: it is
+    revived there).
     """
     from tether.agent.providers import for_command
     from tether.cli.terminal import terminal_size
@@ -138,6 +145,19 @@ def run(ctx: click.Context, detach: bool, name: str | None, sandbox: str, envs: 
     interrupts = _Interrupts() if not detach and not use_tty else None
     auto = for_command(argv[0]) if not no_agent else None
     provider = agent_provider or (auto.name if auto is not None else None)
+    made: str | None = None
+    if wants_sandbox(flags):
+        ephemeral = provider is None and not flags.get("keep_sandbox")
+        params = create_params(sandbox if sandbox != "default"
+                               else f"run-{uuid.uuid4().hex[:8]}", flags)
+        params["ephemeral"] = ephemeral
+        try:
+            made = sandbox = c._call("sandbox.create", params)["id"]
+        except TetherError as e:
+            _die(e.message, 2 if e.code == "INVALID_SPEC" else 1)
+        if not ephemeral:
+            out.note(f"sandbox {sandbox} created for this run (kept; `tether sandbox rm "
+                     f"{sandbox}` removes it)")
     try:
         if provider is not None:
             wt_path = _prepare_worktree(worktree, workdir) if worktree else None
@@ -161,6 +181,9 @@ def run(ctx: click.Context, detach: bool, name: str | None, sandbox: str, envs: 
                              rows=size[0] if size else None,
                              cols=size[1] if size else None)
     except TetherError as e:
+        if made is not None:
+            with contextlib.suppress(TetherError):
+                c._call("sandbox.delete", {"sandbox": made, "grace": 1.0})
         if e.code == "START_FAILED":
             _die(e.message, 127 if "not found" in e.message else 126)
         raise
@@ -516,45 +539,18 @@ def sandbox() -> None:
 
 
 @sandbox.command("create")
-@click.option("-f", "--file", "spec_file", type=click.Path(exists=True, dir_okay=False),
-              help="a YAML spec (see docs/examples/sandbox.yaml)")
-@click.option("--set", "sets", multiple=True, help="KEY=VALUE: a param or a field path")
-@click.option("--workspace", type=click.Path(exists=True, file_okay=False))
-@click.option("-e", "--env", "envs", multiple=True)
-@click.option("--label", "labels", multiple=True)
-@click.option("--runtime", default="auto", show_default=True,
-              help="auto (bwrap when it works here, else process), bwrap or process")
-@click.option("--network", type=click.Choice(["none", "private", "host"]), default=None)
-@click.option("--idle-timeout", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="stop it after SEC seconds without a running exec")
-@click.option("--ttl", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="delete it SEC seconds after creation")
+@sandbox_flags(for_run=False)
+@click.option("-e", "--env", "envs", multiple=True, help="KEY=VALUE (or KEY to copy)")
 @click.argument("name")
 @click.pass_context
-def sandbox_create(ctx: click.Context, spec_file: str | None, sets: tuple[str, ...],
-                   workspace: str | None, envs: tuple[str, ...], labels: tuple[str, ...],
-                   runtime: str, network: str | None, idle_timeout: float | None,
-                   ttl: float | None, name: str) -> None:
+def sandbox_create(ctx: click.Context, /, envs: tuple[str, ...], name: str,
+                   **flags: Any) -> None:
     """Create a sandbox, from flags or from a spec file (-f spec.yaml --set k=v)."""
     c = _client(ctx)
-    if spec_file is not None:
-        with open(spec_file, encoding="utf-8", errors="replace") as f:
-            text = f.read()
-        params: dict[str, Any] = {
-            "name": name, "spec": text, "set": list(sets), "spec_name": spec_file,
-            "base_dir": os.path.dirname(os.path.abspath(spec_file))}
-        try:
-            sb = c._call("sandbox.create", params)
-        except TetherError as e:
-            _die(e.message, 2 if e.code == "INVALID_SPEC" else 1)
-    else:
-        if sets:
-            raise click.UsageError("--set needs a spec file (-f)")
-        ws = os.path.abspath(workspace) if workspace else None
-        sb = c._call("sandbox.create", {k: v for k, v in {
-            "name": name, "runtime": runtime, "workspace": ws, "env": _kv(envs, "env"),
-            "labels": _kv(labels, "label"), "network": network, "idle_timeout": idle_timeout,
-            "ttl": ttl}.items() if v is not None})
+    try:
+        sb = c._call("sandbox.create", create_params(name, flags, _kv(envs, "env")))
+    except TetherError as e:
+        _die(e.message, 2 if e.code == "INVALID_SPEC" else 1)
     click.echo(sb["id"])
     reason = sb.get("reason") or ""
     if "fell back" in reason:
@@ -772,9 +768,49 @@ def status(ctx: click.Context, as_json: bool) -> None:
     click.echo(f"daemon   pid {st['pid']}, {st['state']}, up {st['uptime']:.0f}s, "
                f"version {st['version']}")
     click.echo(f"home     {st['home']}")
-    click.echo(f"runtime  {st['runtime']}")
+    for name, rt in st.get("runtimes", {}).items():
+        ok = rt.get("available")
+        detail = rt.get("version") or ""
+        if not ok and rt.get("reason"):
+            detail = rt["reason"]
+        mark = {True: "available", False: "unavailable", None: "not probed"}[ok]
+        click.echo(f"{name:<8} {mark}" + (f" ({detail})" if detail else ""))
     click.echo(f"execs    {execs} (watched {counts['watched']})")
     click.echo(f"sandboxes {counts['sandboxes']}, clients {counts['connections']}")
+
+
+@cli.command("cp")
+@click.argument("src")
+@click.argument("dst")
+@click.pass_context
+def cp(ctx: click.Context, src: str, dst: str) -> None:
+    """Copy between the host and a sandbox: tether cp SANDBOX:PATH HOSTPATH, or the
+    other way round. Into DST if it is a directory, else as DST (like docker cp)."""
+    s_sb, s_path = _sandbox_path(src)
+    d_sb, d_path = _sandbox_path(dst)
+    if (s_sb is None) == (d_sb is None):
+        raise click.UsageError("exactly one of SRC and DST must be SANDBOX:PATH")
+    if d_sb is not None:
+        params = {"sandbox": d_sb, "direction": "in", "src": os.path.abspath(src),
+                  "dst": d_path}
+    else:
+        assert s_sb is not None
+        params = {"sandbox": s_sb, "direction": "out", "src": s_path,
+                  "dst": os.path.abspath(dst)}
+    try:
+        r = _client(ctx)._call("sandbox.copy", params)
+    except TetherError as e:
+        _die(e.message, 2 if e.code in ("INVALID_PARAMS", "INVALID_PATH") else 1)
+    click.echo(f"copied {r['bytes']} bytes")
+
+
+def _sandbox_path(arg: str) -> tuple[str | None, str]:
+    """``NAME:PATH`` names a path in a sandbox; a host path with a colon can be
+    written ``./a:b`` (docker cp's rule)."""
+    head, sep, tail = arg.partition(":")
+    if not sep or not head or "/" in head or arg.startswith("."):
+        return None, arg
+    return head, tail
 
 
 @cli.group(invoke_without_command=True)

@@ -36,6 +36,10 @@ def fail(message: str, hint: str | None = None) -> None:
         err_console.print(f"  {hint}", soft_wrap=True)
 
 
+def note(message: str) -> None:
+    err_console.print(f"[dim]tether:[/] {message}", markup=True, soft_wrap=True)
+
+
 def exec_row(x: dict[str, Any]) -> dict[str, Any]:
     """The fields `tether ps --json` promises."""
     return {

@@ -117,6 +117,7 @@ def build_router(d: Daemon) -> Router:
             spec = SandboxSpec(runtime=p.runtime, workspace=p.workspace, env=p.env,
                                labels=p.labels, network=p.network,
                                idle_timeout=p.idle_timeout, ttl=p.ttl)
+        spec.ephemeral = p.ephemeral
         return to_builtins(await owned(sandboxes.create(p.name, spec)))
 
     async def sandbox_get(p: m.SandboxRef, c: Connection) -> Any:
@@ -155,6 +156,10 @@ def build_router(d: Daemon) -> Router:
     async def sandbox_delete(p: m.SandboxStop, c: Connection) -> Any:
         return to_builtins(await owned(sandboxes.delete(sandboxes.resolve(p.sandbox),
                                                         p.grace)))
+
+    async def sandbox_copy(p: m.SandboxCopy, c: Connection) -> Any:
+        return await owned(sandboxes.copy(sandboxes.resolve(p.sandbox), p.direction,
+                                          p.src, p.dst))
 
     async def exec_start(p: m.ExecStart, c: Connection) -> Any:
         sb = sandboxes.resolve(p.sandbox)
@@ -279,6 +284,7 @@ def build_router(d: Daemon) -> Router:
         ("sandbox.stop", m.SandboxStop, sandbox_stop),
         ("sandbox.start", m.SandboxRef, sandbox_start),
         ("sandbox.delete", m.SandboxStop, sandbox_delete),
+        ("sandbox.copy", m.SandboxCopy, sandbox_copy),
         ("exec.start", m.ExecStart, exec_start),
         ("exec.get", m.ExecRef, exec_get),
         ("exec.list", m.ExecList, exec_list),

@@ -24,7 +24,7 @@ import msgspec
 from tether.daemon.events import EventBus
 from tether.daemon.faults import Faults
 from tether.model.errors import RpcCode, TetherError, invalid_params, not_found
-from tether.model.layout import ExecPaths, HomeLayout
+from tether.model.layout import ExecPaths, HomeLayout, paths_overlap
 from tether.model.records import Event, ExecRecord, ExecSpec, SandboxRecord, to_builtins
 from tether.model.states import EXEC_TERMINAL, ExecState, SandboxState
 from tether.monitor.files import is_same_process
@@ -58,11 +58,6 @@ def parse_signal(value: int | str) -> int:
         raise invalid_params(f"unknown signal {value!r} (try TERM, INT, KILL or a number)",
                              ) from None
 
-
-def _overlaps(path: str, other: str) -> bool:
-    """True when one of two real paths is, or is inside, the other."""
-    a, b = path.rstrip("/") + "/", other.rstrip("/") + "/"
-    return a.startswith(b) or b.startswith(a)
 
 
 def _describe_exit(outcome: str, st: dict[str, Any]) -> str:
@@ -179,7 +174,7 @@ class ExecService:
                                      "sandbox workspace: it is the one writable place")
             cwd = os.path.realpath(cwd)  # symlinks and .. must not widen what is mounted
             home = os.path.realpath(self.layout.root)
-            if _overlaps(cwd, home):
+            if paths_overlap(cwd, home):
                 raise invalid_params(f"cwd {cwd!r} overlaps tether's home {home}: a sandbox "
                                      "must not see tether's own state")
             sandboxed_argv = bwrap_runtime.wrap(

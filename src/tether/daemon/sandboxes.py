@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import signal
+from typing import Any
 
 import msgspec
 
@@ -20,15 +21,19 @@ from tether.daemon.containers import ContainerService
 from tether.daemon.events import EventBus
 from tether.daemon.execs import ExecService
 from tether.model.errors import RpcCode, TetherError, invalid_params, not_found
+from tether.model.layout import is_within, paths_overlap
 from tether.model.records import DEFAULT_SANDBOX, Event, SandboxRecord, SandboxSpec
 from tether.model.states import EXEC_TERMINAL, ExecState, SandboxState
 from tether.runtime import bwrap as bwrap_runtime
-from tether.runtime.docker import DockerEngine
+from tether.runtime.docker import DockerEngine, DockerError
+from tether.sandbox.copy import CopyError, copy_path, host_path
 from tether.store import Store
 
 RUNTIMES = ("auto", "process", "bwrap", "docker")
 
 log = logging.getLogger("tether.sandboxes")
+
+EPHEMERAL_GRACE = 60.0  # seconds an ephemeral sandbox may wait for its first exec
 
 
 class SandboxService:
@@ -100,6 +105,40 @@ class SandboxService:
         ready = f"{runtime} runtime ready" + (f" ({warning})" if warning else "")
         return self._commit(self.store.transition_sandbox(rec.id, SandboxState.READY,
                                                           reason=ready))
+
+    async def copy(self, sb: SandboxRecord, direction: str, src: str,
+                   dst: str) -> dict[str, Any]:
+        """``tether cp``: through dockerd for docker, else on the host's own files."""
+        host = src if direction == "in" else dst
+        if not os.path.isabs(host):
+            raise invalid_params(f"the host path must be absolute, got {host!r}")
+        home, real = os.path.realpath(self.execs.layout.root), os.path.realpath(host)
+        # Nothing of tether's own state goes in, and nothing is written into it.
+        if paths_overlap(real, home) if direction == "in" else is_within(real, home):
+            raise invalid_params(f"{host} overlaps tether's home {home}; copy elsewhere")
+        if sb.state not in (SandboxState.READY, SandboxState.STOPPED):
+            raise TetherError(RpcCode.INVALID_STATE, "SANDBOX_NOT_READY",
+                              f"sandbox {sb.name!r} is {sb.state}", {"sandbox": sb.id})
+        try:
+            if sb.spec.runtime == "docker":
+                await self.docker.ensure()
+                fn = (self.docker.engine.copy_in if direction == "in"
+                      else self.docker.engine.copy_out)
+                n = await asyncio.to_thread(fn, sb.id, src, dst)
+            elif direction == "in":
+                n = await asyncio.to_thread(
+                    copy_path, src, host_path(sb.spec, dst, writing=True))
+            else:
+                n = await asyncio.to_thread(
+                    copy_path, host_path(sb.spec, src, writing=False), dst)
+        except (CopyError, DockerError) as e:
+            raise TetherError(RpcCode.INVALID_PARAMS, e.code, str(e),
+                              {"sandbox": sb.id}) from None
+        except OSError as e:
+            raise TetherError(RpcCode.INVALID_PARAMS, "COPY_FAILED",
+                              f"copy failed: {e.strerror or e}: {e.filename or ''}",
+                              {"sandbox": sb.id}) from None
+        return {"sandbox": sb.id, "direction": direction, "src": src, "dst": dst, "bytes": n}
 
     async def _stop_execs(self, sb: SandboxRecord, grace: float, reason: str) -> None:
         live = self.store.list_execs(sandbox=sb.id,
@@ -185,6 +224,14 @@ class SandboxService:
 
     async def _enforce(self, sb: SandboxRecord, now: float) -> None:
         ttl, idle = sb.spec.ttl, sb.spec.idle_timeout
+        if sb.spec.ephemeral:
+            execs = self.store.list_execs(sandbox=sb.id)
+            live = any(x.state not in EXEC_TERMINAL for x in execs)
+            # No exec after a minute: the `tether run` that made it died before starting one.
+            if not live and (execs or now - sb.created_at >= EPHEMERAL_GRACE):
+                await self.delete(self._mark(sb, "its command ended (made by tether run)"),
+                                  grace=5.0)
+                return
         if ttl is not None and now - sb.created_at >= ttl:
             await self.delete(self._mark(sb, f"ttl of {ttl:g}s expired"), grace=5.0)
             return

@@ -60,6 +60,8 @@ class SandboxSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     idle_timeout: float | None = None  # seconds with no running exec and no client
     ttl: float | None = None  # seconds after creation before it is deleted
     labels: dict[str, str] = msgspec.field(default_factory=dict)
+    # Made by `tether run` for one command: deleted once its execs have ended.
+    ephemeral: bool = False
 
 
 class SandboxRecord(msgspec.Struct, kw_only=True):

@@ -40,10 +40,22 @@ class SandboxCreate(_P):
     set: list[Annotated[str, Meta(max_length=4096)]] = msgspec.field(default_factory=list)
     spec_name: Annotated[str, Meta(max_length=4096)] = "<spec>"  # for error messages
     base_dir: str | None = None  # relative paths in the spec resolve against it
+    # Deleted once its execs have ended (`tether run` with sandbox flags).
+    ephemeral: bool = False
 
 
 class SandboxRef(_P):
     sandbox: NonEmpty
+
+
+class SandboxCopy(_P):
+    """Copy between the host and a sandbox. Host paths are absolute; ``docker cp``'s
+    rule applies: into the destination if it is a directory, else as it."""
+
+    sandbox: NonEmpty
+    direction: Literal["in", "out"]
+    src: Annotated[str, Meta(min_length=1, max_length=4096)]
+    dst: Annotated[str, Meta(min_length=1, max_length=4096)]
 
 
 class SandboxStop(_P):
