@@ -81,6 +81,7 @@ class Options:
     log_reps: int
     rpc_seconds: float
     results: Path
+    sandbox_samples: int | None = None  # None: the sandboxes module's default
 
 
 # ---------------------------------------------------------------------- statistics
@@ -398,6 +399,8 @@ class Daemon:
             args += ["--pool", str(self.pool)]
         env = {k: v for k, v in os.environ.items() if k != "TETHER_FAULT"}
         env.setdefault("TETHER_LOG_LEVEL", "WARNING")
+        # These figures are the process runtime's; bench/sandboxes.py measures the others.
+        env.setdefault("TETHER_DEFAULT_RUNTIME", "process")
         with open(self.home / f"daemon-{self.starts}.log", "wb") as log:
             self.proc = popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                               env=env, start_new_session=True, cwd="/")

@@ -100,7 +100,10 @@ def alive(pid: int, start_time: int | None = None) -> bool:
 class Story:
     def __init__(self) -> None:
         self.t0 = time.monotonic()
-        self.home = Path(tempfile.mkdtemp(prefix="tt", dir="/tmp"))  # short: socket path limit
+        self.root = Path(tempfile.mkdtemp(prefix="tt", dir="/tmp"))  # short: socket path limit
+        self.home = self.root / "home"  # tether's state
+        self.work = self.root / "work"  # where we run things (a sandbox may not see the home)
+        self.work.mkdir()
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("TETHER_")}
         self.env["TETHER_HOME"] = str(self.home)
         # Room for `tether ps` tables; colour when we are on a terminal.
@@ -158,11 +161,15 @@ class Story:
 
     # ------------------------------------------------------------ commands
     def run(self, argv: list[str], display: str, *, show: bool = True, show_output: bool = True,
-            ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[bytes]:
+            ok: tuple[int, ...] = (0,), in_home: bool = False,
+            ) -> subprocess.CompletedProcess[bytes]:
+        if in_home:
+            display = f"(cd $TETHER_HOME && {display})"
         if show:
             self.show_cmd(display)
         try:
-            p = subprocess.run(argv, cwd=self.home, env=self.env, capture_output=True,
+            p = subprocess.run(argv, cwd=self.home if in_home else self.work, env=self.env,
+                               capture_output=True,
                                timeout=CMD_TIMEOUT, check=False)
         except subprocess.TimeoutExpired as e:
             raise Abort(f"`{display}` did not finish within {CMD_TIMEOUT:.0f}s") from e
@@ -227,8 +234,8 @@ class Story:
             "tether keeps everything under one home directory: the SQLite store, the socket, "
             "the logs. We use a throw-away one with a short path under /tmp (a Unix socket "
             "path must fit in 108 bytes). `tether` below is `python -m tether.cli.main`.")
-        self.show_cmd(f"export TETHER_HOME={self.home}; cd $TETHER_HOME")
-        (self.home / "count.sh").write_text(COUNT_SH)
+        self.show_cmd(f"export TETHER_HOME={self.home}; cd {self.work}")
+        (self.work / "count.sh").write_text(COUNT_SH)
         self.say("Our stand-in for a long-running agent: a script that counts slowly.")
         self.run(["cat", "count.sh"], "cat count.sh")
         self.say("No daemon is running yet. Any CLI command starts one in the background.")
@@ -268,7 +275,7 @@ class Story:
         delta = self.handles("delta")["child"]
         self.require(alive(delta["pid"], delta["start_time"]),
                      "delta is still running as the daemon dies")
-        self.run(["cat", "daemon.pid"], "cat daemon.pid")
+        self.run(["cat", "daemon.pid"], "cat daemon.pid", in_home=True)
         self.show_cmd(f"kill -9 {old_pid}")
         os.kill(old_pid, signal.SIGKILL)
         self.wait_until(lambda: not alive(old_pid), 5, f"daemon {old_pid} to die")
@@ -281,7 +288,7 @@ class Story:
             "Each monitor wrote the pid and kernel start time of its command to "
             "run/<exec>.handles.json. Those pids are still alive:")
         self.run(["cat", f"run/{self.ids['alpha']}.handles.json"],
-                 f"cat run/{self.ids['alpha']}.handles.json")
+                 f"cat run/{self.ids['alpha']}.handles.json", in_home=True)
         children = {n: self.handles(n)["child"] for n in COUNTERS}
         pids = ",".join(str(c["pid"]) for c in children.values())
         self.run(["ps", "-o", "pid,stat,etime,args", "-p", pids],
@@ -293,9 +300,9 @@ class Story:
                  "`tether ps` above). Log sizes, one second apart:")
         paths = [self.log_path(n) for n in COUNTERS]
         wc = "wc -c logs/default/*.stdout.log"
-        before = self.run(["sh", "-c", wc], wc)
+        before = self.run(["sh", "-c", wc], wc, in_home=True)
         time.sleep(1.0)
-        after = self.run(["sh", "-c", wc], wc)
+        after = self.run(["sh", "-c", wc], wc, in_home=True)
         sizes0 = self._wc(before.stdout)
         sizes1 = self._wc(after.stdout)
         for name, path in zip(COUNTERS, paths, strict=True):
@@ -308,7 +315,7 @@ class Story:
                  "monitor writes the exit code to an exit file, durably, and leaves.")
         exit_file = f"logs/default/{self.ids['delta']}.exit"
         self.wait_until(lambda: (self.home / exit_file).exists(), 15, "delta's exit file")
-        self.run(["cat", exit_file], f"cat {exit_file}")
+        self.run(["cat", exit_file], f"cat {exit_file}", in_home=True)
 
     @staticmethod
     def _wc(out: bytes) -> dict[str, int]:
@@ -430,7 +437,7 @@ class Story:
 
     # ------------------------------------------------------------ the agent chapter
     def agent_log(self) -> list[dict[str, Any]]:
-        path = self.home / "scribe.log"
+        path = self.work / "scribe.log"
         if not path.exists():
             return []
         return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -447,7 +454,7 @@ class Story:
         names = [f"go.{n}" for n in turns]
         self.show_cmd("touch " + " ".join(names))
         for name in names:
-            (self.home / name).touch()
+            (self.work / name).touch()
 
     def agent(self) -> None:
         self.chapter(
@@ -561,19 +568,19 @@ class Story:
         self.wait_until(lambda: not any(alive(p["pid"], p["start_time"]) for _, _, p in ours),
                         10, "every monitor and command to exit")
         self.check(True, f"none of the {len(ours)} monitors and commands is left running")
-        self.show_cmd(f"rm -rf {self.home}")
-        shutil.rmtree(self.home, ignore_errors=True)
+        self.show_cmd(f"rm -rf {self.root}")
+        shutil.rmtree(self.root, ignore_errors=True)
 
     # ------------------------------------------------------------ safety net
     def cleanup(self) -> None:
         """Whatever happened: stop the daemon, kill what we started, remove the home."""
-        if not self.home.exists():
+        if not self.root.exists():
             return
         pid = self.daemon_pid()
         if pid is not None and alive(pid):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 subprocess.run([*TETHER, "daemon", "stop", "--timeout", "10"], env=self.env,
-                               cwd=self.home, capture_output=True, timeout=15, check=False)
+                               cwd=self.root, capture_output=True, timeout=15, check=False)
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
         for h in (self.home / "run").glob("*.handles.json"):
@@ -592,7 +599,7 @@ class Story:
                             os.kill(p, signal.SIGKILL)
                     except OSError:
                         pass
-        shutil.rmtree(self.home, ignore_errors=True)
+        shutil.rmtree(self.root, ignore_errors=True)
 
     def dump_daemon_log(self) -> None:
         log = self.home / "daemon.log"

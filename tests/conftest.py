@@ -1,10 +1,17 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from tests.harness import DaemonProc, new_home, remove_home
+
+# The product's default sandbox is `auto` (bwrap where it works). Most tests run this
+# repository's own scripts and venv, which live outside the system directories a
+# bwrap sandbox shows, so their daemons use the process runtime by default;
+# tests/test_default_sandbox.py checks the real default, and test_bwrap.py the runtime.
+os.environ.setdefault("TETHER_DEFAULT_RUNTIME", "process")
 
 
 @pytest.fixture

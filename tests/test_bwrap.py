@@ -177,18 +177,26 @@ def test_sandbox_from_a_spec_file_through_the_cli(daemon: DaemonProc, tmp_path: 
 
 def test_a_cwd_cannot_widen_the_sandbox_to_tether_home(daemon: DaemonProc,
                                                        tmp_path: Path) -> None:
-    """Review finding: a symlinked or ``..`` cwd used to mount tether's home's parent."""
+    """Review finding: a symlinked or ``..`` cwd used to mount tether's home's parent.
+    A cwd inside the home is refused; a cwd that contains it (the user's own home
+    directory, typically) is mounted with tether's home hidden under it."""
     from tether.client.errors import TetherError
 
     c = daemon.client()
     c.sandbox_create("bare", runtime="bwrap")  # no workspace: the cwd is the writable place
-    link = tmp_path / "lnk"
-    link.symlink_to(daemon.home.parent)
-    for cwd in (str(link), str(daemon.home / "logs" / ".."), str(daemon.home / "logs")):
+    for cwd in (str(daemon.home / "logs" / ".."), str(daemon.home / "logs")):
         with pytest.raises(TetherError) as e:
             c.exec_start(["true"], sandbox="bare", cwd=cwd)
         assert "tether's home" in e.value.message
     assert not c.exec_list(all=True)["execs"], "a refused exec must leave no record"
+    link = tmp_path / "lnk"
+    link.symlink_to(daemon.home.parent)
+    code, out, _ = run(c, "bare", f"ls -a {daemon.home} 2>&1; ls {daemon.home.parent} "
+                                  f"| grep -c . ; touch {daemon.home}/planted; echo end",
+                       cwd=link)
+    assert code == 0 and out.rstrip().endswith(b"end"), out
+    assert b"tether.sock" not in out and b"tether.db" not in out
+    assert not (daemon.home / "planted").exists(), "a write reached the real home"
     ws = tmp_path / "ws"
     ws.mkdir()
     _, out, _ = run(c, "bare", f"ls {daemon.home} 2>&1; echo end", cwd=ws)

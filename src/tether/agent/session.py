@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tether.client.sync import Client
+from tether.model.layout import HomeLayout
 
 
 class NotAnAgent(RuntimeError):
@@ -34,6 +36,7 @@ class Session:
     token: str
     snapshot_path: str | None = None
     handoff_path: str | None = None
+    socket: str | None = None  # TETHER_SOCKET: in a sandbox, the restricted agent socket
     _client: Client | None = field(default=None, repr=False)
 
     @classmethod
@@ -45,12 +48,15 @@ class Session:
                              "`tether run --agent generic -- CMD` (or claude / codex)")
         return cls(home=e["TETHER_HOME"], session=e["TETHER_SESSION"], token=e["TETHER_TOKEN"],
                    snapshot_path=e.get("TETHER_DRAIN_SNAPSHOT"),
-                   handoff_path=e.get("TETHER_HANDOFF"))
+                   handoff_path=e.get("TETHER_HANDOFF"), socket=e.get("TETHER_SOCKET"))
 
     @property
     def client(self) -> Client:
         if self._client is None:
-            self._client = Client(self.home, autostart=True)
+            # In a sandbox TETHER_SOCKET is the restricted agent socket: no autostart.
+            own = self.socket is None or Path(self.socket) == HomeLayout(Path(self.home)).socket
+            self._client = Client(self.home, autostart=True, socket=None if own else
+                                  self.socket)
         return self._client
 
     def _call(self, method: str, **params: Any) -> Any:

@@ -816,14 +816,17 @@ def _sandbox_path(arg: str) -> tuple[str | None, str]:
 @cli.group(invoke_without_command=True)
 @click.option("--pool", type=click.IntRange(0, 64), default=2, show_default=True,
               help="idle monitors kept ready to start execs")
+@click.option("--default-runtime", type=click.Choice(["auto", "bwrap", "process"]),
+              default=None, help="runtime of the default sandbox (default: "
+              "$TETHER_DEFAULT_RUNTIME, else auto: bwrap when it works here)")
 @click.pass_context
-def daemon(ctx: click.Context, pool: int) -> None:
+def daemon(ctx: click.Context, pool: int, default_runtime: str | None) -> None:
     """Run the daemon in the foreground (systemd Type=notify friendly)."""
     if ctx.invoked_subcommand is not None:
         return
     from tether.daemon.daemon import serve
 
-    sys.exit(serve(ctx.obj.home, pool_size=pool))
+    sys.exit(serve(ctx.obj.home, pool_size=pool, default_runtime=default_runtime))
 
 
 @daemon.command("stop")

@@ -68,13 +68,17 @@ class Client(_Api[Any]):
     ``home`` selects the daemon (default ``$TETHER_HOME`` or the XDG state dir).
     ``autostart`` starts a daemon in the background when none answers.
     ``reconnect`` is how long (seconds) to keep trying after the daemon went away.
+    ``socket`` connects elsewhere than the home's socket (a sandboxed agent's
+    restricted ``agent.sock``); it never autostarts a daemon.
     """
 
     def __init__(self, home: str | os.PathLike[str] | None = None, *, autostart: bool = True,
-                 reconnect: float = 30.0, timeout: float | None = None) -> None:
+                 reconnect: float = 30.0, timeout: float | None = None,
+                 socket: str | os.PathLike[str] | None = None) -> None:
         self.home = resolve_home(home)
         self.layout = HomeLayout(self.home)
-        self.autostart = autostart
+        self.socket_path = Path(socket) if socket else self.layout.socket
+        self.autostart = autostart and socket is None
         self.reconnect = reconnect
         self.timeout = timeout
         self._conn: _Conn | None = None
@@ -102,7 +106,7 @@ class Client(_Api[Any]):
         failed_at: float | None = None
         while True:
             try:
-                self._conn = _Conn(self.layout.socket, self.timeout)
+                self._conn = _Conn(self.socket_path, self.timeout)
                 return self._conn
             except (FileNotFoundError, ConnectionRefusedError):
                 if self.autostart and not self._spawned:
@@ -119,7 +123,7 @@ class Client(_Api[Any]):
             if time.monotonic() >= deadline:
                 hint = ("start one with `tether daemon`" if not self.autostart else
                         f"see {self.layout.log_file}")
-                raise DaemonUnavailable(f"no tether daemon answers on {self.layout.socket}; "
+                raise DaemonUnavailable(f"no tether daemon answers on {self.socket_path}; "
                                         f"{hint}")
             time.sleep(delay)
             delay = min(delay * 2, 0.5)

@@ -43,6 +43,7 @@ from tether.model.errors import RpcCode, TetherError
 from tether.model.layout import HomeLayout
 from tether.model.records import AgentConfig, Event, ExecRecord, ExecSpec, LineageRecord
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE, ExecState, LineageStatus
+from tether.runtime import bwrap as bwrap_runtime
 from tether.store import Store
 
 log = logging.getLogger("tether.agents")
@@ -58,6 +59,23 @@ WORKTREE_LOCK_TIMEOUT = 0.2
 def backoff(attempt: int) -> float:
     """Seconds before revival attempt ``attempt + 1``: 0.5, 1, 2, … capped at 30."""
     return float(min(30.0, 0.5 * 2 ** max(0, attempt - 1)))
+
+
+#: Under the user's home: what agents keep their login and settings in (read-write).
+AGENT_CONFIG_PATHS = (".claude", ".claude.json", ".codex", ".config/claude")
+
+
+def _git_common_dir(path: str) -> str | None:
+    """The repository's .git of a worktree (commits write there), or None."""
+    import subprocess
+
+    try:
+        r = subprocess.run(["git", "-C", path, "rev-parse", "--path-format=absolute",
+                            "--git-common-dir"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    out = r.stdout.strip()
+    return out if r.returncode == 0 and os.path.isabs(out) else None
 
 
 class AgentService:
@@ -177,11 +195,11 @@ class AgentService:
             raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
                               f"revival policy must be revive, reap or ask, not {cfg.revival!r}")
         sandbox = self.sandboxes.resolve(cfg.sandbox)
-        if sandbox.spec.runtime != "process":
+        if sandbox.spec.runtime == "docker":
             raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
-                              f"agents cannot run in {sandbox.spec.runtime} sandboxes yet: the "
-                              "agent must reach the daemon's socket, which a sandbox hides; "
-                              "use a process sandbox (e.g. the default one)")
+                              "agents cannot run in docker sandboxes yet (their hooks need "
+                              "tether's agent socket inside the container); use a bwrap or "
+                              "process sandbox, e.g. the default one")
         cfg = msgspec.structs.replace(cfg, sandbox=sandbox.id)  # its event stream
         ident = self.store.reserve_id("lineage", nbytes=5)
         now = time.time()
@@ -210,6 +228,22 @@ class AgentService:
             hook_command=(sys.executable, "-m", "tether.cli.main", "--home",
                           str(self.layout.root), "agent", "hook"))
 
+    def _agent_view(self, rec: LineageRecord, snap_path: Path) -> bwrap_runtime.AgentView:
+        """A sandboxed agent also needs its own config (~/.claude, ~/.codex), its session
+        state, its snapshot and handoff, a worktree's git directory, and agent.sock."""
+        user_home = os.path.expanduser("~")
+        rw = [str(self.layout.root / "agents" / rec.id),
+              *(os.path.join(user_home, n) for n in AGENT_CONFIG_PATHS)]
+        if rec.config.worktree:
+            git_dir = _git_common_dir(rec.config.worktree)
+            if git_dir is not None:
+                rw.append(git_dir)
+        ro = [str(snap_path)]
+        if rec.predecessor:
+            ro.append(str(self.layout.root / "drain" / f"{rec.predecessor}.handoff.md"))
+        return bwrap_runtime.AgentView(rw=tuple(rw), ro=tuple(ro),
+                                       socket=str(self.layout.agent_socket))
+
     async def _run_attempt(self, rec: LineageRecord, *, resume: bool) -> LineageRecord:
         """Start attempt ``rec.attempt``; idempotent thanks to its request key."""
         cfg = rec.config
@@ -223,8 +257,11 @@ class AgentService:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "wb") as f:
                 f.write(content)
+        sandbox = self.sandboxes.resolve(cfg.sandbox)
+        view = self._agent_view(rec, snap_path) if sandbox.spec.runtime == "bwrap" else None
+        sock = self.layout.agent_socket if view is not None else self.layout.socket
         env = {**cfg.env, **plan.env,
-               "TETHER_HOME": str(self.layout.root), "TETHER_SOCKET": str(self.layout.socket),
+               "TETHER_HOME": str(self.layout.root), "TETHER_SOCKET": str(sock),
                "TETHER_SESSION": rec.id, "TETHER_TOKEN": rec.token, "TETHER_LINEAGE": rec.id,
                "TETHER_ATTEMPT": str(rec.attempt)}
         if snap_path.exists():
@@ -236,9 +273,8 @@ class AgentService:
         spec = ExecSpec(argv=plan.argv, env=env, cwd=cfg.cwd, name=rec.name, tty=cfg.tty,
                         stdin=cfg.tty)
         try:
-            sandbox = self.sandboxes.resolve(cfg.sandbox)
             x = await self.execs.start(sandbox, spec, f"lineage-{rec.id}-{rec.attempt}",
-                                       lineage=rec.id)
+                                       lineage=rec.id, agent_view=view)
         except TetherError as e:
             status = LineageStatus.FAILED
             return self._commit(self.store.update_lineage(

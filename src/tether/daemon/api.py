@@ -59,7 +59,13 @@ def claim_worktree(path: str, issue: str | None, *, force: bool, provider: str) 
                           {"worktree": path}) from None
 
 
-def build_router(d: Daemon) -> Router:
+#: All a sandboxed agent can reach (on ``agent.sock``): its own session, by token.
+AGENT_METHODS = frozenset({"daemon.health", "agent.turn", "agent.heartbeat",
+                           "agent.authorize_tool", "agent.handoff", "agent.hook"})
+
+
+def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
+    """Every method, or only those in ``only`` (the restricted agent socket)."""
     r = Router()
     execs, sandboxes, store, bus, agents = d.execs, d.sandboxes, d.store, d.bus, d.agents
 
@@ -306,5 +312,6 @@ def build_router(d: Daemon) -> Router:
         ("lineage.resolve", m.LineageResolve, lineage_resolve),
     ]
     for name, params, fn in table:
-        r.add(name, params, fn)
+        if only is None or name in only:
+            r.add(name, params, fn)
     return r

@@ -29,11 +29,12 @@ from typing import Any
 from tether import __version__
 from tether.daemon import home as homes
 from tether.daemon.agents import AgentService
-from tether.daemon.api import LONG_POLL_METHODS, build_router
+from tether.daemon.api import AGENT_METHODS, LONG_POLL_METHODS, build_router
 from tether.daemon.events import QUEUE_LIMIT, EventBus
 from tether.daemon.execs import ExecService
 from tether.daemon.faults import Faults
 from tether.daemon.sandboxes import SandboxService
+from tether.model.errors import TetherError
 from tether.model.layout import MAX_SOCKET_PATH, HomeLayout
 from tether.model.states import DaemonState, check_transition
 from tether.rpc.server import RpcServer
@@ -53,9 +54,12 @@ class StartupError(Exception):
 
 
 class Daemon:
-    def __init__(self, home: Path, *, pool_size: int = 2) -> None:
+    def __init__(self, home: Path, *, pool_size: int = 2,
+                 default_runtime: str | None = None) -> None:
         self.layout = HomeLayout(home.absolute())
         self.pool_size = pool_size
+        self.default_runtime = (default_runtime or os.environ.get("TETHER_DEFAULT_RUNTIME")
+                                or "auto")
         self.state = DaemonState.STOPPED
         self.instance = secrets.token_hex(4)
         self.started_at = time.time()
@@ -64,6 +68,8 @@ class Daemon:
         self._lock = homes.HomeLock(self.layout)
         self._server: asyncio.AbstractServer | None = None
         self._rpc: RpcServer | None = None
+        self._agent_server: asyncio.AbstractServer | None = None
+        self._agent_rpc: RpcServer | None = None
 
     # ------------------------------------------------------------------ lifecycle
     def _to(self, state: DaemonState) -> None:
@@ -164,6 +170,13 @@ class Daemon:
         self.execs.bwrap_path = self.bwrap.path or "bwrap"
         self.sandboxes = SandboxService(self.store, self.bus, self.execs, self.bwrap,
                                         DockerEngine(str(self.layout.root)))
+        try:
+            warning = self.sandboxes.configure_default(self.default_runtime)
+        except (ValueError, TetherError) as e:
+            self._lock.release()
+            raise StartupError(str(e)) from None
+        if warning:
+            log.warning("the default sandbox: %s", warning)
         self.agents = AgentService(self.store, self.layout, self.bus, self.execs,
                                    self.sandboxes, self.instance, faults)
         loop = asyncio.get_running_loop()
@@ -189,18 +202,30 @@ class Daemon:
     async def _bind(self) -> None:
         self._rpc = RpcServer(build_router(self))
         self._rpc.long_poll = set(LONG_POLL_METHODS)
+        self._server = await self._listen(self._rpc, self.layout.socket)
+        # Sandboxed agents get this one: their own session's methods and nothing else.
+        self._agent_rpc = RpcServer(build_router(self, only=AGENT_METHODS))
+        self._agent_server = await self._listen(self._agent_rpc, self.layout.agent_socket)
+
+    async def _listen(self, rpc: RpcServer, path: Path) -> asyncio.AbstractServer:
         with contextlib.suppress(FileNotFoundError):
-            self.layout.socket.unlink()  # stale: we hold the home lock
-        self._server = await asyncio.start_unix_server(
-            self._rpc.handle_connection, path=str(self.layout.socket), limit=2**20,
+            path.unlink()  # stale: we hold the home lock
+        server = await asyncio.start_unix_server(
+            rpc.handle_connection, path=str(path), limit=2**20,
             backlog=socket.SOMAXCONN)  # a burst of agents reconnecting after a restart
-        os.chmod(self.layout.socket, 0o600)
+        os.chmod(path, 0o600)
+        return server
 
     async def _shutdown(self) -> None:
         self._to(DaemonState.STOPPING)
         _sd_notify("STOPPING=1")
         assert self._server is not None and self._rpc is not None
         self._server.close()  # stop accepting connections
+        if self._agent_server is not None and self._agent_rpc is not None:
+            self._agent_server.close()
+            await self._agent_rpc.drain(1.0)
+            for conn in list(self._agent_rpc.connections):
+                conn.writer.close()
         await self._rpc.drain(DRAIN_TIMEOUT)
         with contextlib.suppress(Exception):
             self.bus.publish(self.store.append_event(None, "daemon.stopping",
@@ -218,6 +243,9 @@ class Daemon:
         with contextlib.suppress(FileNotFoundError):
             if self._server is not None:
                 self.layout.socket.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            if self._agent_server is not None:
+                self.layout.agent_socket.unlink()
         homes.remove_pid_file(self.layout)
         self._lock.release()
 

@@ -24,7 +24,7 @@ import msgspec
 from tether.daemon.events import EventBus
 from tether.daemon.faults import Faults
 from tether.model.errors import RpcCode, TetherError, invalid_params, not_found
-from tether.model.layout import ExecPaths, HomeLayout, paths_overlap
+from tether.model.layout import ExecPaths, HomeLayout, is_within
 from tether.model.records import Event, ExecRecord, ExecSpec, SandboxRecord, to_builtins
 from tether.model.states import EXEC_TERMINAL, ExecState, SandboxState
 from tether.monitor.files import is_same_process
@@ -145,7 +145,8 @@ class ExecService:
 
     # ------------------------------------------------------------------ start
     async def start(self, sandbox: SandboxRecord, spec: ExecSpec, request_key: str | None,
-                    *, lineage: str | None = None) -> ExecRecord:
+                    *, lineage: str | None = None,
+                    agent_view: bwrap_runtime.AgentView | None = None) -> ExecRecord:
         if request_key:
             existing = self.store.exec_by_request_key(request_key)
             if existing is not None:
@@ -174,12 +175,12 @@ class ExecService:
                                      "sandbox workspace: it is the one writable place")
             cwd = os.path.realpath(cwd)  # symlinks and .. must not widen what is mounted
             home = os.path.realpath(self.layout.root)
-            if paths_overlap(cwd, home):
-                raise invalid_params(f"cwd {cwd!r} overlaps tether's home {home}: a sandbox "
+            if is_within(cwd, home):  # a parent is fine: the home is hidden under it
+                raise invalid_params(f"cwd {cwd!r} is inside tether's home {home}: a sandbox "
                                      "must not see tether's own state")
             sandboxed_argv = bwrap_runtime.wrap(
                 spec.argv, sandbox.spec, cwd=cwd, tether_home=home, tty=spec.tty,
-                bwrap_path=self.bwrap_path)
+                bwrap_path=self.bwrap_path, agent=agent_view)
         elif sandbox.spec.runtime == "docker" and self.docker_bin is None:
             raise TetherError(RpcCode.INVALID_STATE, "RUNTIME_UNAVAILABLE",
                               "the docker CLI is not installed; docker execs need it",

@@ -74,6 +74,21 @@ class SandboxService:
                                  f"{', '.join(RUNTIMES)}", runtime=wanted)
         return wanted, None
 
+    def configure_default(self, wanted: str) -> str | None:
+        """The implicit ``default`` sandbox runs what ``tether run`` starts without
+        ``--sandbox``: sandboxed (``auto``) unless the daemon was told otherwise.
+        Returns a warning when auto fell back to process."""
+        if wanted not in ("auto", "bwrap", "process"):
+            raise ValueError(f"--default-runtime must be auto, bwrap or process, not "
+                             f"{wanted!r} (docker needs an image: create a sandbox)")
+        runtime, warning = self.resolve_runtime(wanted)
+        sb = self.store.get_sandbox(DEFAULT_SANDBOX)
+        if sb is not None and sb.spec.runtime != runtime:
+            self._commit(self.store.set_sandbox_spec(
+                sb.id, msgspec.structs.replace(sb.spec, runtime=runtime),
+                f"default runtime is now {runtime}" + (f" ({warning})" if warning else "")))
+        return warning
+
     async def create(self, name: str, spec: SandboxSpec) -> SandboxRecord:
         runtime, warning = self.resolve_runtime(spec.runtime)
         spec = msgspec.structs.replace(spec, runtime=runtime)

@@ -36,6 +36,11 @@ class HomeLayout:
         return self.root / "tether.sock"
 
     @property
+    def agent_socket(self) -> Path:
+        """Serves only the agent protocol; bound into sandboxed agents."""
+        return self.root / "agent.sock"
+
+    @property
     def pid_file(self) -> Path:
         return self.root / "daemon.pid"
 

@@ -14,6 +14,11 @@ logged and re-adopted exactly like a plain one. What the sandbox sees:
   unless the spec says ``network: host``;
 * tether's own home is never visible, even if it lies under a mounted path.
 
+An agent session (:class:`AgentView`) sees more: the whole host read-only (its
+own tools, interpreter and config live anywhere), its config directories and
+session state read-write, the network unless the spec says otherwise, and
+tether's restricted ``agent.sock``, which serves only the agent's own session.
+
 Killing the exec kills bwrap; ``--die-with-parent`` then takes the sandbox's
 init with it, and the kernel ends every process in its pid namespace.
 """
@@ -30,6 +35,15 @@ from tether.model.records import SandboxSpec
 
 SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/srv")
 MAYBE_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+@dataclass(frozen=True)
+class AgentView:
+    """What an agent session sees besides a plain exec's view."""
+
+    rw: tuple[str, ...] = ()  # host paths bound read-write at the same place
+    ro: tuple[str, ...] = ()  # files under tether's home it may read (its snapshot)
+    socket: str | None = None  # tether's agent.sock, bound at the same path
 
 
 @dataclass(frozen=True)
@@ -62,15 +76,17 @@ def probe(timeout: float = 10.0) -> Probe:
     return Probe(True, path, version, "ok")
 
 
-def base_args(*, network: str) -> list[str]:
+def base_args(*, network: str, host_root: bool = False) -> list[str]:
+    """The namespaces and the filesystem skeleton. ``host_root``: ``/`` is already
+    bound read-only (agents), so the system directories need no binds of their own."""
     args = ["--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--hostname", "tether-sandbox", "--proc", "/proc", "--dev", "/dev",
             "--tmpfs", "/tmp", "--tmpfs", "/run", "--tmpfs", "/var/tmp"]
     if network != "host":
         args.append("--unshare-net")
-    for d in SYSTEM_DIRS:
+    for d in () if host_root else SYSTEM_DIRS:
         args += ["--ro-bind-try", d, d]
-    for d in MAYBE_LINKS:
+    for d in () if host_root else MAYBE_LINKS:
         if os.path.islink(d):
             args += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
@@ -85,19 +101,34 @@ def base_args(*, network: str) -> list[str]:
 
 
 def wrap(argv: list[str], spec: SandboxSpec, *, cwd: str, tether_home: str,
-         tty: bool, bwrap_path: str = "bwrap") -> list[str]:
+         tty: bool, bwrap_path: str = "bwrap", agent: AgentView | None = None) -> list[str]:
     """The argv the monitor runs for ``argv`` inside a sandbox described by ``spec``."""
-    network = spec.network or "none"
-    args = [bwrap_path, *base_args(network=network)]
+    network = spec.network or ("host" if agent is not None else "none")
+    args = [bwrap_path]
+    if agent is not None:
+        args += ["--ro-bind", "/", "/"]  # later mounts (/proc, /tmp, binds) cover it
+    args += base_args(network=network, host_root=agent is not None)
     workspace = os.path.realpath(spec.workspace or cwd)
     target = spec.workspace_target or workspace
     args += ["--bind", workspace, target]
     for m in spec.mounts:
         args += ["--bind" if m.mode == "rw" else "--ro-bind", m.source, m.target]
+    if agent is not None:
+        for p in agent.rw:
+            if not _under(p, [tether_home]):
+                args += ["--bind-try", p, p]
     home = os.path.realpath(tether_home)
     sources = [os.path.realpath(m.source) for m in spec.mounts]
-    if _under(home, [workspace, *sources, *SYSTEM_DIRS]):
+    if agent is not None or _under(home, [workspace, *sources, *SYSTEM_DIRS]):
         args += ["--tmpfs", home]  # never expose tether's own state
+    if agent is not None:  # then only this session's own files in it
+        for p in agent.rw:
+            if _under(p, [tether_home]):
+                args += ["--bind-try", p, p]
+        for p in agent.ro:
+            args += ["--ro-bind-try", p, p]
+        if agent.socket is not None:
+            args += ["--bind", agent.socket, agent.socket]
     inside_cwd = cwd
     if spec.workspace_target and _under(cwd, [workspace]):
         inside_cwd = os.path.join(target, os.path.relpath(cwd, workspace))

@@ -222,6 +222,21 @@ class Store:
             sql += " WHERE state != 'DELETED'"
         return [_dec_sandbox.decode(r[0]) for r in self._db.execute(sql + " ORDER BY rowid")]
 
+    def set_sandbox_spec(self, ident: str, spec: SandboxSpec, reason: str,
+                         ) -> tuple[SandboxRecord, Event]:
+        """Replace a sandbox's spec (the implicit default follows the daemon's
+        --default-runtime); journaled as ``sandbox.spec``."""
+        with self._tx() as db:
+            row = db.execute("SELECT record FROM sandboxes WHERE id = ?", (ident,)).fetchone()
+            if row is None:
+                raise KeyError(ident)
+            rec = msgspec.structs.replace(_dec_sandbox.decode(row[0]), spec=spec,
+                                          updated_at=time.time())
+            db.execute("UPDATE sandboxes SET record = ? WHERE id = ?", (_enc.encode(rec), ident))
+            ev = self._append(db, ident, "sandbox.spec", state=rec.state, reason=reason,
+                              data={"runtime": spec.runtime})
+        return rec, ev
+
     def transition_sandbox(self, ident: str, to: SandboxState, reason: str | None = None,
                            ) -> tuple[SandboxRecord, Event]:
         with self._tx() as db:
