@@ -19,17 +19,25 @@ import contextlib
 import logging
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from tether.daemon import reconcile
 from tether.daemon.events import EventBus
 from tether.model.errors import RpcCode, TetherError
 from tether.model.records import SandboxRecord
 from tether.model.states import SandboxState
-from tether.runtime.docker import DockerEngine, DockerError, Probe, docker_binary, parse_event
+from tether.runtime.docker import (
+    DockerEngine,
+    DockerError,
+    Probe,
+    docker_binary,
+    parse_event,
+    short,
+)
 from tether.store import Store
 
 log = logging.getLogger("tether.docker")
+T = TypeVar("T")
 
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 5.0
@@ -60,6 +68,20 @@ class ContainerService:
                data: dict[str, Any] | None = None) -> None:
         self.bus.publish(self.store.append_event(sandbox, kind, reason=reason,
                                                  data=data or {}))
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """An engine call in a worker thread. A broken connection (dockerd restarted or
+        gone) becomes a DockerError saying so, and the next :meth:`ensure` re-probes."""
+        import docker
+
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except DockerError:
+            raise
+        except (OSError, docker.errors.DockerException) as e:
+            self.probe_result = None
+            raise DockerError(f"dockerd is not reachable: {short(e)}",
+                              "DOCKER_UNAVAILABLE") from e
 
     def has_docker_sandboxes(self) -> bool:
         return any(sb.spec.runtime == "docker" for sb in self.store.list_sandboxes())
@@ -93,12 +115,12 @@ class ContainerService:
 
         async with self.lock(sb.id):
             try:
-                await asyncio.to_thread(self.engine.create, sb.id, sb.name, sb.spec,
+                await self.call(self.engine.create, sb.id, sb.name, sb.spec,
                                         lambda name, health: ready.append((name, health)))
             except Exception as e:
                 code = e.code if isinstance(e, DockerError) else "DOCKER_FAILED"
                 with contextlib.suppress(Exception):
-                    await asyncio.to_thread(self.engine.remove, sb.id)
+                    await self.call(self.engine.remove, sb.id)
                 current = self.store.get_sandbox(sb.id)
                 if current is not None and current.state == SandboxState.PENDING:
                     self._publish(self.store.transition_sandbox(
@@ -114,7 +136,7 @@ class ContainerService:
     async def start(self, sb: SandboxRecord) -> SandboxRecord:
         async with self.lock(sb.id):
             try:
-                await asyncio.to_thread(self.engine.start, sb.id, sb.spec)
+                await self.call(self.engine.start, sb.id, sb.spec)
             except DockerError as e:
                 raise TetherError(RpcCode.START_FAILED, e.code, str(e),
                                   {"sandbox": sb.id}) from None
@@ -124,7 +146,7 @@ class ContainerService:
     async def stop(self, sb: SandboxRecord, reason: str) -> SandboxRecord:
         async with self.lock(sb.id):
             try:
-                await asyncio.to_thread(self.engine.stop, sb.id)
+                await self.call(self.engine.stop, sb.id)
             except DockerError as e:
                 raise TetherError(RpcCode.UNAVAILABLE, e.code, str(e), {"sandbox": sb.id}) from None
             return self._publish(self.store.transition_sandbox(
@@ -133,7 +155,7 @@ class ContainerService:
     async def remove(self, sb: SandboxRecord) -> None:
         async with self.lock(sb.id):
             try:
-                await asyncio.to_thread(self.engine.remove, sb.id)
+                await self.call(self.engine.remove, sb.id)
             except DockerError as e:
                 raise TetherError(RpcCode.UNAVAILABLE, e.code, f"{e}; the sandbox stays "
                                   "DELETING and the next daemon start finishes it",
@@ -150,12 +172,12 @@ class ContainerService:
             if await self.reconcile_one(sb.id):
                 summary["changed"] += 1
         known = {sb.id for sb in self.store.list_sandboxes() if sb.spec.runtime == "docker"}
-        labelled = await asyncio.to_thread(self.engine.labelled)
+        labelled = await self.call(self.engine.labelled)
         for sandbox, names in sorted(labelled.items()):
             if sandbox in known:
                 continue
             async with self.lock(sandbox):
-                removed = await asyncio.to_thread(self.engine.remove, sandbox)
+                removed = await self.call(self.engine.remove, sandbox)
             summary["leftovers"] += 1
             self._event(None, "docker.leftover_removed",
                         f"removed {', '.join(sorted(set(removed or names)))}: labelled "
@@ -170,7 +192,7 @@ class ContainerService:
             sb = self.store.get_sandbox(sandbox)
             if sb is None or sb.spec.runtime != "docker":
                 return False
-            views = await asyncio.to_thread(self.engine.views, sb.id, sb.spec)
+            views = await self.call(self.engine.views, sb.id, sb.spec)
             required = {c.name for c in sb.spec.companions if c.required}
             summary = reconcile.summarize(views, required)
             sb = self.store.get_sandbox(sandbox)  # it may have changed meanwhile
@@ -179,10 +201,10 @@ class ContainerService:
             out = reconcile.decide(sb.state, summary)
             if out.stop:
                 with contextlib.suppress(DockerError):
-                    await asyncio.to_thread(self.engine.stop, sb.id)
+                    await self.call(self.engine.stop, sb.id)
             if out.cleanup:
                 with contextlib.suppress(DockerError):
-                    await asyncio.to_thread(self.engine.remove, sb.id)
+                    await self.call(self.engine.remove, sb.id)
             if out.to is None:
                 return False
             if out.to == SandboxState.DELETED:

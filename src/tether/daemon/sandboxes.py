@@ -139,7 +139,7 @@ class SandboxService:
                 await self.docker.ensure()
                 fn = (self.docker.engine.copy_in if direction == "in"
                       else self.docker.engine.copy_out)
-                n = await asyncio.to_thread(fn, sb.id, src, dst)
+                n = await self.docker.call(fn, sb.id, src, dst)
             elif direction == "in":
                 n = await asyncio.to_thread(
                     copy_path, src, host_path(sb.spec, dst, writing=True))

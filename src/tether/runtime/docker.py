@@ -203,7 +203,7 @@ class DockerEngine:
             version = str(c.version().get("Version"))
         except Exception as e:
             self.reset()
-            return Probe(False, None, f"dockerd is not reachable: {_short(e)} (start it, "
+            return Probe(False, None, f"dockerd is not reachable: {short(e)} (start it, "
                          "or set DOCKER_HOST)")
         return Probe(True, version, "ok")
 
@@ -228,7 +228,7 @@ class DockerEngine:
                                   f"pull it first (`docker pull {image}`); tether never pulls",
                                   "IMAGE_NOT_FOUND") from None
             except docker.errors.APIError as e:
-                raise DockerError(f"docker cannot inspect image {image!r}: {_short(e)}") from e
+                raise DockerError(f"docker cannot inspect image {image!r}: {short(e)}") from e
         net = None
         if (spec.network or "private") != "none":
             net = network_name(sandbox)
@@ -238,7 +238,7 @@ class DockerEngine:
                     labels=self.labels(sandbox, name, "network"),
                     options={"com.docker.network.bridge.name": bridge_name(sandbox)})
             except docker.errors.APIError as e:
-                raise DockerError(f"creating network {net} failed: {_short(e)}") from e
+                raise DockerError(f"creating network {net} failed: {short(e)}") from e
             if spec.network != "host":
                 self.block_host(sandbox)
         for comp in spec.companions:
@@ -268,7 +268,7 @@ class DockerEngine:
                 labels=self.labels(sandbox, name, "companion",
                                    **{LABEL_COMPANION: comp.name}), **kw)
         except docker.errors.APIError as e:
-            raise DockerError(f"creating companion {comp.name!r} failed: {_short(e)}") from e
+            raise DockerError(f"creating companion {comp.name!r} failed: {short(e)}") from e
 
     def _create_primary(self, sandbox: str, name: str, spec: SandboxSpec,
                         net: str | None) -> Container:
@@ -303,7 +303,7 @@ class DockerEngine:
                 detach=True, environment=spec.env, hostname=f"tether-{sandbox[:12]}",
                 volumes=volumes, labels=self.labels(sandbox, name, "primary"), **kw)
         except docker.errors.APIError as e:
-            raise DockerError(f"creating the primary container failed: {_short(e)}") from e
+            raise DockerError(f"creating the primary container failed: {short(e)}") from e
 
     def _start_companion(self, sandbox: str, comp: CompanionSpec, on_event: Any) -> None:
         import docker
@@ -312,7 +312,7 @@ class DockerEngine:
         try:
             self.client().containers.get(cname).start()
         except docker.errors.APIError as e:
-            raise DockerError(f"starting companion {comp.name!r} failed: {_short(e)}") from e
+            raise DockerError(f"starting companion {comp.name!r} failed: {short(e)}") from e
         if comp.required:
             self.wait_healthy(sandbox, comp)
             if on_event is not None:
@@ -354,7 +354,7 @@ class DockerEngine:
             raise DockerError("the primary container is gone; delete the sandbox and "
                               "create it again", "CONTAINER_MISSING") from None
         except docker.errors.APIError as e:
-            raise DockerError(f"starting the primary container failed: {_short(e)}") from e
+            raise DockerError(f"starting the primary container failed: {short(e)}") from e
 
     def stop(self, sandbox: str) -> None:
         import docker
@@ -365,7 +365,7 @@ class DockerEngine:
             except docker.errors.NotFound:
                 pass
             except docker.errors.APIError as e:
-                raise DockerError(f"stopping {ctr.name} failed: {_short(e)}") from e
+                raise DockerError(f"stopping {ctr.name} failed: {short(e)}") from e
 
     def remove(self, sandbox: str) -> list[str]:
         """Remove every container and network labelled with ``sandbox``. Returns names."""
@@ -380,7 +380,7 @@ class DockerEngine:
             except docker.errors.NotFound:
                 pass
             except docker.errors.APIError as e:
-                raise DockerError(f"removing {ctr.name} failed: {_short(e)}") from e
+                raise DockerError(f"removing {ctr.name} failed: {short(e)}") from e
         for net in c.networks.list(filters={"label": [f"{LABEL_SANDBOX}={sandbox}",
                                                       f"{LABEL_HOME}={self.key}"]}):
             try:
@@ -389,7 +389,7 @@ class DockerEngine:
             except docker.errors.NotFound:
                 pass
             except docker.errors.APIError as e:
-                raise DockerError(f"removing network {net.name} failed: {_short(e)}") from e
+                raise DockerError(f"removing network {net.name} failed: {short(e)}") from e
         self.unblock_host(sandbox)
         return removed
 
@@ -483,7 +483,7 @@ class DockerEngine:
                 raise DockerError(f"{parent} does not exist in the sandbox",
                                   "PATH_NOT_FOUND") from None
             except docker.errors.APIError as e:
-                raise DockerError(f"copying into the sandbox failed: {_short(e)}") from e
+                raise DockerError(f"copying into the sandbox failed: {short(e)}") from e
         if not ok:
             raise DockerError("docker refused the copy")
         return size
@@ -497,7 +497,7 @@ class DockerEngine:
         except docker.errors.NotFound:
             raise DockerError(f"{src} does not exist in the sandbox", "PATH_NOT_FOUND") from None
         except docker.errors.APIError as e:
-            raise DockerError(f"copying out of the sandbox failed: {_short(e)}") from e
+            raise DockerError(f"copying out of the sandbox failed: {short(e)}") from e
         into_dir = os.path.isdir(dst)
         parent = dst if into_dir else (os.path.dirname(os.path.abspath(dst)) or "/")
         with tempfile.TemporaryFile() as buf:
@@ -533,7 +533,7 @@ def _tail(view: ContainerView) -> str:
     return f" (last check: {view.error})" if view.error else ""
 
 
-def _short(e: BaseException) -> str:
+def short(e: BaseException) -> str:
     text = str(getattr(e, "explanation", None) or e)
     return text if len(text) < 400 else text[:400] + "…"
 
