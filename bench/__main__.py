@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
-from bench import agents, logs, memory, recovery, rpc, start_latency, terminal
+from bench import agents, logs, memory, recovery, rpc, sandboxes, start_latency, terminal
 from bench.harness import (
     BenchResult,
     Options,
@@ -35,9 +35,11 @@ BENCHMARKS: dict[str, Runner] = {
     "memory": memory.run,
     "terminal": lambda o, c: terminal.run(o),
     "agents": lambda o, c: agents.run(o),
+    "sandboxes": lambda o, c: sandboxes.run(o),
 }
 ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
-           "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents"}
+           "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents",
+           "sandbox": "sandboxes", "docker": "sandboxes"}
 
 
 def _names(value: str) -> list[str]:
@@ -85,6 +87,9 @@ def parse(argv: list[str] | None) -> tuple[Options, list[str]]:
                    help="log throughput repetitions (default 3)")
     p.add_argument("--rpc-seconds", type=float, default=None,
                    help="length of each RPC series, seconds (default 3, quick 1)")
+    p.add_argument("--sandbox-samples", type=int, default=None,
+                   help="sandbox samples per docker row (default 10, quick 4); process and "
+                        "bwrap rows take 3x (create) and 5x (exec) as many")
     p.add_argument("--results", type=Path, default=RESULTS,
                    help="directory for the JSON files (default bench/results)")
     a = p.parse_args(argv)
@@ -99,6 +104,7 @@ def parse(argv: list[str] | None) -> tuple[Options, list[str]]:
         log_reps=a.log_reps or 3,
         rpc_seconds=a.rpc_seconds or (1.0 if q else 3.0),
         results=a.results,
+        sandbox_samples=max(1, a.sandbox_samples) if a.sandbox_samples else None,
     )
     return opts, a.only or list(BENCHMARKS)
 
