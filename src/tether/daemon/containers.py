@@ -55,6 +55,9 @@ class ContainerService:
         self.reconciles = 0  # full reconciles run (start and every reconnect)
         self.wanted = asyncio.Event()  # set once docker is needed: starts the watcher
         self._locks: dict[str, asyncio.Lock] = {}
+        # The last health journaled per (sandbox, companion): docker repeats itself, and
+        # create reports a required companion's first health before READY.
+        self._health: dict[tuple[str, str], str] = {}
 
     # ------------------------------------------------------------------ helpers
     def lock(self, sandbox: str) -> asyncio.Lock:
@@ -128,8 +131,7 @@ class ContainerService:
                 raise TetherError(RpcCode.START_FAILED, code, str(e),
                                   {"sandbox": sb.id}) from None
             for name, health in ready:
-                self._event(sb.id, "sandbox.companion", f"companion {name} is {health}",
-                            {"companion": name, "health": health})
+                self._companion_health(sb.id, name, health)
             return self._publish(self.store.transition_sandbox(
                 sb.id, SandboxState.READY, reason="docker runtime ready"))
 
@@ -218,6 +220,17 @@ class ContainerService:
             return True
 
     # ------------------------------------------------------------------ events
+    def _companion_health(self, sandbox: str, companion: str, health: str,
+                          **extra: Any) -> None:
+        """Journal ``sandbox.companion`` when a companion's health changes."""
+        if self._health.get((sandbox, companion)) == health:
+            return
+        self._health[(sandbox, companion)] = health
+        code = extra.get("exit_code")
+        self._event(sandbox, "sandbox.companion", f"companion {companion} is {health}"
+                    + (f" (exit code {code})" if code is not None else ""),
+                    {"companion": companion, "health": health, **extra})
+
     async def watch_loop(self) -> None:
         """Subscribe to docker's events; on every (re)connect run the full reconcile.
         When the stream breaks (dockerd restarted or down), back off and start over."""
@@ -282,13 +295,8 @@ class ContainerService:
         sb = self.store.get_sandbox(sandbox)
         if action.startswith("health_status"):
             health = action.split(":", 1)[-1].strip()
-            required = sb is not None and any(c.name == companion and c.required
-                                              for c in sb.spec.companions)
-            # A required companion's first health is reported by create, before READY.
-            if sb is not None and role == "companion" and not (
-                    required and sb.state == SandboxState.PENDING):
-                self._event(sb.id, "sandbox.companion", f"companion {companion} is {health}",
-                            {"companion": companion, "health": health})
+            if sb is not None and role == "companion" and companion:
+                self._companion_health(sb.id, companion, health)
             return
         if action == "oom" and sb is not None:
             self._event(sb.id, "sandbox.oom", f"{attrs.get('name')} ran out of memory",
@@ -297,14 +305,14 @@ class ContainerService:
         if action in ("die", "destroy", "stop", "kill", "start"):
             if sb is None:
                 return
-            if role == "companion" and not any(
-                    c.name == companion and c.required for c in sb.spec.companions):
-                if action == "die":
-                    self._event(sb.id, "sandbox.companion",
-                                f"optional companion {companion} exited (code "
-                                f"{attrs.get('exitCode')})",
-                                {"companion": companion, "health": "exited",
-                                 "exit_code": attrs.get("exitCode")})
+            required = any(c.name == companion and c.required for c in sb.spec.companions)
+            if role == "companion" and companion and action == "die":
+                if not required:
+                    self._companion_health(sb.id, companion, "exited",
+                                           exit_code=attrs.get("exitCode"))
+                else:  # the reconcile says what it means; a later "healthy" is news
+                    self._health[(sb.id, companion)] = "exited"
+            if role == "companion" and not required:
                 return
             if action in ("die", "destroy"):
                 await self.reconcile_one(sb.id)
