@@ -193,7 +193,7 @@ class Story:
         return [json.loads(line) for line in p.stdout.splitlines() if line.strip()]
 
     def execs(self) -> dict[str, dict[str, Any]]:
-        return {x["name"]: x for x in self.tether_json("ps", "-a")}
+        return {x["name"]: x for x in self.tether_json("ps", "-a") if x["name"]}
 
     def daemon_pid(self) -> int | None:
         try:
@@ -219,6 +219,7 @@ class Story:
     # ------------------------------------------------------------ chapters
     def tell(self) -> None:
         self.start()
+        self.sandboxed()
         self.launch()
         pre_crash, old_pid = self.crash()
         self.orphans()
@@ -243,6 +244,30 @@ class Story:
         pid = self.tether_json("status")["pid"]
         self.require(alive(pid), f"daemon running as pid {pid}",
                      f"`tether status` reports daemon pid {pid}, which is not running")
+
+    def sandboxed(self) -> None:
+        self.chapter(
+            "Sandboxed by default",
+            "`tether run` puts a command in the default sandbox: bubblewrap where it works "
+            "(`tether status` says), so the command sees the system directories read-only, "
+            "its working directory read-write, and nothing of yours or of tether's.")
+        bwrap = self.tether_json("status")["runtimes"]["bwrap"]
+        if not bwrap["available"]:
+            self.say(f"Not here: {bwrap['reason']}. The default sandbox is a plain process.")
+            return
+        marker = Path.home() / "tether-was-here"
+        script = ("echo ok > inside.txt && echo wrote inside.txt; "
+                  "touch ~/tether-was-here 2>/dev/null || echo cannot write to HOME; "
+                  "test -e $TETHER_HOME && echo tether home visible || "
+                  "echo tether home not visible")
+        p = self.tether("run", "--", "sh", "-c", script)
+        self.check((self.work / "inside.txt").read_text() == "ok\n",
+                   "the command wrote its working directory")
+        self.check(not marker.exists() and b"cannot write to HOME" in p.stdout,
+                   "it could not write to the home directory",
+                   f"{marker} was written from inside the sandbox")
+        self.check(b"tether home not visible" in p.stdout,
+                   "tether's own state was invisible to it")
 
     def launch(self) -> None:
         self.chapter(
