@@ -709,3 +709,24 @@ def test_resource_limits_map_to_docker(dk: Dk) -> None:
     assert host["MemorySwap"] == 64 * 1024 * 1024
     assert host["NanoCpus"] == 500_000_000
     assert host["PidsLimit"] == 50
+
+
+# ---------------------------------------------------------------------- 10 restart policy
+def test_restart_always_lets_dockerd_bring_containers_back(dk: Dk) -> None:
+    """The reconcile table's "or restarted, if the spec asks for it": with restart:
+    always an exited primary is started again by dockerd and the sandbox stays READY;
+    what tether itself stops stays stopped."""
+    c = dk.client()
+    sid = dk.create(c, "phoenix", "restart: always\n")["id"]
+    assert inspect(primary(sid))["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
+    mark = journal_end(c)
+    docker("exec", primary(sid), "kill", "-TERM", "1")  # the keep-alive shell exits 0
+    exited = wait_event(c, "sandbox.container_exited", mark)
+    assert exited["sandbox"] == sid and exited["data"]["role"] == "primary"
+    wait_for(lambda: status(primary(sid)) == "running", 15, what="dockerd's restart")
+    time.sleep(1.5)  # longer than the reconcile's settle time
+    assert state_of(c, sid) == "READY"
+    assert run(c, sid, "echo alive")[:2] == (0, b"alive\n")
+    assert c.sandbox_stop(sid, grace=1)["state"] == "STOPPED"
+    time.sleep(1.5)
+    assert status(primary(sid)) == "exited" and state_of(c, sid) == "STOPPED"

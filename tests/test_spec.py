@@ -230,6 +230,15 @@ def test_companions_need_docker() -> None:
     check(err, 3, "network", "cuts the sandbox off from its companions")
 
 
+def test_restart_policy() -> None:
+    assert parse(DOCKER).restart == "never"
+    assert parse(DOCKER + "restart: always\n").restart == "always"
+    check(fail("runtime: bwrap\nrestart: always\n"), 2, "restart",
+          "restart needs runtime: docker")
+    check(fail(DOCKER + "restart: sometimes\n"), 3, "restart", "never")
+    assert parse("runtime: bwrap\nrestart: never\n").restart == "never"
+
+
 def test_duplicate_yaml_key() -> None:
     check(fail("network: none\nenv: {}\nnetwork: host\n"), 3, "network",
           "duplicate key (first at line 1)")

@@ -41,6 +41,7 @@ T = TypeVar("T")
 
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 5.0
+RESTART_SETTLE = 1.0  # seconds to let dockerd restart a `restart: always` container
 
 
 class ContainerService:
@@ -197,6 +198,10 @@ class ContainerService:
             views = await self.call(self.engine.views, sb.id, sb.spec)
             required = {c.name for c in sb.spec.companions if c.required}
             summary = reconcile.summarize(views, required)
+            if summary == "exited" and sb.spec.restart == "always":
+                await asyncio.sleep(RESTART_SETTLE)  # dockerd may be about to restart it
+                views = await self.call(self.engine.views, sb.id, sb.spec)
+                summary = reconcile.summarize(views, required)
             sb = self.store.get_sandbox(sandbox)  # it may have changed meanwhile
             if sb is None:
                 return False
@@ -314,5 +319,12 @@ class ContainerService:
                     self._health[(sb.id, companion)] = "exited"
             if role == "companion" and not required:
                 return
+            if action == "die" and sb.spec.restart == "always" and \
+                    sb.state == SandboxState.READY:
+                self._event(sb.id, "sandbox.container_exited",
+                            f"{attrs.get('name')} exited (code {attrs.get('exitCode')}); "
+                            "restart: always lets dockerd start it again",
+                            {"container": attrs.get("name"), "role": role,
+                             "exit_code": attrs.get("exitCode")})
             if action in ("die", "destroy"):
                 await self.reconcile_one(sb.id)

@@ -62,6 +62,9 @@ class SandboxSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     # Made by `tether run` for one command: deleted once its execs have ended.
     ephemeral: bool = False
+    # docker: "always" lets dockerd restart containers that exit (not those tether
+    # stops), also while tether is down; "never" makes such an exit FAILED.
+    restart: str = "never"
 
 
 class SandboxRecord(msgspec.Struct, kw_only=True):

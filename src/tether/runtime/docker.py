@@ -242,17 +242,17 @@ class DockerEngine:
             if spec.network != "host":
                 self.block_host(sandbox)
         for comp in spec.companions:
-            self._create_companion(sandbox, name, comp, net)
+            self._create_companion(sandbox, name, comp, net, spec.restart)
         for comp in spec.companions:
             self._start_companion(sandbox, comp, on_event)
         self._create_primary(sandbox, name, spec, net).start()
 
     def _create_companion(self, sandbox: str, name: str, comp: CompanionSpec,
-                          net: str | None) -> Container:
+                          net: str | None, restart: str) -> Container:
         import docker
 
         c = self.client()
-        kw: dict[str, Any] = {}
+        kw: dict[str, Any] = _restart_policy(restart)
         if comp.health is not None:
             h = comp.health
             kw["healthcheck"] = {"test": ["CMD", *h.command], "interval": _ns(h.interval),
@@ -276,11 +276,11 @@ class DockerEngine:
 
         volumes: dict[str, dict[str, str]] = {}
         target = workspace_target(spec)
+        kw: dict[str, Any] = _restart_policy(spec.restart)
         if spec.workspace is not None and target is not None:
             volumes[spec.workspace] = {"bind": target, "mode": "rw"}
         for m in spec.mounts:
             volumes[m.source] = {"bind": m.target, "mode": m.mode}
-        kw: dict[str, Any] = {}
         r = spec.resources
         if r is not None:
             if r.memory is not None:
@@ -514,6 +514,11 @@ class DockerEngine:
                 final = os.path.join(dst, entries[0]) if into_dir else dst
                 os.replace(os.path.join(tmp, entries[0]), final)
         return size
+
+
+def _restart_policy(restart: str) -> dict[str, Any]:
+    # unless-stopped: what tether stops stays stopped, even across a dockerd restart.
+    return {"restart_policy": {"Name": "unless-stopped"}} if restart == "always" else {}
 
 
 def _view_of(attrs: dict[str, Any], role: str, companion: str | None) -> ContainerView:

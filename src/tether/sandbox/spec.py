@@ -71,6 +71,7 @@ MAX_SPEC_BYTES = 1 << 20
 MAX_DEPTH = 64
 RUNTIMES = ("auto", "process", "bwrap", "docker")
 NETWORKS = ("none", "private", "host")
+RESTART_POLICIES = ("never", "always")
 MOUNT_MODES = ("ro", "rw")
 COMPANION_NAME_RE = re.compile(r"[a-z0-9][a-z0-9_.-]{0,62}")
 PARAM_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -303,7 +304,7 @@ _RESOURCES = _Obj(memory=_LEAF, cpus=_LEAF, pids=_LEAF)
 _TOP = _Obj(runtime=_LEAF, workspace=_LEAF, workspace_target=_LEAF, image=_LEAF,
             mounts=_List(_MOUNT), env=_FREE, network=_LEAF, resources=_RESOURCES,
             companions=_List(_COMPANION, by_name=True), idle_timeout=_LEAF, ttl=_LEAF,
-            labels=_FREE, params=_FREE)
+            labels=_FREE, params=_FREE, restart=_LEAF)
 
 
 # ------------------------------------------------------------------------- parsing
@@ -985,6 +986,11 @@ class _Parser:
                 setattr(out, key, self.duration(v, key))
         if (v := get("labels")) is not None:
             out.labels = self.str_map(v, "labels", env=False)
+        if (v := get("restart")) is not None:
+            out.restart = self.enum(v, "restart", RESTART_POLICIES)
+            if out.restart != "never" and out.runtime != "docker":
+                self.fail(v, "restart", f"restart needs runtime: docker (runtime is "
+                          f"{out.runtime!r}); other runtimes have no long-lived container")
         return out
 
 
