@@ -154,7 +154,7 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
         try:
             made = sandbox = c._call("sandbox.create", params)["id"]
         except TetherError as e:
-            _die(e.message, 2 if e.code == "INVALID_SPEC" else 1)
+            _die(e.message, 2 if e.code in ("INVALID_SPEC", "INVALID_PARAMS") else 1)
         if not ephemeral:
             out.note(f"sandbox {sandbox} created for this run (kept; `tether sandbox rm "
                      f"{sandbox}` removes it)")
@@ -550,7 +550,7 @@ def sandbox_create(ctx: click.Context, /, envs: tuple[str, ...], name: str,
     try:
         sb = c._call("sandbox.create", create_params(name, flags, _kv(envs, "env")))
     except TetherError as e:
-        _die(e.message, 2 if e.code == "INVALID_SPEC" else 1)
+        _die(e.message, 2 if e.code in ("INVALID_SPEC", "INVALID_PARAMS") else 1)
     click.echo(sb["id"])
     reason = sb.get("reason") or ""
     if "fell back" in reason:
@@ -800,7 +800,9 @@ def cp(ctx: click.Context, src: str, dst: str) -> None:
     try:
         r = _client(ctx)._call("sandbox.copy", params)
     except TetherError as e:
-        _die(e.message, 2 if e.code in ("INVALID_PARAMS", "INVALID_PATH") else 1)
+        # A path that cannot be used is a bad invocation (2); the copy failing is 1.
+        _die(e.message, 1 if e.code in ("COPY_FAILED", "SANDBOX_NOT_READY", "SANDBOX_NOT_FOUND",
+                                         "DOCKER_UNAVAILABLE", "RUNTIME_UNAVAILABLE") else 2)
     click.echo(f"copied {r['bytes']} bytes")
 
 

@@ -242,7 +242,7 @@ class AgentService:
         if rec.predecessor:
             ro.append(str(self.layout.root / "drain" / f"{rec.predecessor}.handoff.md"))
         return bwrap_runtime.AgentView(rw=tuple(rw), ro=tuple(ro),
-                                       socket=str(self.layout.agent_socket))
+                                       socket_dir=str(self.layout.agent_dir))
 
     async def _run_attempt(self, rec: LineageRecord, *, resume: bool) -> LineageRecord:
         """Start attempt ``rec.attempt``; idempotent thanks to its request key."""

@@ -205,6 +205,7 @@ class Daemon:
         self._server = await self._listen(self._rpc, self.layout.socket)
         # Sandboxed agents get this one: their own session's methods and nothing else.
         self._agent_rpc = RpcServer(build_router(self, only=AGENT_METHODS))
+        self.layout.agent_dir.mkdir(mode=0o700, exist_ok=True)
         self._agent_server = await self._listen(self._agent_rpc, self.layout.agent_socket)
 
     async def _listen(self, rpc: RpcServer, path: Path) -> asyncio.AbstractServer:

@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import signal
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -127,25 +128,33 @@ class SandboxService:
         host = src if direction == "in" else dst
         if not os.path.isabs(host):
             raise invalid_params(f"the host path must be absolute, got {host!r}")
-        home, real = os.path.realpath(self.execs.layout.root), os.path.realpath(host)
-        # Nothing of tether's own state goes in, and nothing is written into it.
-        if paths_overlap(real, home) if direction == "in" else is_within(real, home):
-            raise invalid_params(f"{host} overlaps tether's home {home}; copy elsewhere")
+        home = os.path.realpath(self.execs.layout.root)
+        # Nothing of tether's own state goes in (nor is written into it: copy_path).
+        if direction == "in" and paths_overlap(os.path.realpath(src), home):
+            raise invalid_params(f"{src} overlaps tether's home {home}; copy elsewhere")
         if sb.state not in (SandboxState.READY, SandboxState.STOPPED):
             raise TetherError(RpcCode.INVALID_STATE, "SANDBOX_NOT_READY",
                               f"sandbox {sb.name!r} is {sb.state}", {"sandbox": sb.id})
         try:
             if sb.spec.runtime == "docker":
                 await self.docker.ensure()
-                fn = (self.docker.engine.copy_in if direction == "in"
-                      else self.docker.engine.copy_out)
-                n = await self.docker.call(fn, sb.id, src, dst)
+                if direction == "in":
+                    n = await self.docker.call(self.docker.engine.copy_in, sb.id, src, dst)
+                else:
+                    n = await self.docker.call(self.docker.engine.copy_out, sb.id, src, dst,
+                                               home)
             elif direction == "in":
-                n = await asyncio.to_thread(
-                    copy_path, src, host_path(sb.spec, dst, writing=True))
+                place = host_path(sb.spec, dst, writing=True)
+                n = await asyncio.to_thread(partial(
+                    copy_path, src, place.path, root=place.root, forbidden=home,
+                    fresh_dirs=place.root is not None))
             else:
-                n = await asyncio.to_thread(
-                    copy_path, host_path(sb.spec, src, writing=False), dst)
+                place = host_path(sb.spec, src, writing=False)
+                if place.root is not None and not is_within(
+                        os.path.realpath(os.path.dirname(place.path)), place.root):
+                    raise CopyError(f"{src} leads out of the sandbox (through a symlink)")
+                n = await asyncio.to_thread(partial(copy_path, place.path, dst,
+                                                    forbidden=home))
         except (CopyError, DockerError) as e:
             raise TetherError(RpcCode.INVALID_PARAMS, e.code, str(e),
                               {"sandbox": sb.id}) from None

@@ -36,9 +36,15 @@ class HomeLayout:
         return self.root / "tether.sock"
 
     @property
+    def agent_dir(self) -> Path:
+        """Bound into sandboxed agents. A directory, not the socket itself: a restarted
+        daemon makes a new socket, which a bound file would never show."""
+        return self.root / "agent"
+
+    @property
     def agent_socket(self) -> Path:
-        """Serves only the agent protocol; bound into sandboxed agents."""
-        return self.root / "agent.sock"
+        """Serves only the agent protocol (``daemon/api.py`` AGENT_METHODS)."""
+        return self.agent_dir / "agent.sock"
 
     @property
     def pid_file(self) -> Path:

@@ -43,7 +43,7 @@ class AgentView:
 
     rw: tuple[str, ...] = ()  # host paths bound read-write at the same place
     ro: tuple[str, ...] = ()  # files under tether's home it may read (its snapshot)
-    socket: str | None = None  # tether's agent.sock, bound at the same path
+    socket_dir: str | None = None  # the directory of tether's agent.sock, bound as is
 
 
 @dataclass(frozen=True)
@@ -127,11 +127,13 @@ def wrap(argv: list[str], spec: SandboxSpec, *, cwd: str, tether_home: str,
                 args += ["--bind-try", p, p]
         for p in agent.ro:
             args += ["--ro-bind-try", p, p]
-        if agent.socket is not None:
-            args += ["--bind", agent.socket, agent.socket]
+        if agent.socket_dir is not None:
+            args += ["--bind", agent.socket_dir, agent.socket_dir]
     inside_cwd = cwd
-    if spec.workspace_target and _under(cwd, [workspace]):
-        inside_cwd = os.path.join(target, os.path.relpath(cwd, workspace))
+    if spec.workspace is not None and not _under(cwd, [workspace]):
+        inside_cwd = target  # the host cwd does not exist inside: start in the workspace
+    elif spec.workspace_target and _under(cwd, [workspace]):
+        inside_cwd = os.path.normpath(os.path.join(target, os.path.relpath(cwd, workspace)))
     args += ["--chdir", inside_cwd]
     if not tty:
         args.append("--new-session")  # no TIOCSTI into a terminal we do not own

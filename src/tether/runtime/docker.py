@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tether.model.records import CompanionSpec, SandboxSpec
+from tether.sandbox.copy import CopyError, check_write
 
 if TYPE_CHECKING:
     import docker
@@ -137,7 +138,7 @@ def inside_cwd(spec: SandboxSpec, host_cwd: str | None) -> str | None:
         cwd = os.path.realpath(host_cwd)
         root = spec.workspace.rstrip("/")
         if cwd == root or cwd.startswith(root + "/"):
-            return os.path.join(target, os.path.relpath(cwd, root)).rstrip("/.") or target
+            return os.path.normpath(os.path.join(target, os.path.relpath(cwd, root)))
     return target
 
 
@@ -488,8 +489,9 @@ class DockerEngine:
             raise DockerError("docker refused the copy")
         return size
 
-    def copy_out(self, sandbox: str, src: str, dst: str) -> int:
-        """Into ``dst`` if it is an existing directory, else as ``dst``."""
+    def copy_out(self, sandbox: str, src: str, dst: str, forbidden: str) -> int:
+        """Into ``dst`` if it is an existing directory, else as ``dst``; never into
+        ``forbidden`` (tether's home)."""
         import docker
 
         try:
@@ -512,6 +514,10 @@ class DockerEngine:
                 if len(entries) != 1:
                     raise DockerError("docker returned an unexpected archive")
                 final = os.path.join(dst, entries[0]) if into_dir else dst
+                try:
+                    check_write(final, None, forbidden)
+                except CopyError as e:
+                    raise DockerError(str(e), e.code) from None
                 os.replace(os.path.join(tmp, entries[0]), final)
         return size
 

@@ -4,13 +4,22 @@ A path inside a bwrap sandbox is on the host only when it lies in the workspace
 or a mount; everything else (``/tmp``, ``/run``) is private to each exec and
 gone when it ends, so it cannot be copied. The docker runtime copies through
 dockerd instead (:meth:`tether.runtime.docker.DockerEngine.copy_in`).
+
+The daemon may run as root, and the workspace is writable from inside the
+sandbox, so a sandboxed process can plant symlinks there. Writing into a
+sandbox therefore never follows a symlink: the destination's real parent must
+stay inside the mapped place, an existing destination may not be a symlink,
+and a directory is only ever copied to a new name (never merged into a tree
+the sandbox could have prepared).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+from dataclasses import dataclass
 
+from tether.model.layout import is_within
 from tether.model.records import SandboxSpec
 
 
@@ -20,39 +29,74 @@ class CopyError(Exception):
         self.code = code
 
 
-def host_path(spec: SandboxSpec, inside: str, *, writing: bool) -> str:
+@dataclass(frozen=True)
+class HostPlace:
+    """A sandbox path's place on the host, and the root it must stay under."""
+
+    path: str
+    root: str | None  # None: the process runtime, whose paths are the host's own
+
+
+def host_path(spec: SandboxSpec, inside: str, *, writing: bool) -> HostPlace:
     """Where ``inside`` (a path as the sandbox sees it) lives on the host."""
     if not os.path.isabs(inside):
         raise CopyError(f"a path in a sandbox must be absolute, got {inside!r}")
     inside = os.path.normpath(inside)
     if spec.runtime == "process":
-        return inside  # the process runtime does not isolate: its paths are the host's
+        return HostPlace(inside, None)  # the process runtime does not isolate
     places: list[tuple[str, str, bool]] = []
     if spec.workspace is not None:
         places.append((spec.workspace_target or spec.workspace, spec.workspace, True))
     places += [(m.target, m.source, m.mode == "rw") for m in spec.mounts]
     for target, source, rw in sorted(places, key=lambda p: -len(p[0])):
-        if inside == target or inside.startswith(target.rstrip("/") + "/"):
+        if is_within(inside, target):
             if writing and not rw:
                 raise CopyError(f"{inside} is in a read-only mount of the sandbox",
                                 "READ_ONLY")
-            return os.path.join(source, os.path.relpath(inside, target))
+            rel = os.path.relpath(inside, target)
+            return HostPlace(os.path.normpath(os.path.join(source, rel)),
+                             os.path.realpath(source))
     raise CopyError(f"{inside} is not in the sandbox's workspace or mounts; only those "
                     "are kept on the host (its /tmp is private to each exec)")
 
 
-def copy_path(src: str, dst: str) -> int:
-    """``cp -a`` with ``docker cp``'s rule: into ``dst`` if it is a directory, else as
-    ``dst``. Returns the bytes copied."""
+def final_destination(src: str, dst: str) -> str:
+    """``docker cp``'s rule: into ``dst`` if it is a directory, else as ``dst``."""
+    if os.path.isdir(dst) and not os.path.islink(dst):
+        return os.path.join(dst, os.path.basename(src.rstrip("/")))
+    return dst
+
+
+def check_write(dst: str, root: str | None, forbidden: str) -> None:
+    """Refuse a write that a symlink would carry out of ``root`` or into ``forbidden``
+    (tether's home)."""
+    parent = os.path.realpath(os.path.dirname(os.path.abspath(dst)) or "/")
+    if not os.path.isdir(parent):
+        raise CopyError(f"{os.path.dirname(dst)} does not exist", "PATH_NOT_FOUND")
+    where = os.path.join(parent, os.path.basename(dst))
+    if is_within(where, forbidden):
+        raise CopyError(f"{dst} is inside tether's home {forbidden}; copy elsewhere")
+    if root is not None and not is_within(where, root):
+        raise CopyError(f"{dst} leads out of the sandbox (through a symlink)")
+    if os.path.islink(where):
+        raise CopyError(f"{dst} is a symlink; tether cp does not write through one")
+
+
+def copy_path(src: str, dst: str, *, root: str | None = None, forbidden: str = "/\0",
+              fresh_dirs: bool = False) -> int:
+    """``cp -a`` of ``src`` to ``dst`` (into it if it is a directory). Returns the
+    bytes copied. ``root`` confines the write; ``fresh_dirs`` refuses to merge a
+    directory into an existing one."""
     if not os.path.lexists(src):
         raise CopyError(f"{src} does not exist", "PATH_NOT_FOUND")
-    if os.path.isdir(dst):
-        dst = os.path.join(dst, os.path.basename(src.rstrip("/")))
-    if not os.path.isdir(os.path.dirname(os.path.abspath(dst))):
-        raise CopyError(f"{os.path.dirname(dst)} does not exist", "PATH_NOT_FOUND")
+    dst = final_destination(src, dst)
+    check_write(dst, root, forbidden)
     if os.path.isdir(src) and not os.path.islink(src):
-        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
-        return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(dst)
-                   for f in fs if not os.path.islink(os.path.join(d, f)))
+        if fresh_dirs and os.path.lexists(dst):
+            raise CopyError(f"{dst} exists; tether cp copies a directory into a sandbox "
+                            "only to a new name")
+        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=not fresh_dirs)
+        return sum(os.lstat(os.path.join(d, f)).st_size for d, _, fs in os.walk(src)
+                   for f in fs)
     shutil.copy2(src, dst, follow_symlinks=False)
-    return os.lstat(dst).st_size
+    return os.lstat(src).st_size
