@@ -472,3 +472,50 @@ def test_a_held_worktree_lock_does_not_freeze_the_daemon(daemon: DaemonProc,
         t0 = time.monotonic()
         assert c.health()["status"] == "SERVING"
         assert time.monotonic() - t0 < 5
+
+
+# ---------------------------------------------------------------------- review regressions
+def test_a_revival_whose_sandbox_is_gone_fails_the_lineage_not_the_daemon(
+        fast_daemon: DaemonProc, tmp_path: Path) -> None:
+    """Review finding: resolving the sandbox outside the attempt's error handling left
+    the lineage REVIVING and made every later daemon start exit 1."""
+    c = fast_daemon.client()
+    c.sandbox_create("doomed", runtime="process")
+    lin = c._call("agent.start", {"argv": ["sh", "-c", "exit 1"], "provider": "generic",
+                                  "sandbox": "doomed", "revival": "ask"})
+    wait_for(lambda: lineage(c, lin["id"])["status"] == "ASK_PENDING", 15)
+    c.sandbox_delete("doomed", grace=1)
+    after = c._call("lineage.resolve", {"lineage": lin["id"], "action": "revive"})
+    assert after["status"] == "FAILED" and "no sandbox matches" in after["reason"], after
+    fast_daemon.kill9()
+    fast_daemon.start(env=FAST)  # recovery must not trip over it
+    assert lineage(fast_daemon.client(), lin["id"])["status"] == "FAILED"
+
+
+def test_provider_files_are_never_written_through_a_planted_symlink(tmp_path: Path) -> None:
+    """Review finding: a sandboxed agent could swap its settings file for a symlink
+    and have a root daemon overwrite the target at the next revival."""
+    from tether.daemon.agents import _write_private
+
+    state = tmp_path / "state"
+    state.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (state / "claude-settings.json").symlink_to(victim)
+    _write_private(state, str(state / "claude-settings.json"), b"{}\n")
+    assert victim.read_text() == "precious\n"
+    assert not (state / "claude-settings.json").is_symlink()
+    assert (state / "claude-settings.json").read_bytes() == b"{}\n"
+    assert sorted(p.name for p in state.iterdir()) == ["claude-settings.json"]
+
+
+def test_a_transcript_path_that_is_a_fifo_is_not_read(tmp_path: Path) -> None:
+    """Review finding: a hook could name a FIFO as its transcript and freeze the daemon."""
+    from tether.agent.providers.claude import read_transcript
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    assert read_transcript(str(fifo)) == (None, None, [])
+    assert read_transcript("/dev/zero") == (None, None, [])
+    assert time.monotonic() - t0 < 2.0

@@ -642,7 +642,7 @@ def test_labelled_leftovers_of_this_home_are_removed_and_journaled(dk: Dk) -> No
     real = dk.create(c, "real")["id"]
     fake = "f" + uuid.uuid4().hex[:11]
     other = "o" + uuid.uuid4().hex[:11]
-    other_key = home_key(str(dk.d.home) + "-another-home")
+    other_key = uuid.uuid4().hex[:16]  # another home on the same engine
     mark = dk.kill_daemon(c)
     docker("network", "create", "--label", f"tether.home={dk.key}", "--label",
            f"tether.sandbox={fake}", "--label", "tether.role=network", f"tether-net-{fake}")
@@ -730,3 +730,41 @@ def test_restart_always_lets_dockerd_bring_containers_back(dk: Dk) -> None:
     assert c.sandbox_stop(sid, grace=1)["state"] == "STOPPED"
     time.sleep(1.5)
     assert status(primary(sid)) == "exited" and state_of(c, sid) == "STOPPED"
+
+
+# ---------------------------------------------------------------------- review regressions
+def test_cancel_leaves_no_process_of_the_exec_in_the_container(dk: Dk) -> None:
+    """Review finding: a child that ignores SIGTERM outlived its cancelled exec."""
+    c = dk.client()
+    sid = dk.create(c, "leaky")["id"]
+    x = c.exec_start(["sh", "-c", '(trap "" TERM; sleep 1001) & sleep 1002'], sandbox=sid)
+    wait_for(lambda: "sleep 1001" in docker("exec", primary(sid), "ps"), 10)
+    done = c.exec_cancel(x["id"], grace=1)
+    assert c.exec_wait(done["id"], timeout=20)["state"] == "CANCELLED"
+    wait_for(lambda: "sleep 100" not in docker("exec", primary(sid), "ps"), 10,
+             what="every process of the exec to be gone")
+
+
+def test_cp_out_keeps_absolute_symlinks_and_host_errors_are_copy_errors(
+        dk: Dk, tmp_path: Path) -> None:
+    """Review finding: an absolute symlink made copying out an internal error, and a
+    missing host path was reported as dockerd being unreachable."""
+    c = dk.client()
+    sid = dk.create(c, "links")["id"]
+    assert run(c, sid, "mkdir -p /data/sub && echo hi > /data/sub/f && "
+                       "ln -s /etc/passwd /data/abs")[0] == 0
+    out = tmp_path / "out"
+    out.mkdir()
+    c._call("sandbox.copy", {"sandbox": sid, "direction": "out", "src": "/data",
+                             "dst": str(out)})
+    assert (out / "data" / "sub" / "f").read_text() == "hi\n"
+    assert os.readlink(out / "data" / "abs") == "/etc/passwd"
+    with pytest.raises(TetherError) as e:
+        c._call("sandbox.copy", {"sandbox": sid, "direction": "in",
+                                 "src": str(tmp_path / "missing"), "dst": "/tmp"})
+    assert e.value.code == "COPY_FAILED", e.value
+    with pytest.raises(TetherError) as e:
+        c._call("sandbox.copy", {"sandbox": sid, "direction": "out", "src": "/data",
+                                 "dst": str(tmp_path / "no" / "such" / "dir")})
+    assert e.value.code in ("PATH_NOT_FOUND", "COPY_FAILED"), e.value
+    assert c._call("daemon.status", {})["runtimes"]["docker"]["available"] is True

@@ -256,6 +256,9 @@ def _ensure_agent_dir(worktree: PathArg) -> str:
     try:
         os.mkdir(agent_dir, 0o750)
     except FileExistsError:
+        if os.path.islink(agent_dir):  # the agent may plant one: never write through it
+            raise WorktreeError(f"{agent_dir} is a symlink; refusing to write agent state "
+                                "through it", agent_dir) from None
         return agent_dir
     fsync_dir(os.fspath(worktree))
     return agent_dir

@@ -61,11 +61,33 @@ def backoff(attempt: int) -> float:
     return float(min(30.0, 0.5 * 2 ** max(0, attempt - 1)))
 
 
-#: Under the user's home: what agents keep their login and settings in (read-write).
+#: Under the user's home: what agents keep their login and state in (read-write).
 AGENT_CONFIG_PATHS = (".claude", ".claude.json", ".codex", ".config/claude")
+#: ... except what names commands the provider runs outside any sandbox.
+AGENT_CONFIG_READ_ONLY = (".claude/settings.json", ".claude/settings.local.json",
+                          ".claude/hooks", ".codex/config.toml")
 
 
-def _git_common_dir(path: str) -> str | None:
+def _write_private(directory: Path, path: str, content: bytes) -> None:
+    """Write a file the daemon made for an agent into its state dir, which the agent may
+    write too: never through a symlink it planted (a new file, then a rename)."""
+    if Path(path).parent != directory:
+        raise TetherError(RpcCode.INTERNAL_ERROR, "INTERNAL_ERROR",
+                          f"a provider file outside the session's state dir: {path}")
+    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        name = os.path.basename(path)
+        tmp = f".{name}.{secrets.token_hex(4)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
+                     dir_fd=dfd)
+        with os.fdopen(fd, "wb") as f:
+            f.write(content)
+        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    finally:
+        os.close(dfd)
+
+
+def git_common_dir(path: str) -> str | None:
     """The repository's .git of a worktree (commits write there), or None."""
     import subprocess
 
@@ -234,18 +256,18 @@ class AgentService:
         user_home = os.path.expanduser("~")
         rw = [str(self.layout.root / "agents" / rec.id),
               *(os.path.join(user_home, n) for n in AGENT_CONFIG_PATHS)]
-        if rec.config.worktree:
-            git_dir = _git_common_dir(rec.config.worktree)
-            if git_dir is not None:
-                rw.append(git_dir)
-        ro = [str(snap_path)]
+        # What the provider or git would run, unsandboxed, later: read-only.
+        ro = [os.path.join(user_home, n) for n in AGENT_CONFIG_READ_ONLY]
+        if rec.config.git_dir:  # recorded at start: the worktree's .git is agent-writable
+            rw.append(rec.config.git_dir)
+            ro += [os.path.join(rec.config.git_dir, n) for n in ("hooks", "config")]
+        ro.append(str(snap_path))
         if rec.predecessor:
             ro.append(str(self.layout.root / "drain" / f"{rec.predecessor}.handoff.md"))
         return bwrap_runtime.AgentView(rw=tuple(rw), ro=tuple(ro),
                                        socket_dir=str(self.layout.agent_dir))
 
-    async def _run_attempt(self, rec: LineageRecord, *, resume: bool) -> LineageRecord:
-        """Start attempt ``rec.attempt``; idempotent thanks to its request key."""
+    async def _start_attempt_exec(self, rec: LineageRecord, *, resume: bool) -> ExecRecord:
         cfg = rec.config
         provider = get_provider(cfg.provider)
         ctx = self._context(rec)
@@ -253,10 +275,7 @@ class AgentService:
         plan = (provider.resume(cfg.argv, rec.provider_session_id, str(snap_path), ctx)
                 if resume else provider.launch(cfg.argv, ctx))
         for path, content in plan.files.items():
-            Path(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(content)
+            _write_private(Path(ctx.state_dir), path, content)
         sandbox = self.sandboxes.resolve(cfg.sandbox)
         view = self._agent_view(rec, snap_path) if sandbox.spec.runtime == "bwrap" else None
         sock = self.layout.agent_socket if view is not None else self.layout.socket
@@ -272,14 +291,19 @@ class AgentService:
                 env["TETHER_HANDOFF"] = str(handoff)
         spec = ExecSpec(argv=plan.argv, env=env, cwd=cfg.cwd, name=rec.name, tty=cfg.tty,
                         stdin=cfg.tty)
+        return await self.execs.start(sandbox, spec, f"lineage-{rec.id}-{rec.attempt}",
+                                      lineage=rec.id, agent_view=view)
+
+    async def _run_attempt(self, rec: LineageRecord, *, resume: bool) -> LineageRecord:
+        """Start attempt ``rec.attempt``; idempotent thanks to its request key."""
         try:
-            x = await self.execs.start(sandbox, spec, f"lineage-{rec.id}-{rec.attempt}",
-                                       lineage=rec.id, agent_view=view)
+            # Everything that can refuse (its sandbox gone, say) fails the lineage, never
+            # the daemon (this also runs inside recovery).
+            x = await self._start_attempt_exec(rec, resume=resume)
         except TetherError as e:
-            status = LineageStatus.FAILED
             return self._commit(self.store.update_lineage(
-                rec.id, status=status, reason=f"could not start attempt {rec.attempt}: "
-                f"{e.message}"))
+                rec.id, status=LineageStatus.FAILED, reason=f"could not start attempt "
+                f"{rec.attempt}: {e.message}"))
         self.touch(rec)
         starts = [*rec.recent_starts, x.started_at or time.time()][-5:]
         rec = self._commit(self.store.update_lineage(
@@ -399,38 +423,44 @@ class AgentService:
         return await self._begin_attempt(rec, resume=True)
 
     # ------------------------------------------------------------------ recovery & tick
+    async def _recover_one(self, rec: LineageRecord, summary: dict[str, int]) -> None:
+        if rec.status == LineageStatus.ACTIVE and rec.exec_id is None and rec.attempt:
+            # The daemon died between committing this attempt and recording its
+            # exec: the request key finds it if it was started; else start it now.
+            summary["resumed"] += 1
+            x = self.store.exec_by_request_key(f"lineage-{rec.id}-{rec.attempt}")
+            if x is None:
+                await self._run_attempt(rec, resume=rec.attempt > 1)
+                return
+            rec = self._commit(self.store.update_lineage(
+                rec.id, exec_id=x.id, reason=f"attempt {rec.attempt} adopted as {x.id}"))
+        if rec.status == LineageStatus.ACTIVE:
+            x = self.store.get_exec(rec.exec_id) if rec.exec_id else None
+            if x is not None and x.state == ExecState.RUNNING:
+                self.touch(rec)  # a fresh grace period for its heartbeat
+                summary["running"] += 1
+            elif x is not None and x.state == ExecState.PENDING:
+                summary["running"] += 1
+            else:
+                summary["orphaned"] += 1
+                if x is not None:
+                    self._on_exec_terminal(x)
+                else:
+                    self._orphan(rec, "no process after a daemon restart", None)
+        elif rec.status == LineageStatus.REVIVING:
+            summary["resumed"] += 1  # an interrupted revival: same attempt, same key
+            await self._run_attempt(rec, resume=True)
+        elif rec.status == LineageStatus.ORPHANED and rec.revive_at is None:
+            self._apply_policy(rec, None)
+
     async def recover(self) -> dict[str, int]:
         """After exec recovery: every live lineage without a live process is ORPHANED."""
         summary = {"running": 0, "orphaned": 0, "resumed": 0}
         for rec in self.store.list_lineages(tuple(LINEAGE_LIVE)):
-            if rec.status == LineageStatus.ACTIVE and rec.exec_id is None and rec.attempt:
-                # The daemon died between committing this attempt and recording its
-                # exec: the request key finds it if it was started; else start it now.
-                summary["resumed"] += 1
-                x = self.store.exec_by_request_key(f"lineage-{rec.id}-{rec.attempt}")
-                if x is None:
-                    await self._run_attempt(rec, resume=rec.attempt > 1)
-                    continue
-                rec = self._commit(self.store.update_lineage(
-                    rec.id, exec_id=x.id, reason=f"attempt {rec.attempt} adopted as {x.id}"))
-            if rec.status == LineageStatus.ACTIVE:
-                x = self.store.get_exec(rec.exec_id) if rec.exec_id else None
-                if x is not None and x.state == ExecState.RUNNING:
-                    self.touch(rec)  # a fresh grace period for its heartbeat
-                    summary["running"] += 1
-                elif x is not None and x.state == ExecState.PENDING:
-                    summary["running"] += 1
-                else:
-                    summary["orphaned"] += 1
-                    if x is not None:
-                        self._on_exec_terminal(x)
-                    else:
-                        self._orphan(rec, "no process after a daemon restart", None)
-            elif rec.status == LineageStatus.REVIVING:
-                summary["resumed"] += 1  # an interrupted revival: same attempt, same key
-                await self._run_attempt(rec, resume=True)
-            elif rec.status == LineageStatus.ORPHANED and rec.revive_at is None:
-                self._apply_policy(rec, None)
+            try:
+                await self._recover_one(rec, summary)
+            except Exception:  # one broken lineage must not keep the daemon from starting
+                log.exception("recovering lineage %s failed", rec.id)
         # A successor that was due when the daemon died.
         lineages = self.store.list_lineages()
         has_successor = {r.predecessor for r in lineages if r.predecessor}
@@ -650,7 +680,8 @@ class AgentService:
                    payload: dict[str, Any]) -> dict[str, Any]:
         """A provider's hook program calling back: translate, act, answer in its format."""
         provider = get_provider(provider_name)
-        ev: HookEvent = provider.parse_hook(event, payload)
+        # In a thread: a turn-end hook reads the transcript file, which may be large.
+        ev: HookEvent = await asyncio.to_thread(provider.parse_hook, event, payload)
         self.touch(rec, activity=ev.kind not in ("other", "turn_end"))
         allowed, reason = True, "ok"
         if ev.kind == "session_start" and ev.provider_session_id:

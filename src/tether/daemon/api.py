@@ -15,6 +15,7 @@ from tether import __version__
 from tether.agent.lifecycle import Thresholds
 from tether.agent.providers import for_command
 from tether.agent.providers import get as get_provider
+from tether.daemon.agents import git_common_dir
 from tether.daemon.execs import parse_signal
 from tether.model.errors import RpcCode, TetherError
 from tether.model.records import AgentConfig, ExecRecord, ExecSpec, SandboxSpec, to_builtins
@@ -80,7 +81,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
 
     async def docker_status() -> dict[str, Any]:
         if sandboxes.docker.probe_result is None and docker_runtime.docker_binary():
-            with contextlib.suppress(TetherError):
+            with contextlib.suppress(TetherError, TimeoutError):
                 await asyncio.wait_for(sandboxes.docker.ensure(), 10.0)
         return sandboxes.docker.status()
 
@@ -239,6 +240,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
             raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS", str(e.args[0])) from None
         if p.worktree:
             claim_worktree(p.worktree, p.issue, force=p.force, provider=provider)
+            cfg.git_dir = await asyncio.to_thread(git_common_dir, p.worktree)
         rec = await owned(agents.start(cfg, p.name, p.request_key))
         out = agents.view(rec)
         x = store.get_exec(rec.exec_id) if rec.exec_id else None

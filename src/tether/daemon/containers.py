@@ -25,7 +25,7 @@ from tether.daemon import reconcile
 from tether.daemon.events import EventBus
 from tether.model.errors import RpcCode, TetherError
 from tether.model.records import SandboxRecord
-from tether.model.states import SandboxState
+from tether.model.states import IllegalTransition, SandboxState
 from tether.runtime.docker import (
     DockerEngine,
     DockerError,
@@ -129,7 +129,7 @@ class ContainerService:
                 if current is not None and current.state == SandboxState.PENDING:
                     self._publish(self.store.transition_sandbox(
                         sb.id, SandboxState.FAILED, reason=f"{code}: {e}"))
-                raise TetherError(RpcCode.START_FAILED, code, str(e),
+                raise TetherError(_rpc_code(code, RpcCode.START_FAILED), code, str(e),
                                   {"sandbox": sb.id}) from None
             for name, health in ready:
                 self._companion_health(sb.id, name, health)
@@ -141,7 +141,7 @@ class ContainerService:
             try:
                 await self.call(self.engine.start, sb.id, sb.spec)
             except DockerError as e:
-                raise TetherError(RpcCode.START_FAILED, e.code, str(e),
+                raise TetherError(_rpc_code(e.code, RpcCode.START_FAILED), e.code, str(e),
                                   {"sandbox": sb.id}) from None
             return self._publish(self.store.transition_sandbox(
                 sb.id, SandboxState.READY, reason="started by request"))
@@ -180,6 +180,9 @@ class ContainerService:
             if sandbox in known:
                 continue
             async with self.lock(sandbox):
+                now = self.store.get_sandbox(sandbox)  # created meanwhile?
+                if now is not None and now.state != SandboxState.DELETED:
+                    continue
                 removed = await self.call(self.engine.remove, sandbox)
             summary["leftovers"] += 1
             self._event(None, "docker.leftover_removed",
@@ -206,6 +209,14 @@ class ContainerService:
             if sb is None:
                 return False
             out = reconcile.decide(sb.state, summary)
+            if out.to is None and not out.cleanup and (sb.spec.network or "private") == \
+                    "private" and sb.state in (SandboxState.READY, SandboxState.STOPPED):
+                # The rule is not persistent (a reboot drops it) and dockerd may have
+                # restarted the containers meanwhile: make sure it is there.
+                try:
+                    await self.call(self.engine.block_host, sb.id)
+                except DockerError as e:
+                    log.warning("sandbox %s: %s", sb.id, e)
             if out.stop:
                 with contextlib.suppress(DockerError):
                     await self.call(self.engine.stop, sb.id)
@@ -221,7 +232,10 @@ class ContainerService:
                       if out.code != "INTERRUPTED_PENDING" else
                       "INTERRUPTED_PENDING: the daemon stopped while creating it; what it "
                       "had made was removed")
-            self._publish(self.store.transition_sandbox(sb.id, out.to, reason=reason))
+            try:
+                self._publish(self.store.transition_sandbox(sb.id, out.to, reason=reason))
+            except IllegalTransition:  # a request moved it on meanwhile; it decides
+                return False
             return True
 
     # ------------------------------------------------------------------ events
@@ -248,7 +262,8 @@ class ContainerService:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
-                log.warning("docker event stream: %s", e)
+                (log.warning if backoff == BACKOFF_FIRST else log.debug)(
+                    "docker event stream: %s (retrying with back-off)", e)
             if self.connected:
                 self.connected = False
                 self._event(None, "docker.disconnected",
@@ -319,12 +334,19 @@ class ContainerService:
                     self._health[(sb.id, companion)] = "exited"
             if role == "companion" and not required:
                 return
-            if action == "die" and sb.spec.restart == "always" and \
-                    sb.state == SandboxState.READY:
-                self._event(sb.id, "sandbox.container_exited",
-                            f"{attrs.get('name')} exited (code {attrs.get('exitCode')}); "
-                            "restart: always lets dockerd start it again",
-                            {"container": attrs.get("name"), "role": role,
-                             "exit_code": attrs.get("exitCode")})
+            if action == "die" and sb.spec.restart == "always":
+                async with self.lock(sb.id):  # a stop in progress holds it: then no news
+                    current = self.store.get_sandbox(sb.id)
+                if current is not None and current.state == SandboxState.READY:
+                    self._event(sb.id, "sandbox.container_exited",
+                                f"{attrs.get('name')} exited (code {attrs.get('exitCode')});"
+                                " restart: always lets dockerd start it again",
+                                {"container": attrs.get("name"), "role": role,
+                                 "exit_code": attrs.get("exitCode")})
             if action in ("die", "destroy"):
                 await self.reconcile_one(sb.id)
+
+
+def _rpc_code(code: str, default: int) -> int:
+    """dockerd being unreachable is UNAVAILABLE whatever was asked of it."""
+    return int(RpcCode.UNAVAILABLE) if code == "DOCKER_UNAVAILABLE" else default

@@ -178,6 +178,12 @@ class ExecService:
             if is_within(cwd, home):  # a parent is fine: the home is hidden under it
                 raise invalid_params(f"cwd {cwd!r} is inside tether's home {home}: a sandbox "
                                      "must not see tether's own state")
+            problem = (bwrap_runtime.workspace_problem(cwd) if sandbox.spec.workspace is None
+                       else None)
+            if problem is not None:
+                raise invalid_params(f"cannot run in a bwrap sandbox from here: {problem}; "
+                                     "cd into a project directory, or use --sandbox with "
+                                     "a workspace")
             sandboxed_argv = bwrap_runtime.wrap(
                 spec.argv, sandbox.spec, cwd=cwd, tether_home=home, tty=spec.tty,
                 bwrap_path=self.bwrap_path, agent=agent_view)

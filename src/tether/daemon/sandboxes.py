@@ -24,7 +24,7 @@ from tether.daemon.execs import ExecService
 from tether.model.errors import RpcCode, TetherError, invalid_params, not_found
 from tether.model.layout import is_within, paths_overlap
 from tether.model.records import DEFAULT_SANDBOX, Event, SandboxRecord, SandboxSpec
-from tether.model.states import EXEC_TERMINAL, ExecState, SandboxState
+from tether.model.states import EXEC_TERMINAL, ExecState, IllegalTransition, SandboxState
 from tether.runtime import bwrap as bwrap_runtime
 from tether.runtime.docker import DockerEngine, DockerError
 from tether.sandbox.copy import CopyError, copy_path, host_path
@@ -113,6 +113,9 @@ class SandboxService:
                 raise invalid_params(
                     f"workspace {spec.workspace!r} must be an existing absolute directory")
             spec.workspace = os.path.realpath(spec.workspace)
+            problem = bwrap_runtime.workspace_problem(spec.workspace)
+            if problem is not None and runtime in ("bwrap", "docker"):
+                raise invalid_params(problem)
         if runtime == "docker":
             await self.docker.ensure()  # refuse before anything is recorded
             rec = self._commit(self.store.create_sandbox(name, spec))
@@ -156,8 +159,9 @@ class SandboxService:
                 n = await asyncio.to_thread(partial(copy_path, place.path, dst,
                                                     forbidden=home))
         except (CopyError, DockerError) as e:
-            raise TetherError(RpcCode.INVALID_PARAMS, e.code, str(e),
-                              {"sandbox": sb.id}) from None
+            rpc = RpcCode.UNAVAILABLE if e.code == "DOCKER_UNAVAILABLE" else \
+                RpcCode.INVALID_PARAMS
+            raise TetherError(rpc, e.code, str(e), {"sandbox": sb.id}) from None
         except OSError as e:
             raise TetherError(RpcCode.INVALID_PARAMS, "COPY_FAILED",
                               f"copy failed: {e.strerror or e}: {e.filename or ''}",
@@ -243,7 +247,7 @@ class SandboxService:
                 continue
             try:
                 await self._enforce(sb, now)
-            except TetherError as e:  # e.g. dockerd down: the next sweep tries again
+            except (TetherError, IllegalTransition) as e:  # dockerd down, or a race
                 log.warning("lifetime of sandbox %s: %s", sb.id, e)
 
     async def _enforce(self, sb: SandboxRecord, now: float) -> None:

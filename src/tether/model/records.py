@@ -150,6 +150,9 @@ class AgentConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
     crashed_after: float = 90.0
     worktree: str | None = None
     issue: str | None = None
+    # The worktree's git common dir, found once at start (a sandboxed agent's commits
+    # write there; its worktree's .git file is the agent's to rewrite).
+    git_dir: str | None = None
 
 
 class LineageRecord(msgspec.Struct, kw_only=True):

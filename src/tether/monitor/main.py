@@ -386,6 +386,8 @@ class Monitor:
             return None
         if self.cancel is not None:
             self._killpg(signal.SIGKILL)
+            if self.spec.get("signal_argv"):  # and what the client left running elsewhere
+                self._spawn_helper([*self.spec["signal_argv"], str(int(signal.SIGKILL))])
         _, status = os.waitpid(self.pid, 0)
         if os.WIFSIGNALED(status):
             return (None, os.WTERMSIG(status))

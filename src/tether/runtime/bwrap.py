@@ -79,7 +79,10 @@ def probe(timeout: float = 10.0) -> Probe:
 def base_args(*, network: str, host_root: bool = False) -> list[str]:
     """The namespaces and the filesystem skeleton. ``host_root``: ``/`` is already
     bound read-only (agents), so the system directories need no binds of their own."""
-    args = ["--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+    # As root bwrap would keep root's capabilities: enough to remount /etc read-write or
+    # unmount the tmpfs that hides tether's home.
+    caps = ["--cap-drop", "ALL"] if os.geteuid() == 0 else []
+    args = [*caps, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--hostname", "tether-sandbox", "--proc", "/proc", "--dev", "/dev",
             "--tmpfs", "/tmp", "--tmpfs", "/run", "--tmpfs", "/var/tmp"]
     if network != "host":
@@ -138,6 +141,23 @@ def wrap(argv: list[str], spec: SandboxSpec, *, cwd: str, tether_home: str,
     if not tty:
         args.append("--new-session")  # no TIOCSTI into a terminal we do not own
     return [*args, "--", *argv]
+
+
+#: A workspace may not be, or contain, one of these: bound read-write over the
+#: sandbox's own /proc, /dev, /run or /tmp it would undo the isolation.
+PROTECTED = ("/proc", "/sys", "/dev", "/run", "/var/run", "/tmp", "/var/tmp", "/etc", "/usr",
+             "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/opt", "/srv")
+
+
+def workspace_problem(path: str) -> str | None:
+    """Why ``path`` (a real path) cannot be a sandbox's writable workspace, or None."""
+    for p in PROTECTED:
+        if _under(p, [path]):
+            return (f"{path} is or contains {p}; a sandbox's workspace must be a project "
+                    "directory, not a system one")
+    if any(_under(path, [t]) for t in ("/proc", "/sys", "/dev")):
+        return f"{path} is a kernel filesystem"
+    return None
 
 
 def _under(path: str, roots: list[str]) -> bool:

@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import hashlib
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import tarfile
@@ -65,6 +65,7 @@ _SIGNAL_SCRIPT = ('for d in /proc/[0-9]*; do case "$(tr "\\0" "\\n" < "$d/enviro
 HOST_ONLY_ENV = frozenset({"PATH", "HOME", "HOSTNAME", "PWD", "OLDPWD", "SHLVL", "_", "USER",
                            "LOGNAME", "SHELL", "MAIL", "TMPDIR", "TERM", "LINES", "COLUMNS"})
 
+UNTYPABLE_DETACH_KEYS = "ctrl-],ctrl-^,ctrl-_,ctrl-],ctrl-^,ctrl-_,ctrl-],ctrl-^"
 STOP_TIMEOUT = 5  # seconds docker waits after SIGTERM before SIGKILL on stop
 
 
@@ -98,8 +99,29 @@ class ContainerView:
 
 
 def home_key(home: str) -> str:
-    """A short stable id of a tether home, put on everything it creates."""
-    return hashlib.sha256(os.path.realpath(home).encode()).hexdigest()[:16]
+    """The id of a tether home, put on everything it creates: random and kept in the
+    home (``docker.key``), so two homes at the same path on different machines that
+    share one engine never take each other's containers for leftovers."""
+    path = os.path.join(home, "docker.key")
+    try:
+        with open(path, encoding="ascii") as f:
+            key = f.read().strip()
+        if len(key) == 16 and all(c in "0123456789abcdef" for c in key):
+            return key
+    except FileNotFoundError:
+        pass
+    key = secrets.token_hex(8)
+    tmp = f"{path}.{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(key + "\n")
+    try:
+        os.link(tmp, path)  # first writer wins; a racing one reads the winner's key
+    except FileExistsError:
+        os.unlink(tmp)
+        return home_key(home)
+    os.unlink(tmp)
+    return key
 
 
 def primary_name(sandbox: str) -> str:
@@ -146,7 +168,9 @@ def exec_argv(docker_bin: str, sandbox: str, argv: list[str], env_names: list[st
               cwd: str | None, tty: bool, stdin: bool) -> list[str]:
     """The ``docker exec`` the monitor runs. Values of ``env_names`` come from the
     monitor's environment (``-e NAME``), so they never show in a process listing."""
-    args = [docker_bin, "exec"]
+    # The client's own detach keys (ctrl-p ctrl-q) would eat typed input and end the
+    # exec's client while the command runs on: make them a sequence nobody types.
+    args = [docker_bin, "exec", "--detach-keys", UNTYPABLE_DETACH_KEYS]
     if stdin or tty:
         args.append("-i")
     if tty:
@@ -474,8 +498,11 @@ class DockerEngine:
         parent, arcname = (dst, os.path.basename(src.rstrip("/"))) if is_dir else \
             (os.path.dirname(dst.rstrip("/")) or "/", os.path.basename(dst.rstrip("/")))
         with tempfile.TemporaryFile() as buf:
-            with tarfile.open(fileobj=buf, mode="w") as tar:
-                tar.add(src, arcname=arcname)
+            try:
+                with tarfile.open(fileobj=buf, mode="w") as tar:
+                    tar.add(src, arcname=arcname)
+            except (OSError, tarfile.TarError) as e:
+                raise DockerError(f"cannot read {src}: {e}", "COPY_FAILED") from None
             size = buf.tell()
             buf.seek(0)
             try:
@@ -502,6 +529,16 @@ class DockerEngine:
             raise DockerError(f"copying out of the sandbox failed: {short(e)}") from e
         into_dir = os.path.isdir(dst)
         parent = dst if into_dir else (os.path.dirname(os.path.abspath(dst)) or "/")
+        try:
+            check_write(os.path.join(parent, "x") if into_dir else dst, None, forbidden)
+            return self._extract(stream, dst, parent, into_dir, forbidden)
+        except CopyError as e:
+            raise DockerError(str(e), e.code) from None
+        except (OSError, tarfile.TarError) as e:
+            raise DockerError(f"copying to {dst} failed: {e}", "COPY_FAILED") from None
+
+    @staticmethod
+    def _extract(stream: Any, dst: str, parent: str, into_dir: bool, forbidden: str) -> int:
         with tempfile.TemporaryFile() as buf:
             for chunk in stream:
                 buf.write(chunk)
@@ -509,15 +546,14 @@ class DockerEngine:
             buf.seek(0)
             with tempfile.TemporaryDirectory(dir=parent, prefix=".tether-cp-") as tmp, \
                     tarfile.open(fileobj=buf, mode="r") as tar:
-                tar.extractall(tmp, filter="data")
+                # "tar", not "data": symlinks (absolute ones too) are kept as links, and
+                # nothing is written outside tmp or through a link.
+                tar.extractall(tmp, filter="tar")
                 entries = os.listdir(tmp)
                 if len(entries) != 1:
-                    raise DockerError("docker returned an unexpected archive")
+                    raise DockerError("docker returned an unexpected archive", "COPY_FAILED")
                 final = os.path.join(dst, entries[0]) if into_dir else dst
-                try:
-                    check_write(final, None, forbidden)
-                except CopyError as e:
-                    raise DockerError(str(e), e.code) from None
+                check_write(final, None, forbidden)
                 os.replace(os.path.join(tmp, entries[0]), final)
         return size
 
