@@ -275,3 +275,40 @@ def test_a_sandboxed_agent_reaches_a_restarted_daemon(auto_home: DaemonProc,
     wait_for(lambda: (work / "turn.2").exists(), timeout=15)
     answer = (work / "turn.2").read_text()
     assert answer == "HEALTHY"
+
+
+def test_a_sandboxed_agent_sees_no_home_directory_but_its_own_config(
+        auto_home: DaemonProc, tmp_path: Path) -> None:
+    """Review finding: with the host read-only, an agent could read ~/.ssh and reach
+    sockets under the home directories. Now those are hidden; its provider config is
+    there (read-write) and the settings that name commands are read-only."""
+    import uuid
+
+    d = auto_home
+    d.start(env=FAST)
+    user_home = Path(os.path.expanduser("~"))
+    secret = user_home / f".tether-test-secret-{uuid.uuid4().hex[:8]}"
+    secret.write_text("do not read\n")
+    claude = user_home / ".claude"
+    made_claude = not claude.exists()
+    claude.mkdir(exist_ok=True)
+    settings = claude / "settings.json"
+    had_settings = settings.exists()
+    before = settings.read_bytes() if had_settings else b"{}\n"
+    settings.write_bytes(before)
+    work = tmp_path / "work"
+    work.mkdir()
+    try:
+        r = tether(d, "run", "--agent", "generic", "--", "sh", "-c",
+                   f"cat {secret} 2>/dev/null || echo hidden; "
+                   f"test -d {claude} && echo config-visible; "
+                   f"echo '{{\"hooks\": 1}}' > {settings} 2>/dev/null || echo settings-ro",
+                   cwd=work)
+        assert r.stdout.split() == [b"hidden", b"config-visible", b"settings-ro"], r
+        assert settings.read_bytes() == before
+    finally:
+        secret.unlink()
+        if not had_settings:
+            settings.unlink()
+        if made_claude:
+            claude.rmdir()

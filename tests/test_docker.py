@@ -768,3 +768,24 @@ def test_cp_out_keeps_absolute_symlinks_and_host_errors_are_copy_errors(
                                  "dst": str(tmp_path / "no" / "such" / "dir")})
     assert e.value.code in ("PATH_NOT_FOUND", "COPY_FAILED"), e.value
     assert c._call("daemon.status", {})["runtimes"]["docker"]["available"] is True
+
+
+def test_rm_force_records_deleted_while_dockerd_is_unreachable(dk: Dk) -> None:
+    """Review finding: with dockerd gone a sandbox could only stay DELETING. --force
+    records DELETED; its containers are removed as leftovers once docker answers."""
+    c = dk.client()
+    sid = dk.create(c, "orphan")["id"]
+    mark = dk.kill_daemon(c)
+    dk.d.start(env={"DOCKER_HOST": "unix:///nonexistent/docker.sock"})
+    c = dk.client()
+    with pytest.raises(TetherError) as e:
+        c.sandbox_delete(sid, grace=1)
+    assert e.value.code in ("RUNTIME_UNAVAILABLE", "DOCKER_UNAVAILABLE")
+    assert "--force" in e.value.message and state_of(c, sid) == "DELETING"
+    done = c._call("sandbox.delete", {"sandbox": sid, "grace": 1, "force": True})
+    assert done["state"] == "DELETED"
+    assert of_sandbox(sid)[0] == [primary(sid)]  # still there: nobody could remove it
+    mark = dk.kill_daemon(c)
+    c, connected = dk.start_and_reconcile(mark)
+    assert connected["data"]["leftovers"] == 1
+    assert of_sandbox(sid) == ([], []) and not host_blocked(sid)

@@ -597,11 +597,15 @@ def sandbox_start(ctx: click.Context, ref: str) -> None:
 
 @sandbox.command("rm")
 @click.option("--grace", type=float, default=5.0, show_default=True)
+@click.option("--force", is_flag=True,
+              help="docker: record it deleted even if dockerd cannot remove its containers "
+                   "now (they are removed when it answers again)")
 @click.argument("ref")
 @click.pass_context
-def sandbox_rm(ctx: click.Context, grace: float, ref: str) -> None:
+def sandbox_rm(ctx: click.Context, grace: float, force: bool, ref: str) -> None:
     """Delete a sandbox (cancels its execs; keeps their logs)."""
-    click.echo(_client(ctx).sandbox_delete(ref, grace=grace)["state"])
+    click.echo(_client(ctx)._call("sandbox.delete", {"sandbox": ref, "grace": grace,
+                                                     "force": force})["state"])
 
 
 # ---------------------------------------------------------------------- agents

@@ -22,6 +22,7 @@ import logging
 import os
 import random
 import secrets
+import shutil
 import signal
 import sys
 import time
@@ -30,6 +31,7 @@ from typing import Any
 
 import msgspec
 
+import tether
 from tether.agent import lifecycle as lc
 from tether.agent import snapshot
 from tether.agent import worktree as wt
@@ -40,7 +42,7 @@ from tether.daemon.execs import ExecService
 from tether.daemon.faults import Faults
 from tether.daemon.sandboxes import SandboxService
 from tether.model.errors import RpcCode, TetherError
-from tether.model.layout import HomeLayout
+from tether.model.layout import HomeLayout, is_within
 from tether.model.records import AgentConfig, Event, ExecRecord, ExecSpec, LineageRecord
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE, ExecState, LineageStatus
 from tether.runtime import bwrap as bwrap_runtime
@@ -85,6 +87,31 @@ def _write_private(directory: Path, path: str, content: bytes) -> None:
         os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
     finally:
         os.close(dfd)
+
+
+def _toolchain(argv0: str, path_env: str) -> list[str]:
+    """What of the (hidden) home directories an agent needs to run: tether's own
+    interpreter (its hooks run it), the agent's executable with its install prefix,
+    the PATH entries there, and git's identity."""
+    homes = [h for h in bwrap_runtime.HOME_ROOTS if os.path.isdir(h)]
+    found: list[str] = []
+
+    def keep(p: str) -> None:
+        if p and any(is_within(p, h) for h in homes) and p not in found:
+            found.append(p)
+
+    for p in (sys.prefix, sys.base_prefix, str(Path(tether.__file__).parent.parent)):
+        keep(p)
+    exe = argv0 if "/" in argv0 else shutil.which(argv0, path=path_env)
+    for q in ((exe, os.path.realpath(exe)) if exe else ()):
+        d = os.path.dirname(q)
+        keep(os.path.dirname(d) if os.path.basename(d) == "bin" else d)
+    for d in path_env.split(":"):
+        if os.path.isdir(d):
+            keep(d)
+    for n in (".gitconfig", ".config/git"):
+        keep(os.path.join(os.path.expanduser("~"), n))
+    return found
 
 
 def git_common_dir(path: str) -> str | None:
@@ -250,7 +277,8 @@ class AgentService:
             hook_command=(sys.executable, "-m", "tether.cli.main", "--home",
                           str(self.layout.root), "agent", "hook"))
 
-    def _agent_view(self, rec: LineageRecord, snap_path: Path) -> bwrap_runtime.AgentView:
+    def _agent_view(self, rec: LineageRecord, snap_path: Path, argv0: str,
+                    path_env: str) -> bwrap_runtime.AgentView:
         """A sandboxed agent also needs its own config (~/.claude, ~/.codex), its session
         state, its snapshot and handoff, a worktree's git directory, and agent.sock."""
         user_home = os.path.expanduser("~")
@@ -265,7 +293,8 @@ class AgentService:
         if rec.predecessor:
             ro.append(str(self.layout.root / "drain" / f"{rec.predecessor}.handoff.md"))
         return bwrap_runtime.AgentView(rw=tuple(rw), ro=tuple(ro),
-                                       socket_dir=str(self.layout.agent_dir))
+                                       socket_dir=str(self.layout.agent_dir),
+                                       tools=tuple(_toolchain(argv0, path_env)))
 
     async def _start_attempt_exec(self, rec: LineageRecord, *, resume: bool) -> ExecRecord:
         cfg = rec.config
@@ -277,7 +306,9 @@ class AgentService:
         for path, content in plan.files.items():
             _write_private(Path(ctx.state_dir), path, content)
         sandbox = self.sandboxes.resolve(cfg.sandbox)
-        view = self._agent_view(rec, snap_path) if sandbox.spec.runtime == "bwrap" else None
+        path_env = cfg.env.get("PATH") or os.environ.get("PATH", "/usr/bin:/bin")
+        view = (self._agent_view(rec, snap_path, plan.argv[0], path_env)
+                if sandbox.spec.runtime == "bwrap" else None)
         sock = self.layout.agent_socket if view is not None else self.layout.socket
         env = {**cfg.env, **plan.env,
                "TETHER_HOME": str(self.layout.root), "TETHER_SOCKET": str(sock),

@@ -162,7 +162,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
 
     async def sandbox_delete(p: m.SandboxStop, c: Connection) -> Any:
         return to_builtins(await owned(sandboxes.delete(sandboxes.resolve(p.sandbox),
-                                                        p.grace)))
+                                                        p.grace, p.force)))
 
     async def sandbox_copy(p: m.SandboxCopy, c: Connection) -> Any:
         return await owned(sandboxes.copy(sandboxes.resolve(p.sandbox), p.direction,

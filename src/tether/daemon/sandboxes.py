@@ -198,7 +198,8 @@ class SandboxService:
         return self._commit(self.store.transition_sandbox(sb.id, SandboxState.READY,
                                                           reason="started by request"))
 
-    async def delete(self, sb: SandboxRecord, grace: float) -> SandboxRecord:
+    async def delete(self, sb: SandboxRecord, grace: float,
+                     force: bool = False) -> SandboxRecord:
         if sb.id == DEFAULT_SANDBOX:
             raise TetherError(RpcCode.INVALID_STATE, "DEFAULT_SANDBOX",
                               "the default sandbox cannot be deleted (it can be stopped)")
@@ -208,8 +209,15 @@ class SandboxService:
                                                             reason="delete requested"))
         await self._stop_execs(sb, grace, f"sandbox {sb.name} deleted")
         if sb.spec.runtime == "docker":
-            await self.docker.ensure()
-            await self.docker.remove(sb)
+            try:
+                await self.docker.ensure()
+                await self.docker.remove(sb)
+            except TetherError as e:
+                if not force:
+                    raise TetherError(e.rpc_code, e.code, f"{e.message}; the sandbox stays "
+                                      "DELETING until dockerd answers (or `tether sandbox rm "
+                                      "--force` records it deleted now)", e.data) from None
+                log.warning("sandbox %s deleted by force: %s", sb.id, e.message)
         return self._finish_delete(sb)
 
     async def _finish_docker_delete(self, sb: SandboxRecord) -> SandboxRecord:
@@ -282,9 +290,11 @@ class SandboxService:
         """Finish what a dead daemon left half done. Docker sandboxes are left to the
         reconcile that runs once dockerd answers, so a slow or absent engine never
         delays serving."""
+        if any(sb.spec.runtime == "docker"
+               for sb in self.store.list_sandboxes(include_deleted=True)):
+            self.docker.wanted.set()  # a home that used docker: reconcile, sweep leftovers
         for sb in self.store.list_sandboxes():
             if sb.spec.runtime == "docker":
-                self.docker.wanted.set()
                 continue
             if sb.state == SandboxState.PENDING:
                 self._commit(self.store.transition_sandbox(

@@ -61,6 +61,9 @@ class SandboxCopy(_P):
 class SandboxStop(_P):
     sandbox: NonEmpty
     grace: Seconds = 5.0
+    # sandbox.delete: record DELETED even when dockerd cannot remove its containers
+    # now; they are removed as labelled leftovers once it answers again.
+    force: bool = False
 
 
 class SandboxList(_P):

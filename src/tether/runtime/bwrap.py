@@ -14,10 +14,11 @@ logged and re-adopted exactly like a plain one. What the sandbox sees:
   unless the spec says ``network: host``;
 * tether's own home is never visible, even if it lies under a mounted path.
 
-An agent session (:class:`AgentView`) sees more: the whole host read-only (its
-own tools, interpreter and config live anywhere), its config directories and
-session state read-write, the network unless the spec says otherwise, and
-tether's restricted ``agent.sock``, which serves only the agent's own session.
+An agent session (:class:`AgentView`) sees more: the host read-only except the
+users' home directories (its own tools and interpreter may live anywhere), from
+those only its toolchain read-only and its config directories read-write, its
+session state, the network unless the spec says otherwise, and tether's
+restricted ``agent.sock``, which serves only the agent's own session.
 
 Killing the exec kills bwrap; ``--die-with-parent`` then takes the sandbox's
 init with it, and the kernel ends every process in its pid namespace.
@@ -34,6 +35,7 @@ from pathlib import Path
 from tether.model.records import SandboxSpec
 
 SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/srv")
+HOME_ROOTS = ("/root", "/home")  # hidden from agents, who otherwise see the host read-only
 MAYBE_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
@@ -44,6 +46,7 @@ class AgentView:
     rw: tuple[str, ...] = ()  # host paths bound read-write at the same place
     ro: tuple[str, ...] = ()  # files under tether's home it may read (its snapshot)
     socket_dir: str | None = None  # the directory of tether's agent.sock, bound as is
+    tools: tuple[str, ...] = ()  # under the hidden home directories: its toolchain, read-only
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,12 @@ def wrap(argv: list[str], spec: SandboxSpec, *, cwd: str, tether_home: str,
     if agent is not None:
         args += ["--ro-bind", "/", "/"]  # later mounts (/proc, /tmp, binds) cover it
     args += base_args(network=network, host_root=agent is not None)
+    if agent is not None:
+        # Not the users' home directories (keys, other tools' sockets, other tether
+        # homes): only the agent's toolchain from them, then its config (below).
+        args += [x for h in HOME_ROOTS if os.path.isdir(h) for x in ("--tmpfs", h)]
+        for p in agent.tools:
+            args += ["--ro-bind-try", p, p]
     workspace = os.path.realpath(spec.workspace or cwd)
     target = spec.workspace_target or workspace
     args += ["--bind", workspace, target]
