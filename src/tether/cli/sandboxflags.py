@@ -108,6 +108,8 @@ def create_params(name: str, flags: dict[str, Any],
     for key in ("runtime", "image", "network", "idle_timeout", "ttl"):
         if flags.get(key) is not None:
             doc[key] = flags[key]
+    if flags.get("image") and doc.get("runtime") in (None, "auto"):
+        doc["runtime"] = "docker"  # an image means docker
     if flags.get("workspace"):
         doc["workspace"] = os.path.abspath(flags["workspace"])
     if flags.get("mounts"):

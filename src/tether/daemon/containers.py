@@ -66,7 +66,22 @@ class ContainerService:
 
     def _publish(self, result: tuple[SandboxRecord, Any]) -> SandboxRecord:
         self.bus.publish(result[1])
+        if result[0].state == SandboxState.DELETED:  # nothing more will happen to it
+            self._locks.pop(result[0].id, None)
+            for key in [k for k in self._health if k[0] == result[0].id]:
+                del self._health[key]
         return result[0]
+
+    def _transition(self, sandbox: str, to: SandboxState, reason: str) -> SandboxRecord:
+        """A transition decided after waiting on docker: the record may have moved on
+        meanwhile (a concurrent delete), which is the caller's error, not the daemon's."""
+        try:
+            return self._publish(self.store.transition_sandbox(sandbox, to, reason=reason))
+        except IllegalTransition as e:
+            raise TetherError(RpcCode.INVALID_STATE, "INVALID_STATE",
+                              f"sandbox {sandbox} is now {e.current}, so it cannot become "
+                              f"{to}; look at it again and retry",
+                              {"sandbox": sandbox, "state": e.current}) from None
 
     def _event(self, sandbox: str | None, kind: str, reason: str,
                data: dict[str, Any] | None = None) -> None:
@@ -133,8 +148,7 @@ class ContainerService:
                                   {"sandbox": sb.id}) from None
             for name, health in ready:
                 self._companion_health(sb.id, name, health)
-            return self._publish(self.store.transition_sandbox(
-                sb.id, SandboxState.READY, reason="docker runtime ready"))
+            return self._transition(sb.id, SandboxState.READY, "docker runtime ready")
 
     async def start(self, sb: SandboxRecord) -> SandboxRecord:
         async with self.lock(sb.id):
@@ -143,8 +157,7 @@ class ContainerService:
             except DockerError as e:
                 raise TetherError(_rpc_code(e.code, RpcCode.START_FAILED), e.code, str(e),
                                   {"sandbox": sb.id}) from None
-            return self._publish(self.store.transition_sandbox(
-                sb.id, SandboxState.READY, reason="started by request"))
+            return self._transition(sb.id, SandboxState.READY, "started by request")
 
     async def stop(self, sb: SandboxRecord, reason: str) -> SandboxRecord:
         async with self.lock(sb.id):
@@ -152,8 +165,7 @@ class ContainerService:
                 await self.call(self.engine.stop, sb.id)
             except DockerError as e:
                 raise TetherError(RpcCode.UNAVAILABLE, e.code, str(e), {"sandbox": sb.id}) from None
-            return self._publish(self.store.transition_sandbox(
-                sb.id, SandboxState.STOPPED, reason=reason))
+            return self._transition(sb.id, SandboxState.STOPPED, reason)
 
     async def remove(self, sb: SandboxRecord) -> None:
         async with self.lock(sb.id):

@@ -264,7 +264,8 @@ class SandboxService:
             execs = self.store.list_execs(sandbox=sb.id)
             live = any(x.state not in EXEC_TERMINAL for x in execs)
             # No exec after a minute: the `tether run` that made it died before starting one.
-            if not live and (execs or now - sb.created_at >= EPHEMERAL_GRACE):
+            # From READY (updated_at), not creation: a slow docker create must not eat it.
+            if not live and (execs or now - sb.updated_at >= EPHEMERAL_GRACE):
                 await self.delete(self._mark(sb, "its command ended (made by tether run)"),
                                   grace=5.0)
                 return
