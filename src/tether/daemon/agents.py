@@ -93,11 +93,14 @@ def _toolchain(argv0: str, path_env: str) -> list[str]:
     """What of the (hidden) home directories an agent needs to run: tether's own
     interpreter (its hooks run it), the agent's executable with its install prefix,
     the PATH entries there, and git's identity."""
-    homes = [h for h in bwrap_runtime.HOME_ROOTS if os.path.isdir(h)]
+    # Where the sandbox shows something else than the host: the home directories and
+    # the private /tmp, /var/tmp and /run (a checkout and its venv may live in /tmp).
+    hidden = [h for h in (*bwrap_runtime.HOME_ROOTS, "/tmp", "/var/tmp", "/run")
+              if os.path.isdir(h)]
     found: list[str] = []
 
     def keep(p: str) -> None:
-        if p and any(is_within(p, h) for h in homes) and p not in found:
+        if p and any(is_within(p, h) for h in hidden) and p not in found:
             found.append(p)
 
     for p in (sys.prefix, sys.base_prefix, str(Path(tether.__file__).parent.parent)):
