@@ -519,3 +519,14 @@ def test_a_transcript_path_that_is_a_fifo_is_not_read(tmp_path: Path) -> None:
     assert read_transcript(str(fifo)) == (None, None, [])
     assert read_transcript("/dev/zero") == (None, None, [])
     assert time.monotonic() - t0 < 2.0
+
+
+def test_the_toolchain_never_shows_a_whole_home_or_tmp(tmp_path: Path) -> None:
+    """Second review: ~/bin/claude made the whole home visible; a PATH entry in /tmp
+    all of /tmp (other homes' sockets)."""
+    from tether.daemon.agents import _toolchain
+
+    home = os.path.expanduser("~")
+    found = _toolchain(os.path.join(home, "bin", "claude"), f"/tmp:{home}:/usr/bin")
+    assert home not in found and "/tmp" not in found and "/" not in found
+    assert all(p != "/root" and p != "/home" for p in found)

@@ -234,3 +234,30 @@ def test_system_places_cannot_be_a_workspace(daemon: DaemonProc) -> None:
         c.sandbox_create("rootws", runtime="bwrap", workspace="/")
     assert "system one" in e.value.message
     assert not c.exec_list(all=True)["execs"]
+
+
+def test_secrets_and_homes_stay_out_of_reach(daemon: DaemonProc, tmp_path: Path) -> None:
+    """Second review: a root daemon's sandbox is uid 0 without capabilities, which
+    still owns root's files: /etc/shadow and host keys are masked, and a home directory
+    (dotfiles, keys) or a place inside a system directory cannot be the workspace."""
+    from tether.client.errors import TetherError
+
+    c = daemon.client()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    c.sandbox_create("sec", runtime="bwrap", workspace=str(ws))
+    _, out, _ = run(c, "sec", "wc -c < /etc/shadow 2>/dev/null || echo unreadable; "
+                              "cat /etc/ssh/ssh_host_*_key 2>/dev/null | wc -c")
+    assert out.split()[0] in (b"0", b"unreadable") and out.split()[-1] == b"0", out
+    c.sandbox_create("nows", runtime="bwrap")  # no workspace: the cwd would be it
+    for place in (os.path.expanduser("~"), "/var/lib", "/etc/cron.d", "/usr/lib"):
+        if not os.path.isdir(place):
+            continue
+        with pytest.raises(TetherError) as e:
+            c.exec_start(["true"], sandbox="nows", cwd=place)
+        assert "home directory" in e.value.message or "system one" in e.value.message
+    with pytest.raises(TetherError) as e:
+        c.sandbox_create("homews", runtime="bwrap", workspace=os.path.expanduser("~"))
+    assert "home directory" in e.value.message
+    assert not c.exec_list(all=True)["execs"] or all(
+        x["sandbox"] == c.sandbox_get("sec")["id"] for x in c.exec_list(all=True)["execs"])

@@ -312,3 +312,19 @@ def test_a_sandboxed_agent_sees_no_home_directory_but_its_own_config(
             settings.unlink()
         if made_claude:
             claude.rmdir()
+
+
+def test_a_sandboxed_agent_cannot_replace_the_agent_socket(auto_home: DaemonProc,
+                                                           tmp_path: Path) -> None:
+    """Second review: the shared agent socket directory was writable, so one agent
+    could move the socket away (cutting every other agent off) or plant its own."""
+    d = auto_home
+    d.start(env=FAST)
+    work = tmp_path / "work"
+    work.mkdir()
+    r = tether(d, "run", "--agent", "generic", "--", "sh", "-c",
+               'mv "$TETHER_SOCKET" "$TETHER_SOCKET.x" 2>/dev/null && echo moved || '
+               'echo kept; touch "$(dirname "$TETHER_SOCKET")/planted" 2>/dev/null && '
+               'echo planted || echo refused', cwd=work)
+    assert r.stdout.split() == [b"kept", b"refused"], r
+    assert (d.home / "agent" / "agent.sock").exists()

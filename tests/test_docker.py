@@ -789,3 +789,22 @@ def test_rm_force_records_deleted_while_dockerd_is_unreachable(dk: Dk) -> None:
     c, connected = dk.start_and_reconcile(mark)
     assert connected["data"]["leftovers"] == 1
     assert of_sandbox(sid) == ([], []) and not host_blocked(sid)
+
+
+def test_cp_out_never_makes_device_nodes_or_keeps_owners(dk: Dk, tmp_path: Path) -> None:
+    """Second review: a sandbox could have `tether cp` create a block device on the
+    host (owned by any uid) by putting one in a directory that gets copied out."""
+    c = dk.client()
+    sid = dk.create(c, "devs")["id"]
+    assert run(c, sid, "mkdir -p /d && echo x > /d/f && chown 1234:1234 /d/f && "
+                       "mknod /d/loop b 7 0")[0] == 0
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(TetherError) as e:
+        c._call("sandbox.copy", {"sandbox": sid, "direction": "out", "src": "/d",
+                                 "dst": str(out)})
+    assert e.value.code == "COPY_FAILED" and not (out / "d").exists()
+    assert run(c, sid, "rm /d/loop")[0] == 0
+    c._call("sandbox.copy", {"sandbox": sid, "direction": "out", "src": "/d", "dst": str(out)})
+    assert (out / "d" / "f").read_text() == "x\n"
+    assert (out / "d" / "f").stat().st_uid == os.getuid()  # not the sandbox's 1234

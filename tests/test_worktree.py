@@ -754,3 +754,36 @@ def test_remove_heartbeat_sweeps_only_old_tmp_files(tmp_path: Path) -> None:
     os.utime(old, (past, past))
     assert wt.remove_heartbeat(tmp_path) is True
     assert not old.exists() and young.exists()
+
+
+def test_planted_fifos_and_symlinks_in_agent_dir_are_refused(tmp_path: Path) -> None:
+    """Second review: an agent could make `.agent/state.json` a FIFO (freezing the
+    daemon) or a symlink to a secret (copied into state.json.malformed)."""
+    import threading
+
+    secret = tmp_path / "secret"
+    secret.write_text("key material\n")
+    wt_dir = tmp_path / "wt"
+    wt_dir.mkdir()
+    agent = wt_dir / ".agent"
+    agent.mkdir()
+    os.mkfifo(agent / "state.json")
+    done = threading.Event()
+
+    def read() -> None:
+        with pytest.raises(wt.WorktreeError):
+            wt.read(wt_dir)
+        done.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    assert done.wait(5), "reading a FIFO blocked"
+    (agent / "state.json").unlink()
+    (agent / "state.json").symlink_to(secret)
+    with pytest.raises(wt.WorktreeError):
+        wt.read(wt_dir)
+    (agent / "state.json.lock").symlink_to(tmp_path / "planted")
+    with pytest.raises(wt.WorktreeError):
+        wt.update(wt_dir, lambda st: st)
+    assert not (tmp_path / "planted").exists()
+    assert not any("key material" in p.read_text(errors="replace")
+                   for p in agent.iterdir() if p.is_file() and not p.is_symlink())

@@ -36,6 +36,7 @@ import fcntl
 import json
 import math
 import os
+import stat
 import tempfile
 import threading
 import time
@@ -409,12 +410,25 @@ def _sweep_tmp(agent_dir: str, name: str, *, min_age: float = 0.0) -> None:
                     os.unlink(entry.path)
 
 
+MAX_STATE_BYTES = 64 * 1024 * 1024  # bounded; agentfactory's files are a few hundred bytes
+
+
 def _read_bytes(path: str) -> bytes:
+    """The worktree is the agent's to write: never block on a FIFO, never follow a
+    planted symlink, never read a device or a huge file."""
     try:
-        with open(path, "rb") as f:
-            return f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         raise NotFound(f"{path} not found", path) from None
+    except OSError as e:  # ELOOP: a symlink
+        why = f"cannot be opened safely: {e.strerror}"
+        raise Malformed(f"{path} {why}", path, why) from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_STATE_BYTES:
+            raise Malformed(f"{path} is not a small regular file", path,
+                            "not a small regular file")
+        return f.read(MAX_STATE_BYTES + 1)
 
 
 _held = threading.local()
@@ -432,12 +446,20 @@ def _locked(worktree: PathArg, timeout: float | None = None) -> Iterator[str]:
     callback calling ``write``) would deadlock on flock, so it raises instead.
     """
     agent_dir = _ensure_agent_dir(worktree)
-    lock_path = os.path.realpath(os.path.join(agent_dir, LOCK_FILE))
+    lock_path = os.path.join(os.path.realpath(agent_dir), LOCK_FILE)
     held: set[str] = getattr(_held, "paths", None) or set()
     _held.paths = held
     if lock_path in held:
         raise RuntimeError(f"{lock_path} is already held by this thread (re-entrant update?)")
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:  # not through a planted symlink, and never blocking on a FIFO
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+                     | os.O_NONBLOCK, 0o600)
+    except OSError as e:
+        raise WorktreeError(f"cannot open {lock_path} safely: {e.strerror}",
+                            lock_path) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise WorktreeError(f"{lock_path} is not a regular file", lock_path)
     try:
         if timeout is None:
             fcntl.flock(fd, fcntl.LOCK_EX)

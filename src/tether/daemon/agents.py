@@ -82,33 +82,40 @@ def _write_private(directory: Path, path: str, content: bytes) -> None:
         tmp = f".{name}.{secrets.token_hex(4)}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
                      dir_fd=dfd)
-        with os.fdopen(fd, "wb") as f:
-            f.write(content)
-        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(content)
+            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            raise
     finally:
         os.close(dfd)
 
 
 def _toolchain(argv0: str, path_env: str) -> list[str]:
-    """What of the (hidden) home directories an agent needs to run: tether's own
-    interpreter (its hooks run it), the agent's executable with its install prefix,
-    the PATH entries there, and git's identity."""
-    # Where the sandbox shows something else than the host: the home directories and
-    # the private /tmp, /var/tmp and /run (a checkout and its venv may live in /tmp).
+    """What of the places a sandbox hides an agent needs to run, read-only: tether's own
+    interpreter (its hooks run it), the agent's executable's directory and its resolved
+    one, the PATH entries there, and git's identity. Exact directories, never a home
+    directory or a hidden root itself (nor anything containing one)."""
     hidden = [h for h in (*bwrap_runtime.HOME_ROOTS, "/tmp", "/var/tmp", "/run")
               if os.path.isdir(h)]
+    too_wide = [*hidden, *bwrap_runtime.home_dirs()]
     found: list[str] = []
 
     def keep(p: str) -> None:
-        if p and any(is_within(p, h) for h in hidden) and p not in found:
-            found.append(p)
+        if not p or p in found or not any(is_within(p, h) for h in hidden):
+            return
+        if any(is_within(w, p) for w in too_wide):  # it would show a whole home
+            return
+        found.append(p)
 
     for p in (sys.prefix, sys.base_prefix, str(Path(tether.__file__).parent.parent)):
         keep(p)
     exe = argv0 if "/" in argv0 else shutil.which(argv0, path=path_env)
     for q in ((exe, os.path.realpath(exe)) if exe else ()):
-        d = os.path.dirname(q)
-        keep(os.path.dirname(d) if os.path.basename(d) == "bin" else d)
+        keep(os.path.dirname(q))
     for d in path_env.split(":"):
         if os.path.isdir(d):
             keep(d)
@@ -334,10 +341,13 @@ class AgentService:
             # Everything that can refuse (its sandbox gone, say) fails the lineage, never
             # the daemon (this also runs inside recovery).
             x = await self._start_attempt_exec(rec, resume=resume)
-        except TetherError as e:
+        except Exception as e:  # TetherError, or the agent broke its state dir (OSError)
+            why = e.message if isinstance(e, TetherError) else f"{type(e).__name__}: {e}"
+            if not isinstance(e, TetherError):
+                log.warning("lineage %s attempt %s: %s", rec.id, rec.attempt, why)
             return self._commit(self.store.update_lineage(
                 rec.id, status=LineageStatus.FAILED, reason=f"could not start attempt "
-                f"{rec.attempt}: {e.message}"))
+                f"{rec.attempt}: {why}"))
         self.touch(rec)
         starts = [*rec.recent_starts, x.started_at or time.time()][-5:]
         rec = self._commit(self.store.update_lineage(

@@ -35,7 +35,14 @@ from pathlib import Path
 from tether.model.records import SandboxSpec
 
 SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/srv")
-HOME_ROOTS = ("/root", "/home")  # hidden from agents, who otherwise see the host read-only
+HOME_ROOTS = ("/root", "/home")
+SECRET_FILES = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-",
+                "/etc/security/opasswd")
+SECRET_DIRS = ("/etc/ssl/private",)
+#: What an agent (shown the whole host read-only) must not see besides the homes.
+HOST_ROOT_SECRET_DIRS = ("/var/lib/docker", "/var/lib/containerd", "/var/lib/containers",
+                         "/var/lib/kubelet", "/var/lib/lxd", "/var/backups", "/var/mail",
+                         "/var/spool", "/var/log", "/srv", "/mnt", "/media")
 MAYBE_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 
 
@@ -97,6 +104,13 @@ def base_args(*, network: str, host_root: bool = False) -> list[str]:
             args += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
             args += ["--ro-bind", d, d]
+    # Under a root daemon the sandbox is uid 0 without capabilities: it still owns
+    # root's files. Hide the secrets among what it is shown.
+    for f in _secret_files():
+        args += ["--ro-bind", "/dev/null", f]
+    for d in SECRET_DIRS + (HOST_ROOT_SECRET_DIRS if host_root else ()):
+        if os.path.isdir(d):
+            args += ["--tmpfs", d]
     # Keep name resolution working with network: host when resolv.conf points into /run.
     resolv = Path("/etc/resolv.conf")
     if network == "host" and resolv.is_symlink():
@@ -104,6 +118,13 @@ def base_args(*, network: str, host_root: bool = False) -> list[str]:
         if str(target).startswith("/run/") and target.exists():
             args += ["--ro-bind", str(target), str(target)]
     return args
+
+
+def _secret_files() -> list[str]:
+    import glob
+
+    found = [f for f in SECRET_FILES if os.path.isfile(f)]
+    return found + sorted(glob.glob("/etc/ssh/ssh_host_*_key"))
 
 
 def wrap(argv: list[str], spec: SandboxSpec, *, cwd: str, tether_home: str,
@@ -139,8 +160,8 @@ def wrap(argv: list[str], spec: SandboxSpec, *, cwd: str, tether_home: str,
                 args += ["--bind-try", p, p]
         for p in agent.ro:
             args += ["--ro-bind-try", p, p]
-        if agent.socket_dir is not None:
-            args += ["--bind", agent.socket_dir, agent.socket_dir]
+        if agent.socket_dir is not None:  # read-only: connecting works; replacing does not
+            args += ["--ro-bind", agent.socket_dir, agent.socket_dir]
     inside_cwd = cwd
     if spec.workspace is not None and not _under(cwd, [workspace]):
         inside_cwd = target  # the host cwd does not exist inside: start in the workspace
@@ -156,6 +177,20 @@ def wrap(argv: list[str], spec: SandboxSpec, *, cwd: str, tether_home: str,
 #: sandbox's own /proc, /dev, /run or /tmp it would undo the isolation.
 PROTECTED = ("/proc", "/sys", "/dev", "/run", "/var/run", "/tmp", "/var/tmp", "/etc", "/usr",
              "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/boot", "/opt", "/srv")
+#: ... nor lie inside one of these (writable system state: /etc/cron.d, /var/lib/docker).
+SYSTEM_INSIDE = ("/proc", "/sys", "/dev", "/run", "/etc", "/usr", "/bin", "/sbin", "/lib",
+                 "/lib32", "/lib64", "/libx32", "/boot", "/var")
+
+
+def home_dirs() -> list[str]:
+    """Every user's home directory (and the daemon's own)."""
+    import pwd
+
+    homes = {os.path.realpath(os.path.expanduser("~"))}
+    for entry in pwd.getpwall():
+        if entry.pw_dir and entry.pw_dir != "/" and os.path.isdir(entry.pw_dir):
+            homes.add(os.path.realpath(entry.pw_dir))
+    return sorted(homes)
 
 
 def workspace_problem(path: str) -> str | None:
@@ -164,8 +199,14 @@ def workspace_problem(path: str) -> str | None:
         if _under(p, [path]):
             return (f"{path} is or contains {p}; a sandbox's workspace must be a project "
                     "directory, not a system one")
-    if any(_under(path, [t]) for t in ("/proc", "/sys", "/dev")):
-        return f"{path} is a kernel filesystem"
+    for p in SYSTEM_INSIDE:
+        if _under(path, [p]) and not _under(path, ["/var/tmp"]):
+            return (f"{path} is inside {p}; a sandbox's workspace must be a project "
+                    "directory, not a system one")
+    for h in [*HOME_ROOTS, *home_dirs()]:
+        if _under(h, [path]):
+            return (f"{path} is or contains the home directory {h} (dotfiles, keys); run "
+                    "from a project directory inside it instead")
     return None
 
 

@@ -101,27 +101,39 @@ class ContainerView:
 def home_key(home: str) -> str:
     """The id of a tether home, put on everything it creates: random and kept in the
     home (``docker.key``), so two homes at the same path on different machines that
-    share one engine never take each other's containers for leftovers."""
+    share one engine never take each other's containers for leftovers. A missing or
+    unreadable key is (re)made durably; the first writer wins a race."""
     path = os.path.join(home, "docker.key")
-    try:
-        with open(path, encoding="ascii") as f:
-            key = f.read().strip()
-        if len(key) == 16 and all(c in "0123456789abcdef" for c in key):
+    for _ in range(3):
+        try:
+            with open(path, encoding="ascii", errors="replace") as f:
+                key = f.read().strip()
+            if len(key) == 16 and all(c in "0123456789abcdef" for c in key):
+                return key
+            os.unlink(path)  # corrupt (e.g. empty after a power cut): make a new one
+        except FileNotFoundError:
+            pass
+        key = secrets.token_hex(8)
+        tmp = f"{path}.{secrets.token_hex(4)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, (key + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+            dfd = os.open(home, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
             return key
-    except FileNotFoundError:
-        pass
-    key = secrets.token_hex(8)
-    tmp = f"{path}.{secrets.token_hex(4)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(key + "\n")
-    try:
-        os.link(tmp, path)  # first writer wins; a racing one reads the winner's key
-    except FileExistsError:
-        os.unlink(tmp)
-        return home_key(home)
-    os.unlink(tmp)
-    return key
+        except FileExistsError:
+            continue  # another writer won: read its key
+        finally:
+            os.unlink(tmp)
+    raise DockerError(f"cannot settle {path}; remove it and retry", "DOCKER_FAILED")
 
 
 def primary_name(sandbox: str) -> str:
@@ -196,9 +208,16 @@ class DockerEngine:
     """dockerd through its SDK, for one tether home."""
 
     def __init__(self, home: str) -> None:
-        self.key = home_key(home)
         self.home = home
+        self._key: str | None = None
         self._client: docker.DockerClient | None = None
+
+    @property
+    def key(self) -> str:
+        """Made on first use: a home that never uses docker never writes one."""
+        if self._key is None:
+            self._key = home_key(self.home)
+        return self._key
 
     # ------------------------------------------------------------------ connection
     def client(self) -> docker.DockerClient:
@@ -546,9 +565,7 @@ class DockerEngine:
             buf.seek(0)
             with tempfile.TemporaryDirectory(dir=parent, prefix=".tether-cp-") as tmp, \
                     tarfile.open(fileobj=buf, mode="r") as tar:
-                # "tar", not "data": symlinks (absolute ones too) are kept as links, and
-                # nothing is written outside tmp or through a link.
-                tar.extractall(tmp, filter="tar")
+                tar.extractall(tmp, filter=_copy_filter)
                 entries = os.listdir(tmp)
                 if len(entries) != 1:
                     raise DockerError("docker returned an unexpected archive", "COPY_FAILED")
@@ -556,6 +573,17 @@ class DockerEngine:
                 check_write(final, None, forbidden)
                 os.replace(os.path.join(tmp, entries[0]), final)
         return size
+
+
+def _copy_filter(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
+    """tarfile's "data" filter (no devices or FIFOs, no owners, no setuid, nothing
+    outside ``path``), except that symlinks are kept as they are, absolute ones too:
+    the archive comes from a sandbox, and a link is only a name until followed."""
+    if member.issym():
+        # None: not chowned on extraction (what tarfile.data_filter does; typeshed says int)
+        return member.replace(uid=None, gid=None, uname=None, gname=None,  # type: ignore[arg-type]
+                              deep=False)
+    return tarfile.data_filter(member, path)
 
 
 def _restart_policy(restart: str) -> dict[str, Any]:

@@ -4,8 +4,10 @@ never talks to the daemon itself (the ``tether agent hook`` command does that)."
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 
 @dataclass(frozen=True)
@@ -146,3 +148,22 @@ def split_args(args: list[str], *, value_opts: frozenset[str],
             i += 1
         items.append((name, words))
     return items
+
+
+MAX_AGENT_FILE_BYTES = 256 * 1024 * 1024  # a longer transcript or rollout is not read
+
+
+def open_agent_file(path: str) -> TextIO | None:
+    """Open a file an agent named (a transcript, a rollout) for reading, or None. The
+    path comes from the agent: never block on a FIFO or device, never follow a planted
+    symlink, never read without bound."""
+    try:
+        fd = os.open(os.path.expanduser(path),
+                     os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_AGENT_FILE_BYTES:
+        os.close(fd)
+        return None
+    return open(fd, encoding="utf-8", errors="replace")

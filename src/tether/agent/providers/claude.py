@@ -36,7 +36,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import stat
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,11 +46,11 @@ from tether.agent.providers.base import (
     Provider,
     SessionContext,
     Usage,
+    open_agent_file,
     split_args,
 )
 
 SETTINGS_FILE = "claude-settings.json"
-MAX_TRANSCRIPT_BYTES = 256 * 1024 * 1024  # a longer transcript is not read
 
 # The hook events tether registers, and the normalized kind each maps to.
 # Event names: HOOKS, "Hook lifecycle" table.
@@ -225,17 +224,9 @@ def read_transcript(path: str) -> tuple[str | None, Usage | None, list[dict[str,
     which the next request carries. Entries with all-zero usage (synthetic
     messages) are ignored.
     """
-    # The path comes from the agent: never block on a FIFO or device, never follow a
-    # planted symlink, never read without bound.
-    try:
-        fd = os.open(os.path.expanduser(path), os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except OSError:
+    f = open_agent_file(path)
+    if f is None:
         return None, None, []
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_TRANSCRIPT_BYTES:
-        os.close(fd)
-        return None, None, []
-    f = open(fd, encoding="utf-8", errors="replace")  # noqa: SIM115
     per_message: dict[str, dict[str, int]] = {}
     last_usage: dict[str, int] | None = None
     model: str | None = None

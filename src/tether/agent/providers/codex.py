@@ -59,6 +59,7 @@ from tether.agent.providers.base import (
     Provider,
     SessionContext,
     Usage,
+    open_agent_file,
     split_args,
 )
 
@@ -172,8 +173,11 @@ def read_rollout(path: str) -> tuple[str | None, Usage | None]:
     window: int | None = None
     baseline: dict[str, int] | None = None
     model: str | None = None
+    opened = open_agent_file(path)
+    if opened is None:
+        return None, None
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        with opened as f:
             for line in f:
                 if ('"token_count"' not in line and '"turn_context"' not in line
                         and '"user_message"' not in line):
