@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -310,8 +311,8 @@ def test_a_sandboxed_agent_sees_no_home_directory_but_its_own_config(
         secret.unlink()
         if not had_settings:
             settings.unlink()
-        if made_claude:
-            claude.rmdir()
+        if made_claude:  # with what tether made read-only in it (settings, hooks)
+            shutil.rmtree(claude)
 
 
 def test_a_sandboxed_agent_cannot_replace_the_agent_socket(auto_home: DaemonProc,

@@ -3,6 +3,7 @@ the real CLI against a real daemon (bwrap where it works here)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -389,3 +390,42 @@ def test_cp_reports_the_bytes_it_copied(d: DaemonProc, tmp_path: Path) -> None:
     tether(d, "sandbox", "rm", "proc-count-box")
     assert r.returncode == 0 and (dest / "new").read_bytes() == b"x" * 10, r.stderr
     assert r.stdout == b"copied 10 bytes\n"
+
+
+def test_cp_into_a_sandbox_cannot_be_redirected_by_a_racing_swap(tmp_path: Path) -> None:
+    """Second review: with the check done once and the copy by path, a process in the
+    sandbox swapping the fresh directory for a symlink landed 287 of 300 files outside.
+    copy_into walks by descriptors: whatever the racer does, nothing lands outside."""
+    import threading
+
+    from tether.sandbox.copy import CopyError, copy_into
+
+    root = mkdir(tmp_path / "ws")
+    outside = mkdir(tmp_path / "outside")
+    src = mkdir(tmp_path / "src" / "tree")
+    for i in range(300):
+        (src / f"f{i}.sh").write_text("echo pwned\n")
+    stop = threading.Event()
+
+    def racer() -> None:
+        target = root / "tree"
+        while not stop.is_set():
+            try:
+                if target.is_dir() and not target.is_symlink():
+                    target.rename(root / f"moved-{time.monotonic_ns()}")
+                    target.symlink_to(outside)
+            except OSError:
+                pass
+
+    t = threading.Thread(target=racer, daemon=True)
+    t.start()
+    try:
+        for _ in range(20):
+            with contextlib.suppress(CopyError, OSError):
+                copy_into(str(src), str(root), ".")
+            if (root / "tree").is_symlink():
+                (root / "tree").unlink()
+    finally:
+        stop.set()
+        t.join(5)
+    assert list(outside.iterdir()) == []

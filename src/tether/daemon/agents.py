@@ -70,6 +70,21 @@ AGENT_CONFIG_READ_ONLY = (".claude/settings.json", ".claude/settings.local.json"
                           ".claude/hooks", ".codex/config.toml")
 
 
+def _placeholder(path: str) -> str:
+    """Make a missing protected config file (``{}`` for JSON) or directory (``hooks``)
+    when its parent exists, so that it can be bound read-only. Returns ``path``."""
+    if os.path.lexists(path) or not os.path.isdir(os.path.dirname(path)):
+        return path
+    with contextlib.suppress(OSError):
+        if os.path.basename(path) == "hooks":
+            os.mkdir(path, 0o755)
+        else:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write("{}\n" if path.endswith(".json") else "")
+    return path
+
+
 def _write_private(directory: Path, path: str, content: bytes) -> None:
     """Write a file the daemon made for an agent into its state dir, which the agent may
     write too: never through a symlink it planted (a new file, then a rename)."""
@@ -125,7 +140,9 @@ def _toolchain(argv0: str, path_env: str) -> list[str]:
 
 
 def git_common_dir(path: str) -> str | None:
-    """The repository's .git of a worktree (commits write there), or None."""
+    """The repository's .git of a worktree (commits write there), or None. Checked both
+    ways: a worktree's ``.git`` file is the agent's to rewrite, and must not be able to
+    name another repository for the next agent to get read-write."""
     import subprocess
 
     try:
@@ -133,8 +150,24 @@ def git_common_dir(path: str) -> str | None:
                             "--git-common-dir"], capture_output=True, text=True, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    out = r.stdout.strip()
-    return out if r.returncode == 0 and os.path.isabs(out) else None
+    common = os.path.realpath(r.stdout.strip()) if r.returncode == 0 else ""
+    if not os.path.isabs(common):
+        return None
+    dotgit = os.path.join(path, ".git")
+    if os.path.isdir(dotgit) and not os.path.islink(dotgit):
+        return common if os.path.realpath(dotgit) == common else None
+    try:
+        with open(dotgit, encoding="utf-8") as f:
+            line = f.read(4096).strip()
+        gitdir = os.path.realpath(os.path.join(path, line.removeprefix("gitdir:").strip()))
+        with open(os.path.join(gitdir, "gitdir"), encoding="utf-8") as f:
+            back = os.path.realpath(f.read(4096).strip())
+    except OSError:
+        return None
+    if is_within(gitdir, os.path.join(common, "worktrees")) and \
+            back == os.path.realpath(dotgit):
+        return common
+    return None
 
 
 class AgentService:
@@ -294,11 +327,13 @@ class AgentService:
         user_home = os.path.expanduser("~")
         rw = [str(self.layout.root / "agents" / rec.id),
               *(os.path.join(user_home, n) for n in AGENT_CONFIG_PATHS)]
-        # What the provider or git would run, unsandboxed, later: read-only.
-        ro = [os.path.join(user_home, n) for n in AGENT_CONFIG_READ_ONLY]
+        # What the provider or git would run, unsandboxed, later: read-only, made first
+        # when missing (a bind of nothing would leave the name free to plant).
+        ro = [_placeholder(os.path.join(user_home, n)) for n in AGENT_CONFIG_READ_ONLY]
         if rec.config.git_dir:  # recorded at start: the worktree's .git is agent-writable
             rw.append(rec.config.git_dir)
-            ro += [os.path.join(rec.config.git_dir, n) for n in ("hooks", "config")]
+            ro += [_placeholder(os.path.join(rec.config.git_dir, n))
+                   for n in ("hooks", "config")]
         ro.append(str(snap_path))
         if rec.predecessor:
             ro.append(str(self.layout.root / "drain" / f"{rec.predecessor}.handoff.md"))

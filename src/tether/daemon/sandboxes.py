@@ -27,7 +27,7 @@ from tether.model.records import DEFAULT_SANDBOX, Event, SandboxRecord, SandboxS
 from tether.model.states import EXEC_TERMINAL, ExecState, IllegalTransition, SandboxState
 from tether.runtime import bwrap as bwrap_runtime
 from tether.runtime.docker import DockerEngine, DockerError
-from tether.sandbox.copy import CopyError, copy_path, host_path
+from tether.sandbox.copy import CopyError, copy_into, copy_path, host_path
 from tether.store import Store
 
 RUNTIMES = ("auto", "process", "bwrap", "docker")
@@ -148,9 +148,11 @@ class SandboxService:
                                                home)
             elif direction == "in":
                 place = host_path(sb.spec, dst, writing=True)
-                n = await asyncio.to_thread(partial(
-                    copy_path, src, place.path, root=place.root, forbidden=home,
-                    fresh_dirs=place.root is not None))
+                if place.root is None:  # process runtime: the host's own paths
+                    n = await asyncio.to_thread(partial(copy_path, src, place.path,
+                                                        forbidden=home))
+                else:  # the sandbox runs meanwhile: walk by descriptors, no symlinks
+                    n = await asyncio.to_thread(copy_into, src, place.root, place.rel)
             else:
                 place = host_path(sb.spec, src, writing=False)
                 if place.root is not None and not is_within(

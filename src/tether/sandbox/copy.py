@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from dataclasses import dataclass
 
 from tether.model.layout import is_within
@@ -35,6 +36,7 @@ class HostPlace:
 
     path: str
     root: str | None  # None: the process runtime, whose paths are the host's own
+    rel: str = "."  # the path below root
 
 
 def host_path(spec: SandboxSpec, inside: str, *, writing: bool) -> HostPlace:
@@ -55,7 +57,7 @@ def host_path(spec: SandboxSpec, inside: str, *, writing: bool) -> HostPlace:
                                 "READ_ONLY")
             rel = os.path.relpath(inside, target)
             return HostPlace(os.path.normpath(os.path.join(source, rel)),
-                             os.path.realpath(source))
+                             os.path.realpath(source), rel)
     raise CopyError(f"{inside} is not in the sandbox's workspace or mounts; only those "
                     "are kept on the host (its /tmp is private to each exec)")
 
@@ -100,3 +102,84 @@ def copy_path(src: str, dst: str, *, root: str | None = None, forbidden: str = "
                    for f in fs)
     shutil.copy2(src, dst, follow_symlinks=False)
     return os.lstat(src).st_size
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def copy_into(src: str, root: str, rel: str) -> int:
+    """Copy host ``src`` to ``root/rel`` (into it if that is a directory) the way a
+    sandbox that is running meanwhile cannot redirect: every step is relative to a
+    directory descriptor opened without following symlinks, and nothing existing is
+    written through. Returns the bytes copied."""
+    if not os.path.lexists(src):
+        raise CopyError(f"{src} does not exist", "PATH_NOT_FOUND")
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise CopyError(f"{rel} leaves the sandbox's place")
+    fd = os.open(root, _DIR_FLAGS)
+    try:
+        for p in parts[:-1]:
+            fd = _descend(fd, p)
+        name = parts[-1] if parts else None
+        if name is not None:
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                st = None
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                fd = _descend(fd, name)
+                name = None
+        return _copy_at(src, fd, name or os.path.basename(src.rstrip("/")))
+    finally:
+        os.close(fd)
+
+
+def _descend(fd: int, name: str) -> int:
+    """The subdirectory's descriptor, in place of ``fd`` (closed on success only: on
+    failure the caller still owns it)."""
+    try:
+        sub = os.open(name, _DIR_FLAGS, dir_fd=fd)
+    except FileNotFoundError:
+        raise CopyError(f"{name} does not exist in the sandbox", "PATH_NOT_FOUND") from None
+    except OSError as e:  # ELOOP or ENOTDIR: a symlink or a file where a directory was
+        raise CopyError(f"{name} is not a directory of the sandbox ({e.strerror}); tether "
+                        "cp does not follow symlinks into one") from None
+    os.close(fd)
+    return sub
+
+
+def _copy_at(src: str, dfd: int, name: str) -> int:
+    st = os.lstat(src)
+    if stat.S_ISDIR(st.st_mode):
+        try:
+            os.mkdir(name, 0o700, dir_fd=dfd)
+        except FileExistsError:
+            raise CopyError(f"{name} exists; tether cp copies a directory into a sandbox "
+                            "only to a new name") from None
+        sub = os.open(name, _DIR_FLAGS, dir_fd=dfd)
+        try:
+            total = sum(_copy_at(os.path.join(src, e), sub, e) for e in sorted(os.listdir(src)))
+            os.chmod(sub, stat.S_IMODE(st.st_mode))
+        finally:
+            os.close(sub)
+        return total
+    if stat.S_ISLNK(st.st_mode):
+        os.symlink(os.readlink(src), name, dir_fd=dfd)
+        return 0
+    if not stat.S_ISREG(st.st_mode):
+        raise CopyError(f"{src} is not a regular file, a directory or a symlink")
+    try:
+        old = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        old = None
+    if old is not None:
+        if not stat.S_ISREG(old.st_mode):
+            raise CopyError(f"{name} exists and is not a regular file; tether cp does not "
+                            "write through a symlink")
+        os.unlink(name, dir_fd=dfd)  # then a new file: never write through what was there
+    out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                  stat.S_IMODE(st.st_mode), dir_fd=dfd)
+    with open(src, "rb") as i, os.fdopen(out, "wb") as o:
+        shutil.copyfileobj(i, o)
+    return st.st_size
