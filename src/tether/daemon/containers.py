@@ -55,6 +55,7 @@ class ContainerService:
         self.connected = False
         self.reconciles = 0  # full reconciles run (start and every reconnect)
         self.wanted = asyncio.Event()  # set once docker is needed: starts the watcher
+        self.leftovers_due = False  # a forced delete left containers: sweep them soon
         self._locks: dict[str, asyncio.Lock] = {}
         # The last health journaled per (sandbox, companion): docker repeats itself, and
         # create reports a required companion's first health before READY.
@@ -66,10 +67,6 @@ class ContainerService:
 
     def _publish(self, result: tuple[SandboxRecord, Any]) -> SandboxRecord:
         self.bus.publish(result[1])
-        if result[0].state == SandboxState.DELETED:  # nothing more will happen to it
-            self._locks.pop(result[0].id, None)
-            for key in [k for k in self._health if k[0] == result[0].id]:
-                del self._health[key]
         return result[0]
 
     def _transition(self, sandbox: str, to: SandboxState, reason: str) -> SandboxRecord:
@@ -176,6 +173,16 @@ class ContainerService:
                                   "DELETING and the next daemon start finishes it",
                                   {"sandbox": sb.id}) from None
 
+    async def sweep_leftovers(self) -> None:
+        """After a forced delete: remove what it left as soon as dockerd answers (the
+        event stream may never have broken, so no reconnect would)."""
+        if self.leftovers_due and self.connected:
+            self.leftovers_due = False
+            try:
+                await self.reconcile_all()
+            except DockerError:
+                self.leftovers_due = True
+
     # ------------------------------------------------------------------ reconcile
     async def reconcile_all(self) -> dict[str, int]:
         """The full table over every docker sandbox, then labelled leftovers removed."""
@@ -195,7 +202,13 @@ class ContainerService:
                 now = self.store.get_sandbox(sandbox)  # created meanwhile?
                 if now is not None and now.state != SandboxState.DELETED:
                     continue
-                removed = await self.call(self.engine.remove, sandbox)
+                try:
+                    removed = await self.call(self.engine.remove, sandbox)
+                except DockerError as e:  # one stubborn leftover must not stop the watch
+                    if e.code == "DOCKER_UNAVAILABLE":
+                        raise
+                    log.warning("leftover of sandbox %s: %s", sandbox, e)
+                    continue
             summary["leftovers"] += 1
             self._event(None, "docker.leftover_removed",
                         f"removed {', '.join(sorted(set(removed or names)))}: labelled "

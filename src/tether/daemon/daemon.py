@@ -269,6 +269,7 @@ class Daemon:
             try:
                 self.execs.sweep()
                 await self.sandboxes.enforce_lifetimes(time.time())
+                await self.sandboxes.docker.sweep_leftovers()
             except Exception:
                 log.exception("sweep failed")
 

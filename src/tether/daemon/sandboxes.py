@@ -220,6 +220,8 @@ class SandboxService:
                                       "DELETING until dockerd answers (or `tether sandbox rm "
                                       "--force` records it deleted now)", e.data) from None
                 log.warning("sandbox %s deleted by force: %s", sb.id, e.message)
+                self.docker.leftovers_due = True
+                self.docker.wanted.set()
         return self._finish_delete(sb)
 
     async def _finish_docker_delete(self, sb: SandboxRecord) -> SandboxRecord:

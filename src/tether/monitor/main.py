@@ -388,6 +388,7 @@ class Monitor:
             self._killpg(signal.SIGKILL)
             if self.spec.get("signal_argv"):  # and what the client left running elsewhere
                 self._spawn_helper([*self.spec["signal_argv"], str(int(signal.SIGKILL))])
+                self._wait_helpers(2.0)  # done before the exit file says it ended
         _, status = os.waitpid(self.pid, 0)
         if os.WIFSIGNALED(status):
             return (None, os.WTERMSIG(status))
@@ -425,6 +426,13 @@ class Monitor:
             sys.stderr.write(f"monitor: signal helper {argv[0]} failed: {e}\n")
             return
         self.helpers.add(pid)
+
+    def _wait_helpers(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.helpers and time.monotonic() < deadline:
+            self._reap_helpers()
+            if self.helpers:
+                time.sleep(0.02)
 
     def _reap_helpers(self) -> None:
         for pid in list(self.helpers):
