@@ -530,3 +530,31 @@ def test_the_toolchain_never_shows_a_whole_home_or_tmp(tmp_path: Path) -> None:
     found = _toolchain(os.path.join(home, "bin", "claude"), f"/tmp:{home}:/usr/bin")
     assert home not in found and "/tmp" not in found and "/" not in found
     assert all(p != "/root" and p != "/home" for p in found)
+
+
+def test_the_git_dir_of_a_worktree_is_read_and_checked_both_ways(tmp_path: Path) -> None:
+    """Third review: `git rev-parse` as root refuses a user's repository (so agents could
+    not commit) and trusted the agent-writable `.git` file; the files are now read
+    directly and a forged pointer to another repository gives nothing."""
+    import subprocess
+
+    from tether.daemon.agents import git_common_dir
+
+    repo, wt, other = tmp_path / "repo", tmp_path / "wt", tmp_path / "other"
+    repo.mkdir()
+    other.mkdir()
+    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "-C", str(repo), "init", "-q"], check=True)
+    subprocess.run([*git, "-C", str(repo), "commit", "-q", "--allow-empty", "-m", "x"],
+                   check=True)
+    subprocess.run([*git, "-C", str(repo), "worktree", "add", "-q", str(wt)], check=True)
+    subprocess.run([*git, "-C", str(other), "init", "-q"], check=True)
+    common = str((repo / ".git").resolve())
+    assert git_common_dir(str(repo)) == common
+    assert git_common_dir(str(wt)) == common
+    forged = wt / "evilgd"
+    forged.mkdir()
+    (forged / "commondir").write_text(str(other / ".git"))
+    (forged / "gitdir").write_text(str(wt / ".git"))
+    (wt / ".git").write_text("gitdir: evilgd\n")
+    assert git_common_dir(str(wt)) is None

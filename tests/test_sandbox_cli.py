@@ -429,3 +429,25 @@ def test_cp_into_a_sandbox_cannot_be_redirected_by_a_racing_swap(tmp_path: Path)
         stop.set()
         t.join(5)
     assert list(outside.iterdir()) == []
+
+
+@needs_bwrap
+def test_cp_out_never_reads_through_links_the_sandbox_planted(
+        d: DaemonProc, cp_box: tuple[str, Path]) -> None:
+    """Third review: copying out went by path, so a planted symlink made the daemon read
+    host files (or /dev/zero, filling the disk). Links are copied as links, and a path
+    through a planted directory link is refused."""
+    name, t = cp_box
+    secret = t / "secret.txt"
+    secret.write_text("host secret\n")
+    r = tether(d, "run", "--sandbox", name, "--", "sh", "-c",
+               f"ln -s /dev/zero /work/zero && ln -s {t} /work/hostdir && "
+               "mkdir /work/tree && ln -s /dev/zero /work/tree/z", cwd=t / "ws")
+    assert r.returncode == 0, r.stderr
+    out = mkdir(t / "out")
+    r = cp(d, f"{name}:/work/zero", str(out))
+    assert r.returncode == 0 and os.readlink(out / "zero") == "/dev/zero", r
+    r = cp(d, f"{name}:/work/hostdir/secret.txt", str(out))
+    assert r.returncode == 2 and not (out / "secret.txt").exists(), r
+    r = cp(d, f"{name}:/work/tree", str(out))
+    assert r.returncode == 0 and os.readlink(out / "tree" / "z") == "/dev/zero", r

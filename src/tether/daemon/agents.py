@@ -24,6 +24,7 @@ import random
 import secrets
 import shutil
 import signal
+import stat
 import sys
 import time
 from pathlib import Path
@@ -75,13 +76,17 @@ def _placeholder(path: str) -> str:
     when its parent exists, so that it can be bound read-only. Returns ``path``."""
     if os.path.lexists(path) or not os.path.isdir(os.path.dirname(path)):
         return path
+    owner = os.stat(os.path.dirname(path))
     with contextlib.suppress(OSError):
         if os.path.basename(path) == "hooks":
-            os.mkdir(path, 0o755)
+            os.mkdir(path, 0o700)
+            os.chmod(path, 0o755)
         else:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write("{}\n" if path.endswith(".json") else "")
+        # A root daemon working in a user's tree: the file is the user's, not root's.
+        os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
     return path
 
 
@@ -114,8 +119,8 @@ def _toolchain(argv0: str, path_env: str) -> list[str]:
     interpreter (its hooks run it), the agent's executable's directory and its resolved
     one, the PATH entries there, and git's identity. Exact directories, never a home
     directory or a hidden root itself (nor anything containing one)."""
-    hidden = [h for h in (*bwrap_runtime.HOME_ROOTS, "/tmp", "/var/tmp", "/run")
-              if os.path.isdir(h)]
+    hidden = [h for h in (*bwrap_runtime.HOME_ROOTS, "/tmp", "/var/tmp", "/run",
+                          *bwrap_runtime.HOST_ROOT_SECRET_DIRS) if os.path.isdir(h)]
     too_wide = [*hidden, *bwrap_runtime.home_dirs()]
     found: list[str] = []
 
@@ -131,6 +136,11 @@ def _toolchain(argv0: str, path_env: str) -> list[str]:
     exe = argv0 if "/" in argv0 else shutil.which(argv0, path=path_env)
     for q in ((exe, os.path.realpath(exe)) if exe else ()):
         keep(os.path.dirname(q))
+        pkg = os.path.dirname(q)  # a node package's bin/ script needs its whole package
+        while pkg != "/" and not os.path.isfile(os.path.join(pkg, "package.json")):
+            pkg = os.path.dirname(pkg)
+        if pkg != "/":
+            keep(pkg)
     for d in path_env.split(":"):
         if os.path.isdir(d):
             keep(d)
@@ -140,32 +150,34 @@ def _toolchain(argv0: str, path_env: str) -> list[str]:
 
 
 def git_common_dir(path: str) -> str | None:
-    """The repository's .git of a worktree (commits write there), or None. Checked both
-    ways: a worktree's ``.git`` file is the agent's to rewrite, and must not be able to
-    name another repository for the next agent to get read-write."""
-    import subprocess
+    """The repository's .git of a worktree (commits write there), or None. Read from
+    the files themselves, not by running git (as root git refuses a user's repository,
+    and the tree is untrusted), and checked both ways: a worktree's ``.git`` file is
+    the agent's to rewrite and must not name another repository for the next agent."""
 
-    try:
-        r = subprocess.run(["git", "-C", path, "rev-parse", "--path-format=absolute",
-                            "--git-common-dir"], capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    common = os.path.realpath(r.stdout.strip()) if r.returncode == 0 else ""
-    if not os.path.isabs(common):
-        return None
+    def read(file: str) -> str | None:
+        try:
+            fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return None
+        with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
+            return f.read(4096).strip() if stat.S_ISREG(os.fstat(f.fileno()).st_mode) else None
+
     dotgit = os.path.join(path, ".git")
     if os.path.isdir(dotgit) and not os.path.islink(dotgit):
-        return common if os.path.realpath(dotgit) == common else None
-    try:
-        with open(dotgit, encoding="utf-8") as f:
-            line = f.read(4096).strip()
-        gitdir = os.path.realpath(os.path.join(path, line.removeprefix("gitdir:").strip()))
-        with open(os.path.join(gitdir, "gitdir"), encoding="utf-8") as f:
-            back = os.path.realpath(f.read(4096).strip())
-    except OSError:
+        return os.path.realpath(dotgit)  # a main worktree: its .git is the common dir
+    line = read(dotgit)
+    if line is None or not line.startswith("gitdir:"):
         return None
+    gitdir = os.path.realpath(os.path.join(path, line.removeprefix("gitdir:").strip()))
+    common_rel = read(os.path.join(gitdir, "commondir"))
+    back = read(os.path.join(gitdir, "gitdir"))
+    if common_rel is None or back is None:
+        return None  # not a linked worktree (a submodule, say)
+    common = os.path.realpath(os.path.join(gitdir, common_rel))
+    back_real = os.path.realpath(os.path.join(gitdir, back))
     if is_within(gitdir, os.path.join(common, "worktrees")) and \
-            back == os.path.realpath(dotgit):
+            back_real == os.path.realpath(dotgit):
         return common
     return None
 

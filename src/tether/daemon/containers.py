@@ -41,7 +41,7 @@ T = TypeVar("T")
 
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 5.0
-RESTART_SETTLE = 1.0  # seconds to let dockerd restart a `restart: always` container
+RESTART_SETTLE = 5.0  # seconds to let dockerd restart a `restart: always` container
 
 
 class ContainerService:
@@ -226,8 +226,10 @@ class ContainerService:
             views = await self.call(self.engine.views, sb.id, sb.spec)
             required = {c.name for c in sb.spec.companions if c.required}
             summary = reconcile.summarize(views, required)
-            if summary == "exited" and sb.spec.restart == "always":
-                await asyncio.sleep(RESTART_SETTLE)  # dockerd may be about to restart it
+            deadline = asyncio.get_running_loop().time() + RESTART_SETTLE
+            while summary == "exited" and sb.spec.restart == "always" and \
+                    asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.25)  # dockerd may be about to restart it
                 views = await self.call(self.engine.views, sb.id, sb.spec)
                 summary = reconcile.summarize(views, required)
             sb = self.store.get_sandbox(sandbox)  # it may have changed meanwhile

@@ -22,12 +22,12 @@ from tether.daemon.containers import ContainerService
 from tether.daemon.events import EventBus
 from tether.daemon.execs import ExecService
 from tether.model.errors import RpcCode, TetherError, invalid_params, not_found
-from tether.model.layout import is_within, paths_overlap
+from tether.model.layout import paths_overlap
 from tether.model.records import DEFAULT_SANDBOX, Event, SandboxRecord, SandboxSpec
 from tether.model.states import EXEC_TERMINAL, ExecState, IllegalTransition, SandboxState
 from tether.runtime import bwrap as bwrap_runtime
 from tether.runtime.docker import DockerEngine, DockerError
-from tether.sandbox.copy import CopyError, copy_into, copy_path, host_path
+from tether.sandbox.copy import CopyError, copy_into, copy_out_of, copy_path, host_path
 from tether.store import Store
 
 RUNTIMES = ("auto", "process", "bwrap", "docker")
@@ -116,6 +116,14 @@ class SandboxService:
             problem = bwrap_runtime.workspace_problem(spec.workspace)
             if problem is not None and runtime in ("bwrap", "docker"):
                 raise invalid_params(problem)
+            if paths_overlap(spec.workspace, os.path.realpath(self.execs.layout.root)):
+                raise invalid_params(f"workspace {spec.workspace} overlaps tether's home; "
+                                     "a sandbox must not see tether's own state")
+        for i, m in enumerate(spec.mounts):
+            problem = bwrap_runtime.mount_problem(os.path.realpath(m.source), m.mode,
+                                                  os.path.realpath(self.execs.layout.root))
+            if problem is not None:
+                raise invalid_params(f"mounts[{i}]: {problem}")
         if runtime == "docker":
             await self.docker.ensure()  # refuse before anything is recorded
             rec = self._commit(self.store.create_sandbox(name, spec))
@@ -155,11 +163,12 @@ class SandboxService:
                     n = await asyncio.to_thread(copy_into, src, place.root, place.rel)
             else:
                 place = host_path(sb.spec, src, writing=False)
-                if place.root is not None and not is_within(
-                        os.path.realpath(os.path.dirname(place.path)), place.root):
-                    raise CopyError(f"{src} leads out of the sandbox (through a symlink)")
-                n = await asyncio.to_thread(partial(copy_path, place.path, dst,
-                                                    forbidden=home))
+                if place.root is None:  # process runtime: the host's own paths
+                    n = await asyncio.to_thread(partial(copy_path, place.path, dst,
+                                                        forbidden=home))
+                else:  # the sandbox runs meanwhile: read by descriptors, no symlinks
+                    n = await asyncio.to_thread(partial(copy_out_of, place.root,
+                                                        place.rel, dst, forbidden=home))
         except (CopyError, DockerError) as e:
             rpc = RpcCode.UNAVAILABLE if e.code == "DOCKER_UNAVAILABLE" else \
                 RpcCode.INVALID_PARAMS

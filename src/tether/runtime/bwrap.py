@@ -26,6 +26,7 @@ init with it, and the kernel ends every process in its pid namespace.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
@@ -182,15 +183,22 @@ SYSTEM_INSIDE = ("/proc", "/sys", "/dev", "/run", "/etc", "/usr", "/bin", "/sbin
                  "/lib32", "/lib64", "/libx32", "/boot", "/var")
 
 
-def home_dirs() -> list[str]:
-    """Every user's home directory (and the daemon's own)."""
+@functools.lru_cache(maxsize=1)
+def home_dirs() -> tuple[str, ...]:
+    """Every user's home directory (and the daemon's own), read once and compared as
+    strings: no stat of each home (an automounted NFS home could hang the daemon)."""
     import pwd
 
-    homes = {os.path.realpath(os.path.expanduser("~"))}
-    for entry in pwd.getpwall():
-        if entry.pw_dir and entry.pw_dir != "/" and os.path.isdir(entry.pw_dir):
-            homes.add(os.path.realpath(entry.pw_dir))
-    return sorted(homes)
+    homes = {os.path.normpath(os.path.expanduser("~"))}
+    try:
+        entries = pwd.getpwall()
+    except OSError:
+        entries = []
+    for entry in entries:
+        d = os.path.normpath(entry.pw_dir or "/")
+        if os.path.isabs(d) and d not in ("/", "/nonexistent", "/dev/null"):
+            homes.add(d)
+    return tuple(sorted(homes))
 
 
 def workspace_problem(path: str) -> str | None:
@@ -207,6 +215,22 @@ def workspace_problem(path: str) -> str | None:
         if _under(h, [path]):
             return (f"{path} is or contains the home directory {h} (dotfiles, keys); run "
                     "from a project directory inside it instead")
+    return None
+
+
+def mount_problem(source: str, mode: str, tether_home: str) -> str | None:
+    """Why a host path cannot be mounted into a sandbox, or None: a mount is another
+    way in, so what is hidden at its own path (tether's home, the masked secrets)
+    must not be reachable under the mount's target either."""
+    if _under(tether_home, [source]) or _under(source, [tether_home]):
+        return f"{source} would expose tether's own state ({tether_home})"
+    for secret in (*_secret_files(), *SECRET_DIRS):
+        if _under(secret, [source]):
+            return f"{source} contains {secret}; mount a directory that does not"
+    if mode == "rw":
+        problem = workspace_problem(source)
+        if problem is not None:
+            return problem.replace("workspace", "read-write mount")
     return None
 
 

@@ -580,6 +580,9 @@ def _copy_filter(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
     outside ``path``), except that symlinks are kept as they are, absolute ones too:
     the archive comes from a sandbox, and a link is only a name until followed."""
     if member.issym():
+        where = os.path.realpath(os.path.join(path, os.path.dirname(member.name)))
+        if not (where + "/").startswith(os.path.realpath(path).rstrip("/") + "/"):
+            raise tarfile.OutsideDestinationError(member, where)
         # None: not chowned on extraction (what tarfile.data_filter does; typeshed says int)
         return member.replace(uid=None, gid=None, uname=None, gname=None,  # type: ignore[arg-type]
                               deep=False)

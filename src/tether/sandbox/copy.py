@@ -15,7 +15,9 @@ the sandbox could have prepared).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import shutil
 import stat
 from dataclasses import dataclass
@@ -150,6 +152,13 @@ def _descend(fd: int, name: str) -> int:
 
 
 def _copy_at(src: str, dfd: int, name: str) -> int:
+    try:
+        return _copy_one(src, dfd, name)
+    except RecursionError:
+        raise CopyError(f"{src} is nested too deeply to copy") from None
+
+
+def _copy_one(src: str, dfd: int, name: str) -> int:
     st = os.lstat(src)
     if stat.S_ISDIR(st.st_mode):
         try:
@@ -159,8 +168,9 @@ def _copy_at(src: str, dfd: int, name: str) -> int:
                             "only to a new name") from None
         sub = os.open(name, _DIR_FLAGS, dir_fd=dfd)
         try:
-            total = sum(_copy_at(os.path.join(src, e), sub, e) for e in sorted(os.listdir(src)))
-            os.chmod(sub, stat.S_IMODE(st.st_mode))
+            total = sum(_copy_one(os.path.join(src, e), sub, e)
+                        for e in sorted(os.listdir(src)))
+            os.fchmod(sub, stat.S_IMODE(st.st_mode) & 0o777)  # no setuid/setgid/sticky
         finally:
             os.close(sub)
         return total
@@ -173,13 +183,77 @@ def _copy_at(src: str, dfd: int, name: str) -> int:
         old = os.stat(name, dir_fd=dfd, follow_symlinks=False)
     except FileNotFoundError:
         old = None
-    if old is not None:
-        if not stat.S_ISREG(old.st_mode):
-            raise CopyError(f"{name} exists and is not a regular file; tether cp does not "
-                            "write through a symlink")
-        os.unlink(name, dir_fd=dfd)  # then a new file: never write through what was there
-    out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                  stat.S_IMODE(st.st_mode), dir_fd=dfd)
-    with open(src, "rb") as i, os.fdopen(out, "wb") as o:
-        shutil.copyfileobj(i, o)
+    if old is not None and not stat.S_ISREG(old.st_mode):
+        raise CopyError(f"{name} exists and is not a regular file; tether cp does not "
+                        "write through a symlink")
+    # Source first (nothing is touched if it cannot be read), then a new file under a
+    # temporary name, renamed over the old one only once complete.
+    fin = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fin, "rb") as i:
+        if not stat.S_ISREG(os.fstat(i.fileno()).st_mode):
+            raise CopyError(f"{src} is not a regular file")
+        tmp = f".{name}.tether-cp-{secrets.token_hex(4)}"
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                      0o600, dir_fd=dfd)
+        try:
+            with os.fdopen(out, "wb") as o:
+                shutil.copyfileobj(i, o)
+                os.fchmod(o.fileno(), stat.S_IMODE(st.st_mode) & 0o777)
+            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            raise
     return st.st_size
+
+
+def copy_out_of(root: str, rel: str, dst: str, *, forbidden: str) -> int:
+    """Copy ``root/rel`` (in a running sandbox) to host ``dst`` (into it if that is a
+    directory), reading by directory descriptors: a swapped symlink cannot make the
+    daemon read host files, nor a swapped FIFO or device hang or fill the disk."""
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise CopyError(f"{rel} leaves the sandbox's place")
+    fd = os.open(root, _DIR_FLAGS)
+    try:
+        for p in parts[:-1]:
+            fd = _descend(fd, p)
+        name = parts[-1] if parts else "."
+        final = final_destination(name if name != "." else os.path.basename(root), dst)
+        check_write(final, None, forbidden)
+        try:
+            return _read_one(fd, name, final)
+        except RecursionError:
+            raise CopyError(f"{rel} is nested too deeply to copy") from None
+    finally:
+        os.close(fd)
+
+
+def _read_one(dfd: int, name: str, out: str) -> int:
+    try:
+        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+    except FileNotFoundError:
+        raise CopyError(f"{name} does not exist in the sandbox", "PATH_NOT_FOUND") from None
+    if stat.S_ISLNK(st.st_mode):
+        os.symlink(os.readlink(name, dir_fd=dfd), out)
+        return 0
+    if stat.S_ISDIR(st.st_mode):
+        sub = os.open(name, _DIR_FLAGS, dir_fd=dfd)
+        try:
+            os.makedirs(out, exist_ok=True)
+            return sum(_read_one(sub, e, os.path.join(out, e)) for e in sorted(os.listdir(sub)))
+        finally:
+            os.close(sub)
+    if not stat.S_ISREG(st.st_mode):
+        raise CopyError(f"{name} in the sandbox is not a regular file, a directory or a "
+                        "symlink")
+    fin = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                  dir_fd=dfd)
+    with os.fdopen(fin, "rb") as i:
+        if not stat.S_ISREG(os.fstat(i.fileno()).st_mode):
+            raise CopyError(f"{name} in the sandbox is not a regular file")
+        fout = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                       | os.O_CLOEXEC, stat.S_IMODE(st.st_mode) & 0o777)
+        with os.fdopen(fout, "wb") as o:
+            shutil.copyfileobj(i, o)
+            return o.tell()
