@@ -178,10 +178,12 @@ class ContainerService:
         event stream may never have broken, so no reconnect would)."""
         if self.leftovers_due and self.connected:
             self.leftovers_due = False
+            done = False
             try:
                 await self.reconcile_all()
-            except DockerError:
-                self.leftovers_due = True
+                done = True
+            finally:
+                self.leftovers_due = not done  # any failure: the next sweep tries again
 
     # ------------------------------------------------------------------ reconcile
     async def reconcile_all(self) -> dict[str, int]:

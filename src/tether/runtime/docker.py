@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -110,7 +111,12 @@ def home_key(home: str) -> str:
                 key = f.read().strip()
             if len(key) == 16 and all(c in "0123456789abcdef" for c in key):
                 return key
-            os.unlink(path)  # corrupt (e.g. empty after a power cut): make a new one
+            # Corrupt (e.g. empty after a power cut): a new one. What the old key
+            # labelled is no longer this home's; say so.
+            logging.getLogger("tether.docker").warning(
+                "%s was corrupt; making a new key (containers labelled with the old one "
+                "are no longer recognised: remove them with docker rm)", path)
+            os.unlink(path)
         except FileNotFoundError:
             pass
         key = secrets.token_hex(8)
