@@ -488,13 +488,16 @@ class Story:
             "process. At the end of every turn the agent reports its context %, usage and "
             "messages, and tether makes a drain snapshot of the conversation durable before "
             "it answers. Our agent is the repository's tests/agents/scripted_agent.py (no "
-            "model): it waits for a file go.<n> before turn n, and logs what it does.")
+            "model), copied here: it runs sandboxed, and sees its working directory, not "
+            "the checkout. It waits for a file go.<n> before turn n, and logs what it does.")
+        shutil.copy(SCRIPTED_AGENT, self.work / "scripted_agent.py")
+        self.show_cmd(f"cp {SCRIPTED_AGENT.relative_to(REPO)} .")
         argv = ["run", "--agent", "generic", "--name", "scribe", "-d", "--", "python",
-                str(SCRIPTED_AGENT.relative_to(REPO)), "--pcts", "10,20,30,40", "--wait-file",
-                "go", "--log", "scribe.log"]
+                "scripted_agent.py", "--pcts", "10,20,30,40", "--wait-file", "go", "--log",
+                "scribe.log"]
         self.show_cmd("tether " + shlex.join(argv))
-        real = [*argv[:argv.index("python")], sys.executable, str(SCRIPTED_AGENT),
-                *argv[argv.index("python") + 2:]]
+        real = [*argv[:argv.index("python")], sys.executable,
+                *argv[argv.index("python") + 1:]]
         out = self.tether(*real, show=False).stdout.decode().split()
         self.show_out(" ".join(out).encode())
         if len(out) < 3 or not out[2].rstrip(")"):
