@@ -36,8 +36,8 @@ import fcntl
 import json
 import math
 import os
+import secrets
 import stat
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -373,23 +373,47 @@ def _atomic_write(path: str, data: bytes, *, durable: bool) -> None:
     pattern is the Go store's, so leftovers of either are swept the same way.
     """
     directory, name = os.path.split(path)
-    fd, tmp = tempfile.mkstemp(prefix=f"{name}.tmp-", dir=directory)
+    dfd = _dir_fd(directory)  # `.agent` is the agent's to swap: use what it is now
     try:
+        for _ in range(100):
+            tmp = f"{name}.tmp-{secrets.token_hex(4)}"
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise FileExistsError(f"no free temporary name in {directory}")
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if durable:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            raise
+        if durable:
+            os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _dir_fd(directory: str) -> int:
+    """A descriptor of ``directory`` itself, never of what a symlink there points to."""
+    try:
+        return os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
         raise
-    if durable:
-        fsync_dir(directory)
+    except OSError as e:  # ELOOP / ENOTDIR: swapped for a symlink or a file
+        raise WorktreeError(f"{directory} is not a directory ({e.strerror}); refusing to "
+                            "write agent state through it", directory) from None
 
 
 def _sweep_tmp(agent_dir: str, name: str, *, min_age: float = 0.0) -> None:
@@ -401,13 +425,20 @@ def _sweep_tmp(agent_dir: str, name: str, *, min_age: float = 0.0) -> None:
     """
     prefix = f"{name}.tmp-"
     cutoff = time.time() - min_age
-    with contextlib.suppress(OSError), os.scandir(agent_dir) as it:
-        for entry in it:
-            if not entry.name.startswith(prefix):
+    try:
+        dfd = _dir_fd(agent_dir)
+    except (OSError, WorktreeError):
+        return
+    try:
+        for entry in os.listdir(dfd):
+            if not entry.startswith(prefix):
                 continue
             with contextlib.suppress(OSError):
-                if min_age <= 0 or entry.stat(follow_symlinks=False).st_mtime < cutoff:
-                    os.unlink(entry.path)
+                st = os.stat(entry, dir_fd=dfd, follow_symlinks=False)
+                if min_age <= 0 or st.st_mtime < cutoff:
+                    os.unlink(entry, dir_fd=dfd)
+    finally:
+        os.close(dfd)
 
 
 MAX_STATE_BYTES = 64 * 1024 * 1024  # bounded; agentfactory's files are a few hundred bytes
@@ -417,12 +448,19 @@ def _read_bytes(path: str) -> bytes:
     """The worktree is the agent's to write: never block on a FIFO, never follow a
     planted symlink, never read a device or a huge file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        dfd = _dir_fd(os.path.dirname(path))
+    except FileNotFoundError:
+        raise NotFound(f"{path} not found", path) from None
+    try:
+        fd = os.open(os.path.basename(path),
+                     os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
     except FileNotFoundError:
         raise NotFound(f"{path} not found", path) from None
     except OSError as e:  # ELOOP: a symlink
         why = f"cannot be opened safely: {e.strerror}"
         raise Malformed(f"{path} {why}", path, why) from None
+    finally:
+        os.close(dfd)
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_STATE_BYTES:
@@ -451,12 +489,15 @@ def _locked(worktree: PathArg, timeout: float | None = None) -> Iterator[str]:
     _held.paths = held
     if lock_path in held:
         raise RuntimeError(f"{lock_path} is already held by this thread (re-entrant update?)")
+    dfd = _dir_fd(agent_dir)
     try:  # not through a planted symlink, and never blocking on a FIFO
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-                     | os.O_NONBLOCK, 0o600)
+        fd = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
+                     | os.O_NONBLOCK, 0o600, dir_fd=dfd)
     except OSError as e:
         raise WorktreeError(f"cannot open {lock_path} safely: {e.strerror}",
                             lock_path) from None
+    finally:
+        os.close(dfd)
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise WorktreeError(f"{lock_path} is not a regular file", lock_path)
