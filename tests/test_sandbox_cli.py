@@ -451,3 +451,18 @@ def test_cp_out_never_reads_through_links_the_sandbox_planted(
     assert r.returncode == 2 and not (out / "secret.txt").exists(), r
     r = cp(d, f"{name}:/work/tree", str(out))
     assert r.returncode == 0 and os.readlink(out / "tree" / "z") == "/dev/zero", r
+
+
+def test_cp_with_a_single_file_mount(tmp_path: Path) -> None:
+    """A mount whose source is a file: copied out, and written in place (a rename would
+    leave a running sandbox the old inode)."""
+    from tether.sandbox.copy import copy_into, copy_out_of
+
+    mounted = tmp_path / "m.txt"
+    mounted.write_text("mount\n")
+    inode = mounted.stat().st_ino
+    assert copy_out_of(str(mounted), ".", str(tmp_path / "out.txt"), forbidden="/nowhere") == 6
+    assert (tmp_path / "out.txt").read_text() == "mount\n"
+    (tmp_path / "src.txt").write_text("new content\n")
+    assert copy_into(str(tmp_path / "src.txt"), str(mounted), ".") == 12
+    assert mounted.read_text() == "new content\n" and mounted.stat().st_ino == inode

@@ -119,6 +119,8 @@ def copy_into(src: str, root: str, rel: str) -> int:
     parts = [p for p in rel.split("/") if p not in ("", ".")]
     if ".." in parts:
         raise CopyError(f"{rel} leaves the sandbox's place")
+    if not os.path.isdir(root):  # a single-file mount: written in place (a rename would
+        return _overwrite_file_mount(src, root)  # leave the sandbox the old inode)
     fd = os.open(root, _DIR_FLAGS)
     try:
         for p in parts[:-1]:
@@ -135,6 +137,17 @@ def copy_into(src: str, root: str, rel: str) -> int:
         return _copy_at(src, fd, name or os.path.basename(src.rstrip("/")))
     finally:
         os.close(fd)
+
+
+def _overwrite_file_mount(src: str, target: str) -> int:
+    fin = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fin, "rb") as i:
+        if not stat.S_ISREG(os.fstat(i.fileno()).st_mode):
+            raise CopyError(f"{src} is not a regular file")
+        out = os.open(target, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
+        with os.fdopen(out, "wb") as o:
+            shutil.copyfileobj(i, o)
+            return o.tell()
 
 
 def _descend(fd: int, name: str) -> int:
@@ -214,6 +227,14 @@ def copy_out_of(root: str, rel: str, dst: str, *, forbidden: str) -> int:
     parts = [p for p in rel.split("/") if p not in ("", ".")]
     if ".." in parts:
         raise CopyError(f"{rel} leaves the sandbox's place")
+    if not os.path.isdir(root):  # a single-file mount
+        final = final_destination(root, dst)
+        check_write(final, None, forbidden)
+        parent = os.open(os.path.dirname(root) or "/", _DIR_FLAGS)
+        try:
+            return _read_one(parent, os.path.basename(root), final)
+        finally:
+            os.close(parent)
     fd = os.open(root, _DIR_FLAGS)
     try:
         for p in parts[:-1]:
