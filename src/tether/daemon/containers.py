@@ -99,9 +99,6 @@ class ContainerService:
             raise DockerError(f"dockerd is not reachable: {short(e)}",
                               "DOCKER_UNAVAILABLE") from e
 
-    def has_docker_sandboxes(self) -> bool:
-        return any(sb.spec.runtime == "docker" for sb in self.store.list_sandboxes())
-
     async def ensure(self) -> Probe:
         """Probe dockerd (again, unless it is known to work); refuse when it is down."""
         self.wanted.set()

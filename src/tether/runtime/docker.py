@@ -35,7 +35,6 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -640,13 +639,3 @@ def parse_event(ev: dict[str, Any]) -> tuple[str, str, str | None, str, dict[str
         return None
     action = str(ev.get("Action") or ev.get("status") or "")
     return sandbox, attrs.get(LABEL_ROLE, ""), attrs.get(LABEL_COMPANION), action, attrs
-
-
-def read_stream(stream: Any) -> Iterator[dict[str, Any]]:
-    """Iterate decoded events until the stream ends or breaks."""
-    for ev in stream:
-        if isinstance(ev, dict):
-            yield ev
-        elif isinstance(ev, (bytes, str)):
-            yield json.loads(ev)
-

@@ -86,20 +86,16 @@ def check_write(dst: str, root: str | None, forbidden: str) -> None:
         raise CopyError(f"{dst} is a symlink; tether cp does not write through one")
 
 
-def copy_path(src: str, dst: str, *, root: str | None = None, forbidden: str = "/\0",
-              fresh_dirs: bool = False) -> int:
-    """``cp -a`` of ``src`` to ``dst`` (into it if it is a directory). Returns the
-    bytes copied. ``root`` confines the write; ``fresh_dirs`` refuses to merge a
-    directory into an existing one."""
+def copy_path(src: str, dst: str, *, forbidden: str) -> int:
+    """``cp -a`` of ``src`` to ``dst`` (into it if it is a directory) for the process
+    runtime, whose paths are the host's own; never into ``forbidden`` (tether's home).
+    Returns the bytes copied."""
     if not os.path.lexists(src):
         raise CopyError(f"{src} does not exist", "PATH_NOT_FOUND")
     dst = final_destination(src, dst)
-    check_write(dst, root, forbidden)
+    check_write(dst, None, forbidden)
     if os.path.isdir(src) and not os.path.islink(src):
-        if fresh_dirs and os.path.lexists(dst):
-            raise CopyError(f"{dst} exists; tether cp copies a directory into a sandbox "
-                            "only to a new name")
-        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=not fresh_dirs)
+        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
         return sum(os.lstat(os.path.join(d, f)).st_size for d, _, fs in os.walk(src)
                    for f in fs)
     shutil.copy2(src, dst, follow_symlinks=False)
