@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeAlias
 
 from tether.monitor.files import fsync_dir
+from tether.sandbox.untrusted import NotRegular, open_regular
 
 __all__ = [
     "AGENT_DIR",
@@ -452,21 +453,15 @@ def _read_bytes(path: str) -> bytes:
     except FileNotFoundError:
         raise NotFound(f"{path} not found", path) from None
     try:
-        fd = os.open(os.path.basename(path),
-                     os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        f = open_regular(os.path.basename(path), dir_fd=dfd, max_bytes=MAX_STATE_BYTES)
     except FileNotFoundError:
         raise NotFound(f"{path} not found", path) from None
-    except OSError as e:  # ELOOP: a symlink
-        why = f"cannot be opened safely: {e.strerror}"
-        raise Malformed(f"{path} {why}", path, why) from None
+    except NotRegular as e:
+        raise Malformed(f"{path}: {e.reason}", path, e.reason) from None
     finally:
         os.close(dfd)
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_STATE_BYTES:
-            raise Malformed(f"{path} is not a small regular file", path,
-                            "not a small regular file")
-        return f.read(MAX_STATE_BYTES + 1)
+    with f:
+        return f.read()
 
 
 _held = threading.local()

@@ -24,7 +24,6 @@ import random
 import secrets
 import shutil
 import signal
-import stat
 import sys
 import time
 from pathlib import Path
@@ -47,6 +46,7 @@ from tether.model.layout import HomeLayout, is_within
 from tether.model.records import AgentConfig, Event, ExecRecord, ExecSpec, LineageRecord
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE, ExecState, LineageStatus
 from tether.runtime import bwrap as bwrap_runtime
+from tether.sandbox.untrusted import NotRegular, open_regular
 from tether.store import Store
 
 log = logging.getLogger("tether.agents")
@@ -157,11 +157,10 @@ def git_common_dir(path: str) -> str | None:
 
     def read(file: str) -> str | None:
         try:
-            fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
+            with open_regular(file, max_bytes=4096) as f:
+                return f.read().decode(errors="replace").strip()
+        except (OSError, NotRegular):
             return None
-        with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
-            return f.read(4096).strip() if stat.S_ISREG(os.fstat(f.fileno()).st_mode) else None
 
     dotgit = os.path.join(path, ".git")
     if os.path.isdir(dotgit) and not os.path.islink(dotgit):

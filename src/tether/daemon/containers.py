@@ -138,7 +138,7 @@ class ContainerService:
                 if current is not None and current.state == SandboxState.PENDING:
                     self._publish(self.store.transition_sandbox(
                         sb.id, SandboxState.FAILED, reason=f"{code}: {e}"))
-                raise TetherError(_rpc_code(code, RpcCode.START_FAILED), code, str(e),
+                raise TetherError(rpc_code(code, RpcCode.START_FAILED), code, str(e),
                                   {"sandbox": sb.id}) from None
             for name, health in ready:
                 self._companion_health(sb.id, name, health)
@@ -149,7 +149,7 @@ class ContainerService:
             try:
                 await self.call(self.engine.start, sb.id, sb.spec)
             except DockerError as e:
-                raise TetherError(_rpc_code(e.code, RpcCode.START_FAILED), e.code, str(e),
+                raise TetherError(rpc_code(e.code, RpcCode.START_FAILED), e.code, str(e),
                                   {"sandbox": sb.id}) from None
             return self._transition(sb.id, SandboxState.READY, "started by request")
 
@@ -373,6 +373,6 @@ class ContainerService:
                 await self.reconcile_one(sb.id)
 
 
-def _rpc_code(code: str, default: int) -> int:
+def rpc_code(code: str, default: int) -> int:
     """dockerd being unreachable is UNAVAILABLE whatever was asked of it."""
     return int(RpcCode.UNAVAILABLE) if code == "DOCKER_UNAVAILABLE" else default

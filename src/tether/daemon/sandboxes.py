@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from tether.daemon.containers import ContainerService
+from tether.daemon.containers import ContainerService, rpc_code
 from tether.daemon.events import EventBus
 from tether.daemon.execs import ExecService
 from tether.model.errors import RpcCode, TetherError, invalid_params, not_found
@@ -170,9 +170,8 @@ class SandboxService:
                     n = await asyncio.to_thread(partial(copy_out_of, place.root,
                                                         place.rel, dst, forbidden=home))
         except (CopyError, DockerError) as e:
-            rpc = RpcCode.UNAVAILABLE if e.code == "DOCKER_UNAVAILABLE" else \
-                RpcCode.INVALID_PARAMS
-            raise TetherError(rpc, e.code, str(e), {"sandbox": sb.id}) from None
+            raise TetherError(rpc_code(e.code, RpcCode.INVALID_PARAMS), e.code, str(e),
+                              {"sandbox": sb.id}) from None
         except OSError as e:
             raise TetherError(RpcCode.INVALID_PARAMS, "COPY_FAILED",
                               f"copy failed: {e.strerror or e}: {e.filename or ''}",

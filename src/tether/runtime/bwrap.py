@@ -33,6 +33,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from tether.model.layout import is_within
 from tether.model.records import SandboxSpec
 
 SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/srv")
@@ -121,11 +122,13 @@ def base_args(*, network: str, host_root: bool = False) -> list[str]:
     return args
 
 
-def _secret_files() -> list[str]:
+@functools.lru_cache(maxsize=1)
+def _secret_files() -> tuple[str, ...]:
+    """Read once per daemon: every bwrap exec start masks them."""
     import glob
 
     found = [f for f in SECRET_FILES if os.path.isfile(f)]
-    return found + sorted(glob.glob("/etc/ssh/ssh_host_*_key"))
+    return (*found, *sorted(glob.glob("/etc/ssh/ssh_host_*_key")))
 
 
 def wrap(argv: list[str], spec: SandboxSpec, *, cwd: str, tether_home: str,
@@ -235,4 +238,4 @@ def mount_problem(source: str, mode: str, tether_home: str) -> str | None:
 
 
 def _under(path: str, roots: list[str]) -> bool:
-    return any(path == r or path.startswith(r.rstrip("/") + "/") for r in roots)
+    return any(is_within(path, r) for r in roots)

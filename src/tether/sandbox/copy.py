@@ -20,10 +20,13 @@ import os
 import secrets
 import shutil
 import stat
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from tether.model.layout import is_within
 from tether.model.records import SandboxSpec
+from tether.sandbox.untrusted import NotRegular, open_regular
 
 
 class CopyError(Exception):
@@ -112,9 +115,7 @@ def copy_into(src: str, root: str, rel: str) -> int:
     written through. Returns the bytes copied."""
     if not os.path.lexists(src):
         raise CopyError(f"{src} does not exist", "PATH_NOT_FOUND")
-    parts = [p for p in rel.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise CopyError(f"{rel} leaves the sandbox's place")
+    parts = _parts(rel)
     if not os.path.isdir(root):  # a single-file mount: written in place (a rename would
         return _overwrite_file_mount(src, root)  # leave the sandbox the old inode)
     fd = os.open(root, _DIR_FLAGS)
@@ -130,20 +131,40 @@ def copy_into(src: str, root: str, rel: str) -> int:
             if st is not None and stat.S_ISDIR(st.st_mode):
                 fd = _descend(fd, name)
                 name = None
-        return _copy_at(src, fd, name or os.path.basename(src.rstrip("/")))
+        with _not_too_deep(src):
+            return _copy_one(src, fd, name or os.path.basename(src.rstrip("/")))
     finally:
         os.close(fd)
 
 
+def _parts(rel: str) -> list[str]:
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise CopyError(f"{rel} leaves the sandbox's place")
+    return parts
+
+
+def _open_source(name: str, dir_fd: int | None = None) -> BinaryIO:
+    try:
+        return open_regular(name, dir_fd=dir_fd)
+    except NotRegular as e:
+        raise CopyError(f"{name} is {e.reason}") from None
+
+
 def _overwrite_file_mount(src: str, target: str) -> int:
-    fin = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fin, "rb") as i:
-        if not stat.S_ISREG(os.fstat(i.fileno()).st_mode):
-            raise CopyError(f"{src} is not a regular file")
+    with _open_source(src) as i:
         out = os.open(target, os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC)
         with os.fdopen(out, "wb") as o:
             shutil.copyfileobj(i, o)
             return o.tell()
+
+
+@contextlib.contextmanager
+def _not_too_deep(what: str) -> Iterator[None]:
+    try:
+        yield
+    except RecursionError:
+        raise CopyError(f"{what} is nested too deeply to copy") from None
 
 
 def _descend(fd: int, name: str) -> int:
@@ -158,13 +179,6 @@ def _descend(fd: int, name: str) -> int:
                         "cp does not follow symlinks into one") from None
     os.close(fd)
     return sub
-
-
-def _copy_at(src: str, dfd: int, name: str) -> int:
-    try:
-        return _copy_one(src, dfd, name)
-    except RecursionError:
-        raise CopyError(f"{src} is nested too deeply to copy") from None
 
 
 def _copy_one(src: str, dfd: int, name: str) -> int:
@@ -197,10 +211,7 @@ def _copy_one(src: str, dfd: int, name: str) -> int:
                         "write through a symlink")
     # Source first (nothing is touched if it cannot be read), then a new file under a
     # temporary name, renamed over the old one only once complete.
-    fin = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fin, "rb") as i:
-        if not stat.S_ISREG(os.fstat(i.fileno()).st_mode):
-            raise CopyError(f"{src} is not a regular file")
+    with _open_source(src) as i:
         tmp = f".{name}.tether-cp-{secrets.token_hex(4)}"
         out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                       0o600, dir_fd=dfd)
@@ -220,9 +231,7 @@ def copy_out_of(root: str, rel: str, dst: str, *, forbidden: str) -> int:
     """Copy ``root/rel`` (in a running sandbox) to host ``dst`` (into it if that is a
     directory), reading by directory descriptors: a swapped symlink cannot make the
     daemon read host files, nor a swapped FIFO or device hang or fill the disk."""
-    parts = [p for p in rel.split("/") if p not in ("", ".")]
-    if ".." in parts:
-        raise CopyError(f"{rel} leaves the sandbox's place")
+    parts = _parts(rel)
     if not os.path.isdir(root):  # a single-file mount
         final = final_destination(root, dst)
         check_write(final, None, forbidden)
@@ -238,10 +247,8 @@ def copy_out_of(root: str, rel: str, dst: str, *, forbidden: str) -> int:
         name = parts[-1] if parts else "."
         final = final_destination(name if name != "." else os.path.basename(root), dst)
         check_write(final, None, forbidden)
-        try:
+        with _not_too_deep(rel):
             return _read_one(fd, name, final)
-        except RecursionError:
-            raise CopyError(f"{rel} is nested too deeply to copy") from None
     finally:
         os.close(fd)
 
@@ -264,11 +271,7 @@ def _read_one(dfd: int, name: str, out: str) -> int:
     if not stat.S_ISREG(st.st_mode):
         raise CopyError(f"{name} in the sandbox is not a regular file, a directory or a "
                         "symlink")
-    fin = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                  dir_fd=dfd)
-    with os.fdopen(fin, "rb") as i:
-        if not stat.S_ISREG(os.fstat(i.fileno()).st_mode):
-            raise CopyError(f"{name} in the sandbox is not a regular file")
+    with _open_source(name, dfd) as i:
         fout = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
                        | os.O_CLOEXEC, stat.S_IMODE(st.st_mode) & 0o777)
         with os.fdopen(fout, "wb") as o:

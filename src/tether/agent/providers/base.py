@@ -4,10 +4,12 @@ never talks to the daemon itself (the ``tether agent hook`` command does that)."
 
 from __future__ import annotations
 
+import io
 import os
-import stat
 from dataclasses import dataclass, field
 from typing import Any, TextIO
+
+from tether.sandbox.untrusted import NotRegular, open_regular
 
 
 @dataclass(frozen=True)
@@ -158,12 +160,7 @@ def open_agent_file(path: str) -> TextIO | None:
     path comes from the agent: never block on a FIFO or device, never follow a planted
     symlink, never read without bound."""
     try:
-        fd = os.open(os.path.expanduser(path),
-                     os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except (OSError, ValueError):
+        raw = open_regular(os.path.expanduser(path), max_bytes=MAX_AGENT_FILE_BYTES)
+    except (OSError, ValueError, NotRegular):
         return None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_AGENT_FILE_BYTES:
-        os.close(fd)
-        return None
-    return open(fd, encoding="utf-8", errors="replace")
+    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
