@@ -74,7 +74,8 @@ def test_cancel_with_custom_signal(daemon: DaemonProc) -> None:
 
 def test_timeout_cancels_and_says_so(daemon: DaemonProc) -> None:
     c = daemon.client()
-    x = c.exec_start(["sh", "-c", "trap '' TERM; sleep 100"], timeout=0.3, kill_grace=0.3)
+    # The timeout leaves the shell ample time to set its trap even on a loaded machine.
+    x = c.exec_start(["sh", "-c", "trap '' TERM; sleep 100"], timeout=2, kill_grace=0.3)
     done = c.exec_wait(x["id"], timeout=10)
     assert done["state"] == "CANCELLED"
     assert done["signal"] == signal.SIGKILL

@@ -301,7 +301,10 @@ def test_deletion_interrupted_by_a_crash_is_finished_on_restart(daemon: DaemonPr
 
     c = daemon.client()
     c.sandbox_create("doomed")
-    x = c.exec_start(["sh", "-c", "trap '' TERM; sleep 100"], sandbox="doomed")
+    x = c.exec_start(["sh", "-c", "trap '' TERM; echo armed; sleep 100"], sandbox="doomed")
+    # Delete only once the trap is set: a SIGTERM that beats it ends the exec, and then
+    # the deletion finishes before the crash this test is about.
+    wait_for(lambda: b"armed" in b"".join(c.read_logs(x["id"])), what="trap armed")
     deleter = daemon.client(reconnect=0.5)
 
     def delete() -> None:
