@@ -20,7 +20,10 @@ from tests.harness import TETHER, DaemonProc, new_home, remove_home, wait_for
 from tether.runtime import bwrap
 
 PROBE = bwrap.probe()
-pytestmark = pytest.mark.skipif(not PROBE.available, reason=f"bwrap: {PROBE.reason}")
+# One worker for the whole module: its agents share the real ~/.claude (tether makes
+# read-only placeholders there, and one test creates and removes the directory).
+pytestmark = [pytest.mark.skipif(not PROBE.available, reason=f"bwrap: {PROBE.reason}"),
+              pytest.mark.xdist_group("user-home")]
 
 AUTO = {"TETHER_DEFAULT_RUNTIME": "auto"}
 FAST = {**AUTO, "TETHER_AGENT_TICK": "0.2"}

@@ -729,8 +729,8 @@ def test_misbehaving_clients_never_disturb_another(daemon: DaemonProc) -> None:
             assert sb["state"] == "READY"
             total = time.monotonic() - t_all
         # Generous sanity bounds: disturbed service would take seconds per call.
-        assert worst < 2.0, f"a call took {worst:.2f}s while other clients misbehaved"
-        assert total < 10.0, f"100 calls took {total:.2f}s"
+        assert worst < 5.0, f"a call took {worst:.2f}s while other clients misbehaved"
+        assert total < 30.0, f"100 calls took {total:.2f}s"
     finally:
         stop.set()
         for t in threads:

@@ -81,7 +81,7 @@ def test_run_with_sandbox_flags_uses_an_ephemeral_sandbox(d: DaemonProc,
     assert sb["spec"]["workspace"] == os.path.realpath(ws)
     assert sb["spec"]["labels"] == {"t": "1"}
     wait_for(lambda: by_name(d, sb["name"])["state"] == "DELETED",  # type: ignore[index]
-             timeout=5, what="the ephemeral sandbox deleted")
+             timeout=20, what="the ephemeral sandbox deleted")
     # History stays: the exec and its logs outlive the sandbox.
     (x,) = execs_in(d, sb["id"])
     assert (x["state"], x["exit_code"]) == ("FINISHED", 3)
@@ -106,7 +106,7 @@ def test_keep_sandbox_keeps_it_and_sandbox_names_it(d: DaemonProc, tmp_path: Pat
     named = by_name(d, "named-box")
     assert named is not None and named["spec"]["ephemeral"] is True
     wait_for(lambda: by_name(d, "named-box")["state"] == "DELETED",  # type: ignore[index]
-             timeout=5, what="named-box deleted")
+             timeout=20, what="named-box deleted")
     time.sleep(0.6)  # three sweeps
     kept = by_name(d, "kept-box")
     assert kept is not None and kept["state"] == "READY"

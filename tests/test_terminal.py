@@ -598,7 +598,8 @@ def test_custom_detach_keys_and_a_lone_first_key_passes_through(terms: Terminals
     xid = terms.start()
     a = terms.attach(xid, "--detach-keys", "ctrl-p,ctrl-q")
     # `read` takes the next line raw from the terminal: ctrl-p then z must both arrive.
-    a.send("IFS= read -r L; printf '%s' \"$L\" | od -An -tx1\r")
+    a.send("echo rd$((40+2)); IFS= read -r L; printf '%s' \"$L\" | od -An -tx1\r")
+    a.expect_exact("rd42")  # bash has left line editing: the terminal is in line mode again
     a.sendcontrol("p")
     a.send("z\r")
     a.expect(rb"10 7a")

@@ -516,7 +516,7 @@ from tether.agent import worktree as wt
 
 def slow(st):
     print("locked", flush=True)
-    time.sleep(1.0)
+    time.sleep(2.0)
     st.current_step = "child"
     return st
 
