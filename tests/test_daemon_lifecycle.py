@@ -6,18 +6,23 @@ import os
 import signal
 import stat
 import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.harness import TETHER, DaemonProc, raw_call, wait_for
+from tether.client.errors import DaemonUnavailable
 from tether.client.sync import Client
+from tether.model.layout import HOME_LOCKED_EXIT
 
 
 def test_second_daemon_is_refused_naming_the_first(daemon: DaemonProc) -> None:
     r = subprocess.run([*TETHER, "--home", str(daemon.home), "daemon"], capture_output=True,
                        timeout=20)
-    assert r.returncode == 1
+    assert r.returncode == HOME_LOCKED_EXIT == 75  # EX_TEMPFAIL: a documented status
     assert f"pid {daemon.pid}".encode() in r.stderr
     assert b"already running" in r.stderr
     assert daemon.client().health()["status"] == "SERVING"
@@ -30,7 +35,7 @@ def test_two_daemons_racing_on_one_home_leave_exactly_one(stopped_daemon: Daemon
     try:
         wait_for(lambda: sum(p.poll() is not None for p in procs) == 2, timeout=20)
         losers = [p for p in procs if p.poll() is not None]
-        assert all(p.returncode == 1 for p in losers)
+        assert all(p.returncode == HOME_LOCKED_EXIT for p in losers)
         winner = next(p for p in procs if p.poll() is None)
         wait_for(lambda: _health(stopped_daemon.home) == "SERVING")
         assert (stopped_daemon.home / "daemon.pid").read_text().strip() == str(winner.pid)
@@ -97,6 +102,58 @@ def test_waiter_survives_a_graceful_restart(daemon: DaemonProc, tmp_path: Path) 
     t.join(30)
     assert result["state"] == "FINISHED" and result["exit_code"] == 6
     c.close()
+
+
+HOLD_HOME_LOCK = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+fcntl.flock(fd, fcntl.LOCK_EX)
+os.ftruncate(fd, 0)
+os.pwrite(fd, f"{os.getpid()}\\n".encode(), 0)
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def _hold_home_lock(home: Path, seconds: float) -> subprocess.Popen[bytes]:
+    """A stand-in for a daemon between closing its socket and releasing its lock (the end
+    of a graceful stop), made as long as we like."""
+    home.mkdir(mode=0o700, exist_ok=True)
+    p = subprocess.Popen([sys.executable, "-c", HOLD_HOME_LOCK, str(home / "daemon.lock"),
+                          str(seconds)], stdout=subprocess.PIPE)
+    assert p.stdout is not None and p.stdout.readline() == b"locked\n"
+    return p
+
+
+def test_autostart_outlasts_a_daemon_still_releasing_its_lock(stopped_daemon: DaemonProc) -> None:
+    """The graceful-restart race: the daemon a client starts finds the home still locked
+    by one that is stopping. It exits 75, the client waits for the holder to go (longer
+    than the 2 s it used to allow), starts another, and the call succeeds."""
+    holder = _hold_home_lock(stopped_daemon.home, 3.0)
+    c = Client(stopped_daemon.home, autostart=True, reconnect=30)
+    try:
+        assert c.health()["status"] == "SERVING"
+        assert holder.wait(10) == 0
+        log = (stopped_daemon.home / "daemon.log").read_text()
+        assert f"pid {holder.pid}) is already running" in log  # the first start lost
+    finally:
+        c.close()
+        holder.kill()
+        holder.wait()
+
+
+def test_autostart_names_a_lock_holder_that_never_answers(stopped_daemon: DaemonProc) -> None:
+    holder = _hold_home_lock(stopped_daemon.home, 60)
+    c = Client(stopped_daemon.home, autostart=True, reconnect=2)
+    try:
+        with pytest.raises(DaemonUnavailable) as e:
+            c.health()
+        assert f"pid {holder.pid}) is already running" in str(e.value)
+        assert f"exited with status {HOME_LOCKED_EXIT}" in str(e.value)
+    finally:
+        c.close()
+        holder.kill()
+        holder.wait()
 
 
 def test_cli_autostarts_a_daemon(stopped_daemon: DaemonProc) -> None:

@@ -2,7 +2,8 @@
 
 Exit codes: a command's own exit code for ``run``/``wait`` (128+N when killed by
 signal N); 1 for a tether error (message on stderr); 2 for a usage error;
-125 when the daemon cannot be reached; 126/127 when a command cannot start.
+125 when the daemon cannot be reached; 126/127 when a command cannot start;
+``tether daemon``: 75 when another daemon holds the home, 1 for any other startup error.
 """
 
 from __future__ import annotations
@@ -840,11 +841,10 @@ def daemon(ctx: click.Context, pool: int, default_runtime: str | None) -> None:
 @click.pass_context
 def daemon_stop(ctx: click.Context, timeout: float) -> None:
     """Stop the daemon gracefully (SIGTERM). Running execs keep running."""
-    from tether.daemon.home import read_lock_pid
     from tether.model.layout import HomeLayout
 
     layout = HomeLayout(ctx.obj.home)
-    pid = read_lock_pid(layout)
+    pid = layout.lock_holder()
     if pid is None:
         click.echo("no daemon is running")
         return
@@ -855,7 +855,7 @@ def daemon_stop(ctx: click.Context, timeout: float) -> None:
         return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if read_lock_pid(layout) != pid:
+        if layout.lock_holder() != pid:
             click.echo(f"daemon {pid} stopped")
             return
         try:

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from tether.client.api import _Api
-from tether.client.daemonctl import resolve_home, spawn_daemon
+from tether.client.daemonctl import Autostart, resolve_home
 from tether.client.errors import DaemonUnavailable, TetherError
 from tether.model.errors import RpcCode
 from tether.model.layout import HomeLayout
@@ -37,7 +37,7 @@ class AsyncClient(_Api[Awaitable[Any]]):
         self._pending: dict[int, asyncio.Future[Any]] = {}
         self._read_task: asyncio.Task[None] | None = None
         self._connecting = asyncio.Lock()
-        self._spawned = False
+        self._auto = Autostart(self.home) if autostart else None
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -76,14 +76,17 @@ class AsyncClient(_Api[Awaitable[Any]]):
                     self._read_task = asyncio.create_task(self._read_loop(self._reader))
                     return self._writer
                 except (FileNotFoundError, ConnectionRefusedError):
-                    if self.autostart and not self._spawned:
-                        spawn_daemon(self.home)
-                        self._spawned = True
+                    if self._auto is not None:
+                        self._auto.refused()
                 except OSError:
                     pass
+                if self._auto is not None:
+                    self._auto.check()
                 if time.monotonic() >= deadline:
+                    hint = ("start one with `tether daemon`" if self._auto is None else
+                            self._auto.why())
                     raise DaemonUnavailable(
-                        f"no tether daemon answers on {self.layout.socket}")
+                        f"no tether daemon answers on {self.layout.socket}; {hint}")
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.5)
 
@@ -120,7 +123,8 @@ class AsyncClient(_Api[Awaitable[Any]]):
                 msg = await fut
             except (ConnectionError, OSError):
                 self._pending.pop(rid, None)
-                self._spawned = False
+                if self._auto is not None:
+                    self._auto.forget()
                 if time.monotonic() >= deadline:
                     raise DaemonUnavailable(f"lost the daemon while calling {method}") from None
                 await asyncio.sleep(0.05)

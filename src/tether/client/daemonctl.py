@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tether.model.layout import HomeLayout, default_home
+from tether.client.errors import DaemonUnavailable
+from tether.model.layout import HOME_LOCKED_EXIT, HomeLayout, default_home
+from tether.monitor.files import is_running
 
 
 def resolve_home(home: str | os.PathLike[str] | None) -> Path:
@@ -39,3 +41,44 @@ def daemon_failure(layout: HomeLayout, proc: subprocess.Popen[bytes]) -> str:
     said = ("; it said: " + " | ".join(tail)) if tail else ""
     return (f"the tether daemon started for {layout.root} exited with status "
             f"{proc.returncode}{said} (full log: {layout.log_file})")
+
+
+class Autostart:
+    """One client's auto-start of its home's daemon, across start races.
+
+    The daemon we start may find the home locked (it exits ``HOME_LOCKED_EXIT``): the
+    holder is either starting, and will answer, or stopping after a graceful stop, and
+    then the next refusal starts another daemon. Any other exit is a real failure.
+    """
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.layout = HomeLayout(home)
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def refused(self) -> None:
+        """Nobody answers on the socket: start a daemon unless ours is still on its way."""
+        if self._proc is None:
+            self._proc = spawn_daemon(self.home)
+
+    def check(self) -> None:
+        """Raise ``DaemonUnavailable`` when the daemon we started failed for good."""
+        proc = self._proc
+        if proc is None or proc.poll() in (None, 0):
+            return
+        if proc.returncode != HOME_LOCKED_EXIT:
+            raise DaemonUnavailable(daemon_failure(self.layout, proc))
+        holder = self.layout.lock_holder()
+        if holder is None or not is_running(holder):
+            self._proc = None  # the holder is gone since: the next refusal starts another
+
+    def forget(self) -> None:
+        """The connection was lost: a later refusal may start a daemon again."""
+        self._proc = None
+
+    def why(self) -> str:
+        """What to tell the user when no daemon answered in time."""
+        if self._proc is not None and self._proc.poll() == HOME_LOCKED_EXIT:
+            return daemon_failure(self.layout, self._proc)
+        return f"see {self.layout.log_file}"
+

@@ -10,7 +10,6 @@ import base64
 import itertools
 import os
 import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,14 +19,13 @@ import msgspec
 
 from tether.client.api import _Api
 from tether.client.attach import Attachment, find_socket
-from tether.client.daemonctl import daemon_failure, resolve_home, spawn_daemon
+from tether.client.daemonctl import Autostart, resolve_home
 from tether.client.errors import DaemonUnavailable, TetherError
 from tether.model.errors import RpcCode
 from tether.model.layout import HomeLayout
 
 _enc = msgspec.json.Encoder()
 MAX_RESPONSE = 64 * 1024 * 1024
-AUTOSTART_RACE_GRACE = 2.0
 
 
 class _Conn:
@@ -83,8 +81,7 @@ class Client(_Api[Any]):
         self.timeout = timeout
         self._conn: _Conn | None = None
         self._ids = itertools.count(1)
-        self._spawned = False
-        self._daemon: subprocess.Popen[bytes] | None = None
+        self._auto = Autostart(self.home) if self.autostart else None
 
     def __enter__(self) -> Client:
         return self
@@ -103,26 +100,20 @@ class Client(_Api[Any]):
             return self._conn
         deadline = time.monotonic() + self.reconnect
         delay = 0.02
-        failed_at: float | None = None
         while True:
             try:
                 self._conn = _Conn(self.socket_path, self.timeout)
                 return self._conn
             except (FileNotFoundError, ConnectionRefusedError):
-                if self.autostart and not self._spawned:
-                    self._daemon = spawn_daemon(self.home)
-                    self._spawned = True
+                if self._auto is not None:
+                    self._auto.refused()
             except OSError:
                 pass
-            if self._daemon is not None and self._daemon.poll() not in (None, 0):
-                # Either it lost a start race to another daemon, which will answer
-                # shortly, or it failed: give the winner AUTOSTART_RACE_GRACE seconds.
-                failed_at = failed_at or time.monotonic()
-                if time.monotonic() - failed_at > AUTOSTART_RACE_GRACE:
-                    raise DaemonUnavailable(daemon_failure(self.layout, self._daemon))
+            if self._auto is not None:
+                self._auto.check()
             if time.monotonic() >= deadline:
-                hint = ("start one with `tether daemon`" if not self.autostart else
-                        f"see {self.layout.log_file}")
+                hint = ("start one with `tether daemon`" if self._auto is None else
+                        self._auto.why())
                 raise DaemonUnavailable(f"no tether daemon answers on {self.socket_path}; "
                                         f"{hint}")
             time.sleep(delay)
@@ -141,7 +132,8 @@ class Client(_Api[Any]):
                         break
             except (ConnectionError, OSError, msgspec.DecodeError):
                 self.close()
-                self._spawned = False
+                if self._auto is not None:
+                    self._auto.forget()
                 if time.monotonic() >= deadline:
                     raise DaemonUnavailable(f"lost the daemon at {self.layout.socket} "
                                             f"while calling {method}") from None
@@ -217,7 +209,8 @@ class Client(_Api[Any]):
                             break
                 except (ConnectionError, OSError, msgspec.DecodeError):
                     sub_client.close()
-                    sub_client._spawned = False
+                    if sub_client._auto is not None:
+                        sub_client._auto.forget()
                     time.sleep(0.05)
         finally:
             sub_client.close()

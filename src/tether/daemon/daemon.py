@@ -35,7 +35,7 @@ from tether.daemon.execs import ExecService
 from tether.daemon.faults import Faults
 from tether.daemon.sandboxes import SandboxService
 from tether.model.errors import TetherError
-from tether.model.layout import MAX_SOCKET_PATH, HomeLayout
+from tether.model.layout import HOME_LOCKED_EXIT, MAX_SOCKET_PATH, HomeLayout
 from tether.model.states import DaemonState, check_transition
 from tether.rpc.server import RpcServer
 from tether.runtime import bwrap as bwrap_runtime
@@ -50,7 +50,9 @@ DRAIN_TIMEOUT = 10.0
 
 
 class StartupError(Exception):
-    pass
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 class Daemon:
@@ -105,7 +107,7 @@ class Daemon:
         except StartupError as e:
             print(f"tether: {e}", file=sys.stderr)
             self._to(DaemonState.STOPPED)
-            return 1
+            return e.exit_code
         try:
             async with asyncio.TaskGroup() as tg:
                 self.execs.tasks = tg
@@ -145,7 +147,7 @@ class Daemon:
         try:
             self._lock.acquire()
         except homes.HomeLocked as e:
-            raise StartupError(str(e)) from None
+            raise StartupError(str(e), HOME_LOCKED_EXIT) from None
         try:
             self.store = Store(self.layout.db)
         except SchemaTooNew as e:

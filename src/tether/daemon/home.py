@@ -28,14 +28,6 @@ def prepare(layout: HomeLayout) -> None:
     os.chmod(layout.root, 0o700)
 
 
-def read_lock_pid(layout: HomeLayout) -> int | None:
-    try:
-        text = layout.lock_file.read_text().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
-
-
 class HomeLock:
     def __init__(self, layout: HomeLayout) -> None:
         self.layout = layout
@@ -47,7 +39,7 @@ class HomeLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise HomeLocked(str(self.layout.root), read_lock_pid(self.layout)) from None
+            raise HomeLocked(str(self.layout.root), self.layout.lock_holder()) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self.fd = fd

@@ -11,6 +11,9 @@ from pathlib import Path
 
 # sun_path is 108 bytes on Linux, including the terminating NUL.
 MAX_SOCKET_PATH = 107
+# A daemon that finds its home locked exits with this status (sysexits' EX_TEMPFAIL): the
+# holder is starting, and will answer, or stopping, and a new start will then succeed.
+HOME_LOCKED_EXIT = 75
 
 
 def default_home() -> Path:
@@ -53,6 +56,15 @@ class HomeLayout:
     @property
     def lock_file(self) -> Path:
         return self.root / "daemon.lock"
+
+    def lock_holder(self) -> int | None:
+        """The pid the lock file names: the daemon holding the home, or one that died
+        holding it (the kernel dropped its ``flock``; only a release empties the file)."""
+        try:
+            text = self.lock_file.read_text().strip()
+        except OSError:
+            return None
+        return int(text) if text.isdigit() else None
 
     @property
     def log_file(self) -> Path:

@@ -50,6 +50,12 @@ def proc_start_time(pid: int) -> int | None:
         return None
 
 
+def is_running(pid: int) -> bool:
+    """True when ``pid`` exists and is not a zombie (an exited child nobody reaped yet)."""
+    rest = _proc_stat(pid)
+    return rest is not None and bool(rest) and rest[0] not in (b"Z", b"X")
+
+
 def is_same_process(pid: int, start_time: int) -> bool:
     """True when ``pid`` exists, is not a zombie, and started at ``start_time``."""
     rest = _proc_stat(pid)
