@@ -16,7 +16,7 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 DOCKER=/usr/bin/docker   # Debian's client; another 'docker' may shadow it on PATH
 if ! "$DOCKER" info >/dev/null 2>&1; then
-  nohup dockerd >/var/log/dockerd.log 2>&1 &
+  (cd / && nohup dockerd >/var/log/dockerd.log 2>&1 &)  # cwd /: never pin a checkout
   for _ in $(seq 1 60); do "$DOCKER" info >/dev/null 2>&1 && break; sleep 0.5; done
   "$DOCKER" info >/dev/null 2>&1 || { echo "dockerd did not start; see /var/log/dockerd.log" >&2; exit 1; }
 fi

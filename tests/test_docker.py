@@ -578,6 +578,8 @@ def dockerd_restarted() -> Iterator[None]:
     environ = dict(line.split(b"=", 1) for line in
                    Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in line)
     cwd = os.readlink(f"/proc/{pid}/cwd")
+    if not os.path.isdir(cwd):  # e.g. "/tmp/x (deleted)": the checkout that started it
+        cwd = "/"
 
     def start() -> None:
         with open("/var/log/dockerd.log", "ab") as log:
