@@ -81,4 +81,3 @@ class Autostart:
         if self._proc is not None and self._proc.poll() == HOME_LOCKED_EXIT:
             return daemon_failure(self.layout, self._proc)
         return f"see {self.layout.log_file}"
-
