@@ -36,7 +36,6 @@ import fcntl
 import json
 import math
 import os
-import secrets
 import stat
 import threading
 import time
@@ -45,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeAlias
 
 from tether.monitor.files import fsync_dir
-from tether.sandbox.untrusted import NotRegular, open_regular
+from tether.sandbox.untrusted import NotRegular, open_regular, replace_at
 
 __all__ = [
     "AGENT_DIR",
@@ -376,32 +375,7 @@ def _atomic_write(path: str, data: bytes, *, durable: bool) -> None:
     directory, name = os.path.split(path)
     dfd = _dir_fd(directory)  # `.agent` is the agent's to swap: use what it is now
     try:
-        for _ in range(100):
-            tmp = f"{name}.tmp-{secrets.token_hex(4)}"
-            try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                             | os.O_CLOEXEC, 0o600, dir_fd=dfd)
-                break
-            except FileExistsError:
-                continue
-        else:
-            raise FileExistsError(f"no free temporary name in {directory}")
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                if durable:
-                    os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dfd)
-            raise
-        if durable:
-            os.fsync(dfd)
+        replace_at(dfd, name, data, durable=durable)
     finally:
         os.close(dfd)
 

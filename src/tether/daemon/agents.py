@@ -46,7 +46,7 @@ from tether.model.layout import HomeLayout, is_within
 from tether.model.records import AgentConfig, Event, ExecRecord, ExecSpec, LineageRecord
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE, ExecState, LineageStatus
 from tether.runtime import bwrap as bwrap_runtime
-from tether.sandbox.untrusted import NotRegular, open_regular
+from tether.sandbox.untrusted import NotRegular, open_regular, replace_at
 from tether.store import Store
 
 log = logging.getLogger("tether.agents")
@@ -96,20 +96,9 @@ def _write_private(directory: Path, path: str, content: bytes) -> None:
     if Path(path).parent != directory:
         raise TetherError(RpcCode.INTERNAL_ERROR, "INTERNAL_ERROR",
                           f"a provider file outside the session's state dir: {path}")
-    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        name = os.path.basename(path)
-        tmp = f".{name}.{secrets.token_hex(4)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
-                     dir_fd=dfd)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(content)
-            os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dfd)
-            raise
+        replace_at(dfd, os.path.basename(path), content, durable=False)
     finally:
         os.close(dfd)
 

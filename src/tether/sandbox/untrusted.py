@@ -1,11 +1,14 @@
-"""Reading files in places a sandbox or an agent can write (a workspace, a worktree's
+"""Files in places a sandbox or an agent can write (a workspace, a worktree's
 ``.agent``, a provider's config): what is there may have been swapped for a symlink,
-a FIFO or a device since anyone looked. One way to open such a file, for everyone.
+a FIFO or a device since anyone looked. One way to open such a file, and one way to
+replace one, for everyone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import stat
 from typing import BinaryIO
 
@@ -41,3 +44,35 @@ def open_regular(path: str, *, dir_fd: int | None = None,
         raise NotRegular(path, f"larger than {max_bytes} bytes")
     return os.fdopen(fd, "rb")
 
+
+
+def replace_at(dir_fd: int, name: str, data: bytes, *, durable: bool) -> None:
+    """Replace ``name`` in the directory ``dir_fd`` with ``data``: a new temporary file
+    (``<name>.tmp-<hex>``, never opened through a planted symlink), (fsync), rename,
+    (fsync the directory). Per call, not per process, so threads never share a tmp."""
+    for _ in range(100):
+        tmp = f"{name}.tmp-{secrets.token_hex(4)}"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"no free temporary name for {name}")
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp, dir_fd=dir_fd)
+        raise
+    if durable:
+        os.fsync(dir_fd)
