@@ -64,7 +64,7 @@ from bench.harness import (
 )
 from tether.agent import snapshot
 from tether.daemon.agents import backoff
-from tether.monitor.files import is_same_process
+from tether.hostio.proc import is_same_process
 
 FAST_TICK = 0.2
 TURN_WARMUP = 10

@@ -29,7 +29,7 @@ from bench.harness import (
     memory_of,
     read_handles,
 )
-from tether.monitor.files import is_same_process
+from tether.hostio.proc import is_same_process
 
 COMMAND = ["sleep", "600"]
 BASELINE_RESTARTS = 3

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.client.sync import Client
-from tether.monitor.files import is_same_process
+from tether.hostio.proc import is_same_process
 
 REPO = Path(__file__).resolve().parent.parent
 TETHER = [sys.executable, "-m", "tether.cli.main"]

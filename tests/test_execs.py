@@ -15,7 +15,7 @@ import pytest
 
 from tests.harness import TETHER, DaemonProc, wait_for
 from tether.client.errors import TetherError
-from tether.monitor.files import is_same_process, proc_start_time
+from tether.hostio.proc import is_same_process, proc_start_time
 
 
 def _pids_in_file(path: Path) -> list[int]:

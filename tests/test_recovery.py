@@ -16,7 +16,7 @@ import pytest
 
 from tests.harness import DaemonProc, wait_for
 from tether.client.errors import DaemonUnavailable
-from tether.monitor.files import is_same_process, proc_start_time
+from tether.hostio.proc import is_same_process, proc_start_time
 
 
 def gated(tmp: Path, code: int, out: str = "done") -> list[str]:

@@ -398,7 +398,7 @@ def test_cp_into_a_sandbox_cannot_be_redirected_by_a_racing_swap(tmp_path: Path)
     copy_into walks by descriptors: whatever the racer does, nothing lands outside."""
     import threading
 
-    from tether.sandbox.copy import CopyError, copy_into
+    from tether.hostio.copy import CopyError, copy_into
 
     root = mkdir(tmp_path / "ws")
     outside = mkdir(tmp_path / "outside")
@@ -456,7 +456,7 @@ def test_cp_out_never_reads_through_links_the_sandbox_planted(
 def test_cp_with_a_single_file_mount(tmp_path: Path) -> None:
     """A mount whose source is a file: copied out, and written in place (a rename would
     leave a running sandbox the old inode)."""
-    from tether.sandbox.copy import copy_into, copy_out_of
+    from tether.hostio.copy import copy_into, copy_out_of
 
     mounted = tmp_path / "m.txt"
     mounted.write_text("mount\n")

@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tether.monitor.files import atomic_write
+from tether.hostio.atomic import atomic_write
 
 VERSION = 2
 

@@ -43,8 +43,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, TypeAlias
 
-from tether.monitor.files import fsync_dir
-from tether.sandbox.untrusted import NotRegular, open_regular, replace_at
+from tether.hostio.atomic import fsync_dir
+from tether.hostio.untrusted import NotRegular, open_regular, replace_at
 
 __all__ = [
     "AGENT_DIR",

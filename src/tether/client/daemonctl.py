@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from tether.client.errors import DaemonUnavailable
+from tether.hostio.proc import is_running
 from tether.model.layout import HOME_LOCKED_EXIT, HomeLayout, default_home
-from tether.monitor.files import is_running
 
 
 def resolve_home(home: str | os.PathLike[str] | None) -> Path:

@@ -41,12 +41,13 @@ from tether.daemon.events import EventBus
 from tether.daemon.execs import ExecService
 from tether.daemon.faults import Faults
 from tether.daemon.sandboxes import SandboxService
+from tether.hostio.paths import is_within
+from tether.hostio.untrusted import NotRegular, open_regular, replace_at
 from tether.model.errors import RpcCode, TetherError
-from tether.model.layout import HomeLayout, is_within
+from tether.model.layout import HomeLayout
 from tether.model.records import AgentConfig, Event, ExecRecord, ExecSpec, LineageRecord
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE, ExecState, LineageStatus
 from tether.runtime import bwrap as bwrap_runtime
-from tether.sandbox.untrusted import NotRegular, open_regular, replace_at
 from tether.store import Store
 
 log = logging.getLogger("tether.agents")
@@ -748,7 +749,7 @@ class AgentService:
         self.touch(rec)
         path = self.layout.root / "drain" / f"{rec.id}.handoff.md"
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        from tether.monitor.files import atomic_write
+        from tether.hostio.atomic import atomic_write
 
         atomic_write(str(path), text.encode(), durable=True)
         self._commit(self.store.update_lineage(rec.id, handoff=text, event="agent.handoff",

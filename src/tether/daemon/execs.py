@@ -23,14 +23,15 @@ import msgspec
 
 from tether.daemon.events import EventBus
 from tether.daemon.faults import Faults
+from tether.hostio.paths import is_within
+from tether.hostio.pidfd import signal_verified_group
+from tether.hostio.proc import is_same_process
 from tether.model.errors import RpcCode, TetherError, invalid_params, not_found
-from tether.model.layout import ExecPaths, HomeLayout, is_within
+from tether.model.layout import ExecPaths, HomeLayout
 from tether.model.records import Event, ExecRecord, ExecSpec, SandboxRecord, to_builtins
 from tether.model.states import EXEC_TERMINAL, ExecState, SandboxState
-from tether.monitor.files import is_same_process
 from tether.runtime import bwrap as bwrap_runtime
 from tether.runtime import docker as docker_runtime
-from tether.runtime.identity import signal_verified_group
 from tether.runtime.process import Inspection, ProcessRuntime, StartError
 from tether.store import Store
 

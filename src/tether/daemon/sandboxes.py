@@ -21,13 +21,14 @@ import msgspec
 from tether.daemon.containers import ContainerService, rpc_code
 from tether.daemon.events import EventBus
 from tether.daemon.execs import ExecService
+from tether.hostio.copy import CopyError, copy_into, copy_out_of, copy_path
+from tether.hostio.paths import paths_overlap
 from tether.model.errors import RpcCode, TetherError, invalid_params, not_found
-from tether.model.layout import paths_overlap
 from tether.model.records import DEFAULT_SANDBOX, Event, SandboxRecord, SandboxSpec
 from tether.model.states import EXEC_TERMINAL, ExecState, IllegalTransition, SandboxState
 from tether.runtime import bwrap as bwrap_runtime
 from tether.runtime.docker import DockerEngine, DockerError
-from tether.sandbox.copy import CopyError, copy_into, copy_out_of, copy_path, host_path
+from tether.runtime.mapping import host_path
 from tether.store import Store
 
 RUNTIMES = ("auto", "process", "bwrap", "docker")

@@ -105,13 +105,3 @@ class ExecPaths:
 
     def log(self, stream: str) -> Path:
         return {"stderr": self.stderr, "pty": self.pty}.get(stream, self.stdout)
-
-
-def is_within(path: str, root: str) -> bool:
-    """True when real path ``path`` is ``root`` or inside it."""
-    return (path.rstrip("/") + "/").startswith(root.rstrip("/") + "/")
-
-
-def paths_overlap(path: str, other: str) -> bool:
-    """True when one of two real paths is, or is inside, the other."""
-    return is_within(path, other) or is_within(other, path)

@@ -1,4 +1,4 @@
-"""The monitor's files (category D) and process identity. Standard library only.
+"""The monitor's files (category D): its wire protocol with the daemon. Standard library only.
 
 * handles file — pid and kernel start time of the monitor and of the child,
   written atomically once the child runs (momentary reality, source 003);
@@ -7,15 +7,15 @@
   (a monitor that will start it, or a recovering daemon that fails it), and
   ``flock``-ed by the monitor for its whole life.
 
-A process is identified by ``(pid, start_time)`` where ``start_time`` is field 22
-of ``/proc/PID/stat`` (clock ticks since boot): a reused pid has another start
-time, so nothing is ever adopted or signalled on a bare pid.
+Process identity lives in :mod:`tether.hostio.proc`; durable replacement in
+:mod:`tether.hostio.atomic`.
 """
 
 from __future__ import annotations
 
 import os
 
+from tether.hostio.atomic import atomic_write
 from tether.monitor import tinyjson
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see tether/__init__.py
@@ -28,70 +28,6 @@ EXIT_VERSION = 1
 
 class FileCorrupt(Exception):
     """A monitor file exists but cannot be understood."""
-
-
-def _proc_stat(pid: int) -> list[bytes] | None:
-    """Fields 3.. of ``/proc/PID/stat`` (state first), or None if there is no such process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    # The command name (field 2) may contain spaces and parentheses.
-    return stat[stat.rfind(b")") + 2:].split()
-
-
-def proc_start_time(pid: int) -> int | None:
-    """Kernel start time of ``pid`` in clock ticks, or None if there is no such process."""
-    rest = _proc_stat(pid)
-    try:
-        return int(rest[19]) if rest else None  # field 22 overall
-    except (IndexError, ValueError):
-        return None
-
-
-def is_running(pid: int) -> bool:
-    """True when ``pid`` exists and is not a zombie (an exited child nobody reaped yet)."""
-    rest = _proc_stat(pid)
-    return rest is not None and bool(rest) and rest[0] not in (b"Z", b"X")
-
-
-def is_same_process(pid: int, start_time: int) -> bool:
-    """True when ``pid`` exists, is not a zombie, and started at ``start_time``."""
-    rest = _proc_stat(pid)
-    if not rest or len(rest) < 20 or rest[0] in (b"Z", b"X"):
-        return False
-    try:
-        return int(rest[19]) == start_time
-    except ValueError:
-        return False
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def atomic_write(path: str, data: bytes, *, durable: bool = True) -> None:
-    """tmp + (fsync) + rename + (fsync dir): readers see the old file or the new one."""
-    directory = os.path.dirname(path) or "."
-    tmp = f"{path}.tmp.{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
-    if durable:
-        fsync_dir(directory)
 
 
 def _read_json(path: str, what: str) -> dict[str, Any] | None:

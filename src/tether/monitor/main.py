@@ -46,14 +46,10 @@ if TYPE_CHECKING:
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from tether.hostio.proc import proc_start_time  # noqa: E402
 from tether.monitor import attachproto as proto  # noqa: E402
 from tether.monitor import tinyjson as json  # noqa: E402
-from tether.monitor.files import (  # noqa: E402
-    claim,
-    proc_start_time,
-    write_exit,
-    write_handles,
-)
+from tether.monitor.files import claim, write_exit, write_handles  # noqa: E402
 
 _VALID_SIGNALS = set(range(1, signal.NSIG))
 # Signals a child must start with default dispositions (Python ignores SIGPIPE

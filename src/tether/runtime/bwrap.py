@@ -33,7 +33,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tether.model.layout import is_within
+from tether.hostio.paths import is_within
 from tether.model.records import SandboxSpec
 
 SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/srv")

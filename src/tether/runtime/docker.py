@@ -38,8 +38,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tether.hostio.copy import CopyError, check_write
 from tether.model.records import CompanionSpec, SandboxSpec
-from tether.sandbox.copy import CopyError, check_write
 
 if TYPE_CHECKING:
     import docker

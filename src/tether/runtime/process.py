@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import tether.monitor.main as _monitor_main
+from tether.hostio.pidfd import open_verified_pidfd, signal_verified_group
+from tether.hostio.proc import is_same_process
 from tether.model.layout import MAX_SOCKET_PATH, ExecPaths
 from tether.model.records import ExecRecord
 from tether.monitor.files import (
@@ -27,12 +29,10 @@ from tether.monitor.files import (
     claim,
     claim_is_held,
     claim_owner,
-    is_same_process,
     read_exit,
     read_handles,
 )
 from tether.monitor.main import boot_id
-from tether.runtime.identity import open_verified_pidfd, signal_verified_group
 
 MONITOR_SCRIPT = str(Path(_monitor_main.__file__).resolve().with_name("run.py"))
 _BOOT_ID = boot_id()

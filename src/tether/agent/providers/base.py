@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from tether.sandbox.untrusted import NotRegular, open_regular
+from tether.hostio.untrusted import NotRegular, open_regular
 
 
 @dataclass(frozen=True)

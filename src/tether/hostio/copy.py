@@ -1,9 +1,4 @@
-"""``tether cp`` for the runtimes whose files live on the host (process, bwrap).
-
-A path inside a bwrap sandbox is on the host only when it lies in the workspace
-or a mount; everything else (``/tmp``, ``/run``) is private to each exec and
-gone when it ends, so it cannot be copied. The docker runtime copies through
-dockerd instead (:meth:`tether.runtime.docker.DockerEngine.copy_in`).
+"""Copying into and out of places a sandbox can write, on the host's own files.
 
 The daemon may run as root, and the workspace is writable from inside the
 sandbox, so a sandboxed process can plant symlinks there. Writing into a
@@ -21,50 +16,16 @@ import secrets
 import shutil
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import BinaryIO
 
-from tether.model.layout import is_within
-from tether.model.records import SandboxSpec
-from tether.sandbox.untrusted import NotRegular, open_regular
+from tether.hostio.paths import is_within
+from tether.hostio.untrusted import NotRegular, open_regular
 
 
 class CopyError(Exception):
     def __init__(self, message: str, code: str = "INVALID_PATH") -> None:
         super().__init__(message)
         self.code = code
-
-
-@dataclass(frozen=True)
-class HostPlace:
-    """A sandbox path's place on the host, and the root it must stay under."""
-
-    path: str
-    root: str | None  # None: the process runtime, whose paths are the host's own
-    rel: str = "."  # the path below root
-
-
-def host_path(spec: SandboxSpec, inside: str, *, writing: bool) -> HostPlace:
-    """Where ``inside`` (a path as the sandbox sees it) lives on the host."""
-    if not os.path.isabs(inside):
-        raise CopyError(f"a path in a sandbox must be absolute, got {inside!r}")
-    inside = os.path.normpath(inside)
-    if spec.runtime == "process":
-        return HostPlace(inside, None)  # the process runtime does not isolate
-    places: list[tuple[str, str, bool]] = []
-    if spec.workspace is not None:
-        places.append((spec.workspace_target or spec.workspace, spec.workspace, True))
-    places += [(m.target, m.source, m.mode == "rw") for m in spec.mounts]
-    for target, source, rw in sorted(places, key=lambda p: -len(p[0])):
-        if is_within(inside, target):
-            if writing and not rw:
-                raise CopyError(f"{inside} is in a read-only mount of the sandbox",
-                                "READ_ONLY")
-            rel = os.path.relpath(inside, target)
-            return HostPlace(os.path.normpath(os.path.join(source, rel)),
-                             os.path.realpath(source), rel)
-    raise CopyError(f"{inside} is not in the sandbox's workspace or mounts; only those "
-                    "are kept on the host (its /tmp is private to each exec)")
 
 
 def final_destination(src: str, dst: str) -> str:

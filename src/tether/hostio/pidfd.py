@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 
-from tether.monitor.files import is_same_process
+from tether.hostio.proc import is_same_process
 
 
 def open_verified_pidfd(pid: int, start_time: int) -> int | None:

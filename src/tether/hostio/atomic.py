@@ -1,0 +1,35 @@
+"""Replacing a file so that readers see the old one or the new one, never a mix, and
+(when ``durable``) so that the new one survives a power cut. ``os`` only: the monitor
+writes its exit file with it.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str, data: bytes, *, durable: bool = True) -> None:
+    """tmp + (fsync) + rename + (fsync dir): readers see the old file or the new one."""
+    directory = os.path.dirname(path) or "."
+    tmp = f"{path}.tmp.{os.getpid()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(tmp, path)
+    if durable:
+        fsync_dir(directory)
