@@ -69,7 +69,7 @@ def test_records_from_newer_and_older_versions_load(tmp_path: Path) -> None:
     assert old is not None and old.exit_code is None and old.spec.env == {}
     # The sandbox spec likewise.
     sb = s.list_sandboxes()[0]
-    assert sb.spec == SandboxSpec()
+    assert sb.spec == SandboxSpec(runtime="process")
 
 
 def test_store_refuses_illegal_transitions(tmp_path: Path) -> None:

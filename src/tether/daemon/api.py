@@ -6,26 +6,47 @@ Each handler is thin on purpose; the services own the behaviour.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tether import __version__
 from tether.agent.lifecycle import Thresholds
 from tether.agent.providers import for_command
 from tether.agent.providers import get as get_provider
-from tether.daemon.agents import git_common_dir
-from tether.daemon.execs import parse_signal
+from tether.daemon.agents import AgentService, git_common_dir
+from tether.daemon.events import EventBus
+from tether.daemon.execs import ExecService, parse_signal
+from tether.daemon.sandboxes import SandboxService
 from tether.model.errors import RpcCode, TetherError
+from tether.model.layout import HomeLayout
 from tether.model.records import AgentConfig, ExecRecord, ExecSpec, SandboxSpec, to_builtins
 from tether.model.states import LINEAGE_LIVE, DaemonState
 from tether.rpc import messages as m
 from tether.rpc.server import Connection, Handler, Router
-from tether.runtime import docker as docker_runtime
+from tether.runtime.registry import Runtimes
+from tether.store import Store
 
-if TYPE_CHECKING:
-    from tether.daemon.daemon import Daemon
+
+class Daemon(Protocol):
+    """What the handlers use of the daemon (the composition root implements it; this
+    module never imports it, so there is no cycle)."""
+
+    layout: HomeLayout
+    store: Store
+    bus: EventBus
+    execs: ExecService
+    sandboxes: SandboxService
+    agents: AgentService
+    runtimes: Runtimes
+    state: DaemonState
+    instance: str
+    started_at: float
+    recovery_summary: dict[str, Any]
+
+    def connection_count(self) -> int: ...
+
+    def server_accepting(self) -> bool: ...
 
 MAX_SUBSCRIPTIONS = 64  # per connection; each may queue up to QUEUE_LIMIT events
 
@@ -79,22 +100,13 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         serving = d.state == DaemonState.RUNNING and d.server_accepting()
         return {"status": "SERVING" if serving else "NOT_SERVING", "state": str(d.state)}
 
-    async def docker_status() -> dict[str, Any]:
-        if sandboxes.docker.probe_result is None and docker_runtime.docker_binary():
-            with contextlib.suppress(TetherError, TimeoutError):
-                await asyncio.wait_for(sandboxes.docker.ensure(), 10.0)
-        return sandboxes.docker.status()
-
     async def status(p: m.Empty, c: Connection) -> Any:
         return {
             "pid": os.getpid(), "version": __version__, "state": str(d.state),
             "home": str(d.layout.root), "instance": d.instance,
             "started_at": d.started_at, "uptime": time.time() - d.started_at,
             "runtime": "process",
-            "runtimes": {"process": {"available": True},
-                         "bwrap": {"available": d.bwrap.available, "version": d.bwrap.version,
-                                   "reason": d.bwrap.reason},
-                         "docker": await docker_status()},
+            "runtimes": {rt.name: (await rt.status()).view() for rt in d.runtimes},
             "recovery": d.recovery_summary,
             "counts": {"sandboxes": len(store.list_sandboxes()), "execs": store.count_execs(),
                        "watched": execs.live_count(), "connections": d.connection_count(),
@@ -315,5 +327,5 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
     ]
     for name, params, fn in table:
         if only is None or name in only:
-            r.add(name, params, fn)
+            r.add(name, params, fn, long=name in LONG_POLL_METHODS)
     return r

@@ -29,8 +29,9 @@ from typing import Any
 from tether import __version__
 from tether.daemon import home as homes
 from tether.daemon.agents import AgentService
-from tether.daemon.api import AGENT_METHODS, LONG_POLL_METHODS, build_router
-from tether.daemon.events import QUEUE_LIMIT, EventBus
+from tether.daemon.api import AGENT_METHODS, build_router
+from tether.daemon.config import DaemonConfig
+from tether.daemon.events import EventBus
 from tether.daemon.execs import ExecService
 from tether.daemon.faults import Faults
 from tether.daemon.sandboxes import SandboxService
@@ -38,14 +39,12 @@ from tether.model.errors import TetherError
 from tether.model.layout import HOME_LOCKED_EXIT, MAX_SOCKET_PATH, HomeLayout
 from tether.model.states import DaemonState, check_transition
 from tether.rpc.server import RpcServer
-from tether.runtime import bwrap as bwrap_runtime
-from tether.runtime.docker import DockerEngine
-from tether.runtime.process import ProcessRuntime
+from tether.runtime.monitors import MonitorPool
+from tether.runtime.registry import RuntimeContext, Runtimes
 from tether.store import SchemaTooNew, Store
 
 log = logging.getLogger("tether.daemon")
 
-SWEEP_INTERVAL = 5.0
 DRAIN_TIMEOUT = 10.0
 
 
@@ -56,12 +55,9 @@ class StartupError(Exception):
 
 
 class Daemon:
-    def __init__(self, home: Path, *, pool_size: int = 2,
-                 default_runtime: str | None = None) -> None:
-        self.layout = HomeLayout(home.absolute())
-        self.pool_size = pool_size
-        self.default_runtime = (default_runtime or os.environ.get("TETHER_DEFAULT_RUNTIME")
-                                or "auto")
+    def __init__(self, config: DaemonConfig) -> None:
+        self.config = config
+        self.layout = HomeLayout(config.home)
         self.state = DaemonState.STOPPED
         self.instance = secrets.token_hex(4)
         self.started_at = time.time()
@@ -90,8 +86,7 @@ class Daemon:
 
     def run(self) -> int:
         """Run in the foreground until SIGTERM/SIGINT. Returns the exit code."""
-        use_uvloop = os.environ.get("TETHER_NO_UVLOOP") is None
-        if use_uvloop:
+        if self.config.uvloop:
             try:
                 import uvloop
 
@@ -124,7 +119,8 @@ class Daemon:
                 tg.create_task(self._pool_loop(), name="monitor-pool")
                 tg.create_task(self._sweep_loop(), name="sweep")
                 tg.create_task(self.agents.tick_loop(), name="agent-tick")
-                tg.create_task(self.sandboxes.docker.watch_loop(), name="docker-watch")
+                for rt in self.runtimes:
+                    tg.create_task(rt.run(), name=f"runtime-{rt.name}")
                 await self._stop.wait()
                 await self._shutdown()
                 raise _Stopped
@@ -157,23 +153,20 @@ class Daemon:
             self._lock.release()
             raise StartupError(f"cannot open the store {self.layout.db}: {e}") from None
         try:
-            faults = Faults(os.environ.get("TETHER_FAULT"))
+            faults = Faults(self.config.faults)
         except ValueError as e:
             self._lock.release()
             raise StartupError(str(e)) from None
         _raise_fd_limit()
-        self.runtime = ProcessRuntime(pool_size=self.pool_size)
-        queue_limit = int(os.environ.get("TETHER_SUBSCRIBER_QUEUE", QUEUE_LIMIT))
-        self.bus = EventBus(self.store, queue_limit=queue_limit)
-        self.execs = ExecService(self.store, self.layout, self.runtime, self.bus, faults)
-        self.bwrap = bwrap_runtime.probe()
-        if not self.bwrap.available:
-            log.warning("sandboxes fall back to the process runtime: %s", self.bwrap.reason)
-        self.execs.bwrap_path = self.bwrap.path or "bwrap"
-        self.sandboxes = SandboxService(self.store, self.bus, self.execs, self.bwrap,
-                                        DockerEngine(str(self.layout.root)))
+        self.monitors = MonitorPool(pool_size=self.config.pool_size)
+        self.bus = EventBus(self.store, queue_limit=self.config.subscriber_queue)
+        self.runtimes = Runtimes(RuntimeContext(home=str(self.layout.root),
+                                                docker_cli=self.config.docker_cli))
+        self.execs = ExecService(self.store, self.layout, self.monitors, self.runtimes,
+                                 self.bus, faults)
+        self.sandboxes = SandboxService(self.store, self.bus, self.execs, self.runtimes)
         try:
-            warning = self.sandboxes.configure_default(self.default_runtime)
+            warning = self.sandboxes.configure_default(self.config.default_runtime)
         except (ValueError, TetherError) as e:
             self._lock.release()
             raise StartupError(str(e)) from None
@@ -203,7 +196,6 @@ class Daemon:
 
     async def _bind(self) -> None:
         self._rpc = RpcServer(build_router(self))
-        self._rpc.long_poll = set(LONG_POLL_METHODS)
         self._server = await self._listen(self._rpc, self.layout.socket)
         # Sandboxed agents get this one: their own session's methods and nothing else.
         self._agent_rpc = RpcServer(build_router(self, only=AGENT_METHODS))
@@ -240,7 +232,7 @@ class Daemon:
 
     def _close_infrastructure(self) -> None:
         with contextlib.suppress(Exception):
-            self.runtime.close()
+            self.monitors.close()
         with contextlib.suppress(Exception):
             self.store.close()
         with contextlib.suppress(FileNotFoundError):
@@ -257,7 +249,7 @@ class Daemon:
         while True:
             self.execs.pool_wanted.clear()
             try:
-                await self.runtime.refill_pool()
+                await self.monitors.refill_pool()
             except OSError:  # e.g. EAGAIN from fork: starts spawn on demand meanwhile
                 log.exception("could not pre-start a monitor; retrying in 1 s")
                 await asyncio.sleep(1.0)
@@ -265,13 +257,13 @@ class Daemon:
             await self.execs.pool_wanted.wait()
 
     async def _sweep_loop(self) -> None:
-        interval = float(os.environ.get("TETHER_SWEEP_INTERVAL", SWEEP_INTERVAL))
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(self.config.sweep_interval)
             try:
                 self.execs.sweep()
                 await self.sandboxes.enforce_lifetimes(time.time())
-                await self.sandboxes.docker.sweep_leftovers()
+                for rt in self.runtimes:
+                    await rt.sweep()
             except Exception:
                 log.exception("sweep failed")
 
@@ -302,6 +294,7 @@ def _sd_notify(state: str) -> None:
 
 
 def serve(home: Path, **kw: Any) -> int:
-    logging.basicConfig(level=os.environ.get("TETHER_LOG_LEVEL", "INFO"),
+    config = DaemonConfig.from_env(home, **kw)
+    logging.basicConfig(level=config.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return Daemon(home, **kw).run()
+    return Daemon(config).run()

@@ -19,20 +19,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
-
 from tether.daemon.events import EventBus
 from tether.daemon.faults import Faults
-from tether.hostio.paths import is_within
 from tether.hostio.pidfd import signal_verified_group
 from tether.hostio.proc import is_same_process
 from tether.model.errors import RpcCode, TetherError, invalid_params, not_found
 from tether.model.layout import ExecPaths, HomeLayout
 from tether.model.records import Event, ExecRecord, ExecSpec, SandboxRecord, to_builtins
 from tether.model.states import EXEC_TERMINAL, ExecState, SandboxState
-from tether.runtime import bwrap as bwrap_runtime
-from tether.runtime import docker as docker_runtime
-from tether.runtime.process import Inspection, ProcessRuntime, StartError
+from tether.runtime.base import AgentView, ExecRequest
+from tether.runtime.monitors import Inspection, MonitorPool, StartError
+from tether.runtime.registry import Runtimes
 from tether.store import Store
 
 log = logging.getLogger("tether.execs")
@@ -80,11 +77,12 @@ class _Watch:
 
 
 class ExecService:
-    def __init__(self, store: Store, layout: HomeLayout, runtime: ProcessRuntime,
-                 bus: EventBus, faults: Faults) -> None:
+    def __init__(self, store: Store, layout: HomeLayout, monitors: MonitorPool,
+                 runtimes: Runtimes, bus: EventBus, faults: Faults) -> None:
         self.store = store
         self.layout = layout
-        self.runtime = runtime
+        self.monitors = monitors
+        self.runtimes = runtimes
         self.bus = bus
         self.faults = faults
         self._watches: dict[str, _Watch] = {}
@@ -95,8 +93,6 @@ class ExecService:
         self.pool_wanted = asyncio.Event()
         # Owner of the long-lived per-exec tasks; the daemon sets it before recovery.
         self.tasks: asyncio.TaskGroup | None = None
-        self.bwrap_path = "bwrap"  # set from the daemon's probe
-        self.docker_bin = docker_runtime.docker_binary()
         # Called (synchronously) with every exec that reaches a terminal state.
         self.on_terminal: list[Callable[[ExecRecord], None]] = []
 
@@ -147,7 +143,7 @@ class ExecService:
     # ------------------------------------------------------------------ start
     async def start(self, sandbox: SandboxRecord, spec: ExecSpec, request_key: str | None,
                     *, lineage: str | None = None,
-                    agent_view: bwrap_runtime.AgentView | None = None) -> ExecRecord:
+                    agent_view: AgentView | None = None) -> ExecRecord:
         if request_key:
             existing = self.store.exec_by_request_key(request_key)
             if existing is not None:
@@ -169,29 +165,9 @@ class ExecService:
             if not os.path.isdir(cwd):
                 raise invalid_params(f"cwd {cwd!r} is not an existing directory")
         # Everything that can refuse the exec is checked before its intent is committed.
-        sandboxed_argv: list[str] | None = None
-        if sandbox.spec.runtime == "bwrap":
-            if not cwd:
-                raise invalid_params("a bwrap exec needs a working directory (cwd) or a "
-                                     "sandbox workspace: it is the one writable place")
-            cwd = os.path.realpath(cwd)  # symlinks and .. must not widen what is mounted
-            home = os.path.realpath(self.layout.root)
-            if is_within(cwd, home):  # a parent is fine: the home is hidden under it
-                raise invalid_params(f"cwd {cwd!r} is inside tether's home {home}: a sandbox "
-                                     "must not see tether's own state")
-            problem = (bwrap_runtime.workspace_problem(cwd) if sandbox.spec.workspace is None
-                       else None)
-            if problem is not None:
-                raise invalid_params(f"cannot run in a bwrap sandbox from here: {problem}; "
-                                     "cd into a project directory, or use --sandbox with "
-                                     "a workspace")
-            sandboxed_argv = bwrap_runtime.wrap(
-                spec.argv, sandbox.spec, cwd=cwd, tether_home=home, tty=spec.tty,
-                bwrap_path=self.bwrap_path, agent=agent_view)
-        elif sandbox.spec.runtime == "docker" and self.docker_bin is None:
-            raise TetherError(RpcCode.INVALID_STATE, "RUNTIME_UNAVAILABLE",
-                              "the docker CLI is not installed; docker execs need it",
-                              {"runtime": "docker"})
+        plan = self.runtimes.get(sandbox.spec.runtime).prepare_exec(ExecRequest(
+            sandbox=sandbox, spec=spec, cwd=cwd, agent=agent_view,
+            tether_home=os.path.realpath(self.layout.root)))
         exec_id = self.store.reserve_id("exec")
         rec = ExecRecord(id=exec_id, sandbox=sandbox.id, state=ExecState.PENDING,
                          spec=spec, name=spec.name, created_at=time.time(),
@@ -199,43 +175,10 @@ class ExecService:
         self._commit(self.store.create_exec(rec))
         self.faults.hit("exec.after_commit")
 
-        env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-               "HOME": os.environ.get("HOME", "/"), "LANG": os.environ.get("LANG", "C.UTF-8")}
-        signal_argv: list[str] | None = None
-        if sandbox.spec.runtime == "docker":
-            assert self.docker_bin is not None
-            # The sandbox's own env is the container's; only the exec's travels, by name.
-            inner = {k: v for k, v in spec.env.items()
-                     if k not in docker_runtime.HOST_ONLY_ENV and not k.startswith("DOCKER_")}
-            if spec.tty:
-                inner["TERM"] = spec.env.get("TERM", "xterm")
-            inner["TETHER_EXEC_ID"] = exec_id
-            inner["TETHER_SANDBOX"] = sandbox.id
-            env.update({k: v for k, v in os.environ.items() if k.startswith("DOCKER_")})
-            env.update(inner)
-            sandboxed_argv = docker_runtime.exec_argv(
-                self.docker_bin, sandbox.id, spec.argv, sorted(inner),
-                cwd=docker_runtime.inside_cwd(sandbox.spec, cwd), tty=spec.tty,
-                stdin=spec.stdin)
-            signal_argv = docker_runtime.signal_argv(self.docker_bin, sandbox.id, exec_id)
-            cwd = "/"  # the docker client's own; the exec's is its -w
-        else:
-            env.update(sandbox.spec.env)
-            env.update(spec.env)
-            if spec.tty:  # ncurses trusts these over the terminal: they would pin its size
-                env.pop("LINES", None)
-                env.pop("COLUMNS", None)
-            env["TETHER_EXEC_ID"] = exec_id
-            env["TETHER_SANDBOX"] = sandbox.id
-        run_spec = spec if cwd == spec.cwd else ExecSpec(**{**to_builtins(spec), "cwd": cwd})
-        if sandboxed_argv is not None:
-            run_spec = msgspec.structs.replace(run_spec, argv=sandboxed_argv)
-        run_rec = rec if run_spec is spec else ExecRecord(**{**to_builtins(rec), "spec": run_spec})
         paths = self.paths(rec)
         try:
             try:
-                started = await self.runtime.start(run_rec, paths, env,
-                                                   signal_argv=signal_argv)
+                started = await self.monitors.start(rec, paths, plan(exec_id))
             except (StartError, asyncio.CancelledError):
                 raise
             except Exception as e:  # never leave a committed exec PENDING and unwatched
@@ -259,7 +202,7 @@ class ExecService:
                                "start_time": started.monitor_start_time},
                    "child": {"pid": started.pid, "start_time": started.start_time}}
         self._pids[exec_id] = started.pid
-        pidfd = self.runtime.watch_fd(handles)
+        pidfd = self.monitors.watch_fd(handles)
         if pidfd is None and not is_same_process(started.monitor_pid,
                                                  started.monitor_start_time):
             self._settle(exec_id)  # it already ended
@@ -328,7 +271,7 @@ class ExecService:
 
     def _on_monitor_exit(self, exec_id: str) -> None:
         self._unwatch(exec_id)
-        self.runtime.reap_children()
+        self.monitors.reap_children()
         try:
             self._settle(exec_id)
         except Exception:
@@ -339,7 +282,7 @@ class ExecService:
         rec = self.store.get_exec(exec_id)
         if rec is None or rec.state in EXEC_TERMINAL:
             return
-        self._apply(rec, self.runtime.inspect(self.paths(rec)))
+        self._apply(rec, self.monitors.inspect(self.paths(rec)))
 
     def _apply(self, rec: ExecRecord, insp: Inspection) -> str:
         """Bring the record in line with an inspection. Returns what was done."""
@@ -379,7 +322,7 @@ class ExecService:
         if insp.kind == "unstarted" and rec.state == ExecState.RUNNING:
             insp = Inspection("lost", reason="RUNNING in the store but its handles file is "
                               "missing and no monitor holds it")
-        if insp.kind == "unstarted" and not self.runtime.claim_for_failure(self.paths(rec)):
+        if insp.kind == "unstarted" and not self.monitors.claim_for_failure(self.paths(rec)):
             return "starting"  # a monitor claimed it this instant; look again
         if insp.kind == "starting":
             return "starting"
@@ -397,7 +340,7 @@ class ExecService:
         for _attempt in range(100):
             later: list[ExecRecord] = []
             for rec in todo:
-                done = self._apply(rec, self.runtime.inspect(self.paths(rec)))
+                done = self._apply(rec, self.monitors.inspect(self.paths(rec)))
                 if done == "starting":
                     later.append(rec)
                 else:
@@ -416,12 +359,12 @@ class ExecService:
 
     def sweep(self) -> None:
         """Poll the execs watched without a pidfd; reap exited monitors."""
-        self.runtime.reap_children()
+        self.monitors.reap_children()
         for exec_id, w in list(self._watches.items()):
             rec = self.store.get_exec(exec_id)
             if w.pidfd is not None or rec is None:
                 continue
-            insp = self.runtime.inspect(self.paths(rec))
+            insp = self.monitors.inspect(self.paths(rec))
             if insp.kind == "alive" and insp.pidfd is None:
                 continue  # still alive, still no pidfd: keep polling
             self._unwatch(exec_id)
@@ -454,7 +397,7 @@ class ExecService:
         paths = self.paths(rec)
         loop = asyncio.get_running_loop()
         try:
-            reply = await loop.run_in_executor(None, self.runtime.control, paths, {
+            reply = await loop.run_in_executor(None, self.monitors.control, paths, {
                 "op": "cancel", "signal": sig, "grace": grace, "reason": reason})
             if reply.get("ok"):
                 return

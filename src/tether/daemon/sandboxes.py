@@ -1,9 +1,10 @@
 """Sandboxes: a named place (runtime, workspace, env, labels) that execs run in.
 
-The ``process`` and ``bwrap`` runtimes need nothing besides the execs' own
-monitors; the ``docker`` runtime's containers and network are managed by
-:class:`~tether.daemon.containers.ContainerService`. Stopping or deleting a
-sandbox cancels its execs first.
+The service owns the sandbox lifecycle and its journal; what a runtime must make,
+start, stop or remove for a sandbox goes through the runtime's interface
+(:class:`~tether.runtime.base.Runtime`), which reports back through
+:class:`_Host` (a :class:`~tether.runtime.base.SandboxHost` scoped to that
+runtime's sandboxes). Stopping or deleting a sandbox cancels its execs first.
 """
 
 from __future__ import annotations
@@ -13,39 +14,69 @@ import contextlib
 import logging
 import os
 import signal
-from functools import partial
 from typing import Any
 
 import msgspec
 
-from tether.daemon.containers import ContainerService, rpc_code
 from tether.daemon.events import EventBus
 from tether.daemon.execs import ExecService
-from tether.hostio.copy import CopyError, copy_into, copy_out_of, copy_path
+from tether.hostio.copy import CopyError
 from tether.hostio.paths import paths_overlap
 from tether.model.errors import RpcCode, TetherError, invalid_params, not_found
 from tether.model.records import DEFAULT_SANDBOX, Event, SandboxRecord, SandboxSpec
 from tether.model.states import EXEC_TERMINAL, ExecState, IllegalTransition, SandboxState
-from tether.runtime import bwrap as bwrap_runtime
-from tether.runtime.docker import DockerEngine, DockerError
-from tether.runtime.mapping import host_path
+from tether.runtime.base import Runtime
+from tether.runtime.registry import Runtimes
 from tether.store import Store
-
-RUNTIMES = ("auto", "process", "bwrap", "docker")
 
 log = logging.getLogger("tether.sandboxes")
 
 EPHEMERAL_GRACE = 60.0  # seconds an ephemeral sandbox may wait for its first exec
 
 
+class _Host:
+    """A runtime's view of the sandboxes: only its own, journaled by the service."""
+
+    def __init__(self, service: SandboxService, runtime: Runtime) -> None:
+        self._service = service
+        self._runtime = runtime.name
+
+    def _mine(self, sb: SandboxRecord | None) -> SandboxRecord | None:
+        return sb if sb is not None and sb.spec.runtime == self._runtime else None
+
+    def get(self, sandbox: str) -> SandboxRecord | None:
+        return self._mine(self._service.store.get_sandbox(sandbox))
+
+    def list(self, *, include_deleted: bool = False) -> list[SandboxRecord]:
+        return [sb for sb in self._service.store.list_sandboxes(include_deleted=include_deleted)
+                if self._mine(sb) is not None]
+
+    def transition(self, sandbox: str, to: SandboxState, reason: str) -> SandboxRecord:
+        return self._service._commit(self._service.store.transition_sandbox(
+            sandbox, to, reason=reason))
+
+    def event(self, sandbox: str | None, kind: str, reason: str,
+              data: dict[str, Any] | None = None) -> None:
+        self._service.bus.publish(self._service.store.append_event(
+            sandbox, kind, reason=reason, data=data or {}))
+
+    async def finish_delete(self, sb: SandboxRecord) -> SandboxRecord:
+        """The reconcile's DELETING row: what the runtime made is already removed."""
+        await self._service._stop_execs(sb, 5.0, f"sandbox {sb.name} deleted")
+        return self._service._finish_delete(sb)
+
+
 class SandboxService:
     def __init__(self, store: Store, bus: EventBus, execs: ExecService,
-                 bwrap: bwrap_runtime.Probe, engine: DockerEngine) -> None:
+                 runtimes: Runtimes) -> None:
         self.store = store
         self.bus = bus
         self.execs = execs
-        self.bwrap = bwrap
-        self.docker = ContainerService(store, bus, engine, self._finish_docker_delete)
+        self.runtimes = runtimes
+        runtimes.attach(lambda rt: _Host(self, rt))
+
+    def runtime_of(self, sb: SandboxRecord) -> Runtime:
+        return self.runtimes.get(sb.spec.runtime)
 
     def _commit(self, result: tuple[SandboxRecord, Event]) -> SandboxRecord:
         self.bus.publish(result[1])
@@ -61,82 +92,50 @@ class SandboxService:
                               {"ref": ref, "matches": [r.id for r in found]})
         return found[0]
 
-    def resolve_runtime(self, wanted: str) -> tuple[str, str | None]:
-        """``auto`` → bwrap when it works here, else process (with the reason why)."""
-        if wanted == "auto":
-            if self.bwrap.available:
-                return "bwrap", None
-            return "process", f"runtime auto fell back to process: {self.bwrap.reason}"
-        if wanted == "bwrap" and not self.bwrap.available:
-            raise TetherError(RpcCode.INVALID_STATE, "RUNTIME_UNAVAILABLE",
-                              f"the bwrap runtime is not available: {self.bwrap.reason}; "
-                              "use runtime auto or process", {"runtime": "bwrap"})
-        if wanted not in RUNTIMES:
-            raise invalid_params(f"unknown runtime {wanted!r}; use one of: "
-                                 f"{', '.join(RUNTIMES)}", runtime=wanted)
-        return wanted, None
-
     def configure_default(self, wanted: str) -> str | None:
         """The implicit ``default`` sandbox runs what ``tether run`` starts without
         ``--sandbox``: sandboxed (``auto``) unless the daemon was told otherwise.
-        Returns a warning when auto fell back to process."""
-        if wanted not in ("auto", "bwrap", "process"):
-            raise ValueError(f"--default-runtime must be auto, bwrap or process, not "
-                             f"{wanted!r} (docker needs an image: create a sandbox)")
-        runtime, warning = self.resolve_runtime(wanted)
+        Returns a warning when auto fell back."""
+        usable = ["auto", *(rt.name for rt in self.runtimes if rt.can_be_default)]
+        if wanted not in usable:
+            raise ValueError(f"--default-runtime must be {', '.join(usable[:-1])} or "
+                             f"{usable[-1]}, not {wanted!r} (it needs a spec of its own: "
+                             "create a sandbox)")
+        rt, warning = self.runtimes.resolve(wanted)
         sb = self.store.get_sandbox(DEFAULT_SANDBOX)
-        if sb is not None and sb.spec.runtime != runtime:
+        if sb is not None and sb.spec.runtime != rt.name:
             self._commit(self.store.set_sandbox_spec(
-                sb.id, msgspec.structs.replace(sb.spec, runtime=runtime),
-                f"default runtime is now {runtime}" + (f" ({warning})" if warning else "")))
+                sb.id, msgspec.structs.replace(sb.spec, runtime=rt.name),
+                f"default runtime is now {rt.name}" + (f" ({warning})" if warning else "")))
         return warning
 
     async def create(self, name: str, spec: SandboxSpec) -> SandboxRecord:
-        runtime, warning = self.resolve_runtime(spec.runtime)
-        spec = msgspec.structs.replace(spec, runtime=runtime)
-        if runtime == "process" and (spec.mounts or spec.workspace_target or
-                                     spec.network not in (None, "host")):
-            raise invalid_params("the process runtime cannot isolate: mounts, "
-                                 "workspace_target and network none/private need bwrap")
-        if runtime != "docker" and (spec.image or spec.companions):
-            raise invalid_params("image and companions need runtime docker")
-        if runtime != "docker" and spec.resources is not None:
-            raise invalid_params("resource limits (memory, cpus, pids) are enforced by the "
-                                 "docker runtime only; use runtime docker or drop resources")
-        if runtime == "docker":
-            if not spec.image:
-                raise invalid_params("runtime docker needs an image")
-            if spec.network == "none" and spec.companions:
-                raise invalid_params("network none cuts the sandbox off from its "
-                                     "companions; use private")
+        rt, warning = self.runtimes.resolve(spec.runtime)
+        spec = msgspec.structs.replace(spec, runtime=rt.name)
+        rt.check_spec(spec)
         if spec.workspace is not None:
             if not os.path.isabs(spec.workspace) or not os.path.isdir(spec.workspace):
                 raise invalid_params(
                     f"workspace {spec.workspace!r} must be an existing absolute directory")
             spec.workspace = os.path.realpath(spec.workspace)
-            problem = bwrap_runtime.workspace_problem(spec.workspace)
-            if problem is not None and runtime in ("bwrap", "docker"):
+            problem = rt.workspace_problem(spec.workspace)
+            if problem is not None:
                 raise invalid_params(problem)
             if paths_overlap(spec.workspace, os.path.realpath(self.execs.layout.root)):
                 raise invalid_params(f"workspace {spec.workspace} overlaps tether's home; "
                                      "a sandbox must not see tether's own state")
         for i, m in enumerate(spec.mounts):
-            problem = bwrap_runtime.mount_problem(os.path.realpath(m.source), m.mode,
-                                                  os.path.realpath(self.execs.layout.root))
+            problem = rt.mount_problem(os.path.realpath(m.source), m.mode,
+                                       os.path.realpath(self.execs.layout.root))
             if problem is not None:
                 raise invalid_params(f"mounts[{i}]: {problem}")
-        if runtime == "docker":
-            await self.docker.ensure()  # refuse before anything is recorded
-            rec = self._commit(self.store.create_sandbox(name, spec))
-            return await self.docker.create(rec)
+        await rt.ensure()  # refuse before anything is recorded
         rec = self._commit(self.store.create_sandbox(name, spec))
-        ready = f"{runtime} runtime ready" + (f" ({warning})" if warning else "")
-        return self._commit(self.store.transition_sandbox(rec.id, SandboxState.READY,
-                                                          reason=ready))
+        return await rt.create(rec, warning)
 
     async def copy(self, sb: SandboxRecord, direction: str, src: str,
                    dst: str) -> dict[str, Any]:
-        """``tether cp``: through dockerd for docker, else on the host's own files."""
+        """``tether cp``, by the sandbox's runtime."""
         host = src if direction == "in" else dst
         if not os.path.isabs(host):
             raise invalid_params(f"the host path must be absolute, got {host!r}")
@@ -148,30 +147,9 @@ class SandboxService:
             raise TetherError(RpcCode.INVALID_STATE, "SANDBOX_NOT_READY",
                               f"sandbox {sb.name!r} is {sb.state}", {"sandbox": sb.id})
         try:
-            if sb.spec.runtime == "docker":
-                await self.docker.ensure()
-                if direction == "in":
-                    n = await self.docker.call(self.docker.engine.copy_in, sb.id, src, dst)
-                else:
-                    n = await self.docker.call(self.docker.engine.copy_out, sb.id, src, dst,
-                                               home)
-            elif direction == "in":
-                place = host_path(sb.spec, dst, writing=True)
-                if place.root is None:  # process runtime: the host's own paths
-                    n = await asyncio.to_thread(partial(copy_path, src, place.path,
-                                                        forbidden=home))
-                else:  # the sandbox runs meanwhile: walk by descriptors, no symlinks
-                    n = await asyncio.to_thread(copy_into, src, place.root, place.rel)
-            else:
-                place = host_path(sb.spec, src, writing=False)
-                if place.root is None:  # process runtime: the host's own paths
-                    n = await asyncio.to_thread(partial(copy_path, place.path, dst,
-                                                        forbidden=home))
-                else:  # the sandbox runs meanwhile: read by descriptors, no symlinks
-                    n = await asyncio.to_thread(partial(copy_out_of, place.root,
-                                                        place.rel, dst, forbidden=home))
-        except (CopyError, DockerError) as e:
-            raise TetherError(rpc_code(e.code, RpcCode.INVALID_PARAMS), e.code, str(e),
+            n = await self.runtime_of(sb).copy(sb, direction, src, dst, tether_home=home)
+        except CopyError as e:
+            raise TetherError(RpcCode.INVALID_PARAMS, e.code, str(e),
                               {"sandbox": sb.id}) from None
         except OSError as e:
             raise TetherError(RpcCode.INVALID_PARAMS, "COPY_FAILED",
@@ -193,21 +171,13 @@ class SandboxService:
             return sb
         self._guard(sb, SandboxState.STOPPED)
         await self._stop_execs(sb, grace, f"sandbox {sb.name} stopped")
-        if sb.spec.runtime == "docker":
-            await self.docker.ensure()
-            return await self.docker.stop(sb, reason)
-        return self._commit(self.store.transition_sandbox(sb.id, SandboxState.STOPPED,
-                                                          reason=reason))
+        return await self.runtime_of(sb).stop(sb, reason)
 
     async def start(self, sb: SandboxRecord) -> SandboxRecord:
         if sb.state == SandboxState.READY:
             return sb
         self._guard(sb, SandboxState.READY)
-        if sb.spec.runtime == "docker":
-            await self.docker.ensure()
-            return await self.docker.start(sb)
-        return self._commit(self.store.transition_sandbox(sb.id, SandboxState.READY,
-                                                          reason="started by request"))
+        return await self.runtime_of(sb).start(sb)
 
     async def delete(self, sb: SandboxRecord, grace: float,
                      force: bool = False) -> SandboxRecord:
@@ -219,23 +189,7 @@ class SandboxService:
             sb = self._commit(self.store.transition_sandbox(sb.id, SandboxState.DELETING,
                                                             reason="delete requested"))
         await self._stop_execs(sb, grace, f"sandbox {sb.name} deleted")
-        if sb.spec.runtime == "docker":
-            try:
-                await self.docker.ensure()
-                await self.docker.remove(sb)
-            except TetherError as e:
-                if not force:
-                    raise TetherError(e.rpc_code, e.code, f"{e.message}; the sandbox stays "
-                                      "DELETING until dockerd answers (or `tether sandbox rm "
-                                      "--force` records it deleted now)", e.data) from None
-                log.warning("sandbox %s deleted by force: %s", sb.id, e.message)
-                self.docker.leftovers_due = True
-                self.docker.wanted.set()
-        return self._finish_delete(sb)
-
-    async def _finish_docker_delete(self, sb: SandboxRecord) -> SandboxRecord:
-        """The reconcile's DELETING row: its containers are already removed."""
-        await self._stop_execs(sb, 5.0, f"sandbox {sb.name} deleted")
+        await self.runtime_of(sb).remove(sb, force=force)
         return self._finish_delete(sb)
 
     def _finish_delete(self, sb: SandboxRecord) -> SandboxRecord:
@@ -301,14 +255,14 @@ class SandboxService:
                                                           reason=reason))
 
     async def recover(self) -> None:
-        """Finish what a dead daemon left half done. Docker sandboxes are left to the
-        reconcile that runs once dockerd answers, so a slow or absent engine never
-        delays serving."""
-        if any(sb.spec.runtime == "docker"
-               for sb in self.store.list_sandboxes(include_deleted=True)):
-            self.docker.wanted.set()  # a home that used docker: reconcile, sweep leftovers
+        """Finish what a dead daemon left half done. A runtime that adopts its own
+        sandboxes later (docker, once dockerd answers) is told about them instead, so a
+        slow or absent engine never delays serving."""
+        every = self.store.list_sandboxes(include_deleted=True)
+        for rt in self.runtimes:
+            rt.note_sandboxes([sb for sb in every if sb.spec.runtime == rt.name])
         for sb in self.store.list_sandboxes():
-            if sb.spec.runtime == "docker":
+            if not self.runtime_of(sb).adopts_at_start():
                 continue
             if sb.state == SandboxState.PENDING:
                 self._commit(self.store.transition_sandbox(

@@ -48,7 +48,9 @@ class SandboxSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     """The resolved spec of a sandbox: what the store keeps after YAML parsing,
     parameter substitution and ``--set`` overrides (source 000's sandbox-config)."""
 
-    runtime: str = "process"  # process | bwrap | docker ("auto" is resolved at create)
+    # process | bwrap | docker ("auto" is resolved at create). No default: msgspec omits a
+    # default by identity, so a stored or sent spec could silently lose its runtime.
+    runtime: str
     workspace: str | None = None  # host directory, mounted read-write
     workspace_target: str | None = None  # where it appears inside (default: same path)
     image: str | None = None  # docker only
@@ -71,7 +73,7 @@ class SandboxRecord(msgspec.Struct, kw_only=True):
     id: str
     name: str
     state: str
-    spec: SandboxSpec = msgspec.field(default_factory=SandboxSpec)
+    spec: SandboxSpec
     created_at: float = 0.0
     updated_at: float = 0.0
     reason: str | None = None

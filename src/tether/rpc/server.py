@@ -40,14 +40,41 @@ class Method:
     name: str
     params: type[Any]
     handler: Handler
+    long: bool = False  # waits for an outside event: runs as a task, cancelled on drain
 
 
 class Router:
     def __init__(self) -> None:
         self.methods: dict[str, Method] = {}
 
-    def add(self, name: str, params: type[Any], handler: Handler) -> None:
-        self.methods[name] = Method(name, params, handler)
+    def add(self, name: str, params: type[Any], handler: Handler, *,
+            long: bool = False) -> None:
+        self.methods[name] = Method(name, params, handler, long)
+
+    def is_long(self, msg: Any) -> bool:
+        """Is this decoded request (or batch) a long poll? Only decides scheduling;
+        dispatch validates."""
+        if isinstance(msg, list):
+            return any(self.is_long(m) for m in msg)
+        if not isinstance(msg, dict) or not isinstance(msg.get("method"), str):
+            return False
+        method = self.methods.get(msg["method"])
+        return method is not None and method.long
+
+
+@dataclass(frozen=True)
+class _Unparsable:
+    """A line that is not JSON: answered with a parse error."""
+
+    reply: dict[str, Any]
+
+
+def _decode(raw: bytes) -> Any:
+    try:
+        return msgspec.json.decode(raw)
+    except (msgspec.DecodeError, UnicodeDecodeError) as e:
+        return _Unparsable(_error(None, RpcCode.PARSE_ERROR, f"parse error: {e}",
+                                  {"code": "PARSE_ERROR"}))
 
 
 @dataclass(eq=False)
@@ -101,8 +128,6 @@ class RpcServer:
         self._idle = asyncio.Event()
         self._idle.set()
         self.connections: set[Connection] = set()
-        # Methods that wait for an outside event; cancelled (not awaited) on drain.
-        self._long_patterns: tuple[bytes, ...] = ()
 
     async def handle_connection(self, reader: asyncio.StreamReader,
                                 writer: asyncio.StreamWriter) -> None:
@@ -126,12 +151,13 @@ class RpcServer:
                             continue
                         if not item.strip():
                             continue
-                        if self._is_long(item):
+                        msg = _decode(item)
+                        if self.router.is_long(msg):
                             await slots.acquire()
-                            conn.spawn_long(self._handle_line(conn, item, slots))
+                            conn.spawn_long(self._handle_line(conn, msg, slots))
                             await conn.drain()
                         else:
-                            await self._handle_line(conn, item, None)  # drains its reply
+                            await self._handle_line(conn, msg, None)  # drains its reply
                 finally:
                     conn.closed.set()
                     self.connections.discard(conn)
@@ -145,24 +171,12 @@ class RpcServer:
             with contextlib.suppress(Exception):
                 writer.close()
 
-    @property
-    def long_poll(self) -> set[str]:
-        return {p.decode().strip('"') for p in self._long_patterns}
-
-    @long_poll.setter
-    def long_poll(self, methods: set[str]) -> None:
-        self._long_patterns = tuple(f'"{m}"'.encode() for m in sorted(methods))
-
-    def _is_long(self, raw: bytes) -> bool:
-        # A cheap sniff decides only how the request is scheduled; dispatch validates.
-        return any(p in raw for p in self._long_patterns)
-
-    async def _handle_line(self, conn: Connection, raw: bytes,
+    async def _handle_line(self, conn: Connection, msg: Any,
                            slots: asyncio.Semaphore | None) -> None:
         self.inflight += 1
         self._idle.clear()
         try:
-            reply = await self._handle_message(conn, raw)
+            reply = await self._handle_message(conn, msg)
             if reply is not None:
                 conn.send(reply)
                 with contextlib.suppress(ConnectionError):
@@ -174,12 +188,9 @@ class RpcServer:
             if self.inflight == 0:
                 self._idle.set()
 
-    async def _handle_message(self, conn: Connection, raw: bytes) -> Any:
-        try:
-            msg = msgspec.json.decode(raw)
-        except (msgspec.DecodeError, UnicodeDecodeError) as e:
-            return _error(None, RpcCode.PARSE_ERROR, f"parse error: {e}",
-                          {"code": "PARSE_ERROR"})
+    async def _handle_message(self, conn: Connection, msg: Any) -> Any:
+        if isinstance(msg, _Unparsable):
+            return msg.reply
         if isinstance(msg, list):
             if not msg:
                 return _error(None, RpcCode.INVALID_REQUEST, "empty batch",

@@ -26,15 +26,32 @@ init with it, and the kernel ends every process in its pid namespace.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import logging
 import os
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from tether.hostio.copy import copy_into, copy_out_of
 from tether.hostio.paths import is_within
-from tether.model.records import SandboxSpec
+from tether.model.errors import invalid_params
+from tether.model.records import SandboxRecord, SandboxSpec
+from tether.runtime.base import AgentView as AgentView  # where agents' policy finds it
+from tether.runtime.base import (
+    ExecRequest,
+    Launch,
+    LaunchPlan,
+    Runtime,
+    RuntimeStatus,
+    host_env,
+)
+from tether.runtime.mapping import host_path
+from tether.runtime.process import no_docker_fields
+
+log = logging.getLogger("tether.daemon")
 
 SYSTEM_DIRS = ("/usr", "/etc", "/opt", "/srv")
 HOME_ROOTS = ("/root", "/home")
@@ -46,16 +63,6 @@ HOST_ROOT_SECRET_DIRS = ("/var/lib/docker", "/var/lib/containerd", "/var/lib/con
                          "/var/lib/kubelet", "/var/lib/lxd", "/var/backups", "/var/mail",
                          "/var/spool", "/var/log", "/srv", "/mnt", "/media")
 MAYBE_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-
-
-@dataclass(frozen=True)
-class AgentView:
-    """What an agent session sees besides a plain exec's view."""
-
-    rw: tuple[str, ...] = ()  # host paths bound read-write at the same place
-    ro: tuple[str, ...] = ()  # files under tether's home it may read (its snapshot)
-    socket_dir: str | None = None  # the directory of tether's agent.sock, bound as is
-    tools: tuple[str, ...] = ()  # under the hidden home directories: its toolchain, read-only
 
 
 @dataclass(frozen=True)
@@ -239,3 +246,65 @@ def mount_problem(source: str, mode: str, tether_home: str) -> str | None:
 
 def _under(path: str, roots: list[str]) -> bool:
     return any(is_within(path, r) for r in roots)
+
+
+class BwrapRuntime(Runtime):
+    """bubblewrap namespaces around the command; the default sandbox where it works."""
+
+    name = "bwrap"
+    confines_agents = True
+
+    def __init__(self, probed: Probe) -> None:
+        """``probed``: :func:`probe`'s answer, asked once per daemon (it runs bwrap)."""
+        self.probed = probed
+        if not probed.available:
+            log.warning("sandboxes fall back to the process runtime: %s", probed.reason)
+
+    def available(self) -> tuple[bool, str]:
+        return self.probed.available, self.probed.reason
+
+    async def status(self) -> RuntimeStatus:
+        return RuntimeStatus(self.probed.available, {"version": self.probed.version,
+                                                     "reason": self.probed.reason})
+
+    @classmethod
+    def spec_problems(cls, spec: SandboxSpec) -> list[tuple[str, str]]:
+        return no_docker_fields(spec)
+
+    def workspace_problem(self, path: str) -> str | None:
+        return workspace_problem(path)
+
+    def mount_problem(self, source: str, mode: str, tether_home: str) -> str | None:
+        return mount_problem(source, mode, tether_home)
+
+    def prepare_exec(self, req: ExecRequest) -> LaunchPlan:
+        if not req.cwd:
+            raise invalid_params("a bwrap exec needs a working directory (cwd) or a "
+                                 "sandbox workspace: it is the one writable place")
+        cwd = os.path.realpath(req.cwd)  # symlinks and .. must not widen what is mounted
+        home = req.tether_home
+        if is_within(cwd, home):  # a parent is fine: the home is hidden under it
+            raise invalid_params(f"cwd {cwd!r} is inside tether's home {home}: a sandbox "
+                                 "must not see tether's own state")
+        problem = workspace_problem(cwd) if req.sandbox.spec.workspace is None else None
+        if problem is not None:
+            raise invalid_params(f"cannot run in a bwrap sandbox from here: {problem}; "
+                                 "cd into a project directory, or use --sandbox with "
+                                 "a workspace")
+        argv = wrap(req.spec.argv, req.sandbox.spec, cwd=cwd, tether_home=home,
+                    tty=req.spec.tty, bwrap_path=self.probed.path or "bwrap",
+                    agent=req.agent)
+
+        def launch(exec_id: str) -> Launch:
+            return Launch(argv=argv, env=host_env(req.spec, req.sandbox, exec_id), cwd=cwd)
+        return launch
+
+    async def copy(self, sb: SandboxRecord, direction: str, src: str, dst: str, *,
+                   tether_home: str) -> int:
+        # The sandbox runs meanwhile: walk by descriptors, never through a symlink.
+        if direction == "in":
+            place = host_path(sb.spec, dst, writing=True)
+            return await asyncio.to_thread(copy_into, src, place.root, place.rel)
+        place = host_path(sb.spec, src, writing=False)
+        return await asyncio.to_thread(functools.partial(copy_out_of, place.root, place.rel,
+                                                         dst, forbidden=tether_home))

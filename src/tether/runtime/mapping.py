@@ -21,17 +21,20 @@ class HostPlace:
     """A sandbox path's place on the host, and the root it must stay under."""
 
     path: str
-    root: str | None  # None: the process runtime, whose paths are the host's own
+    root: str  # the real path of the workspace or mount it lies in
     rel: str = "."  # the path below root
+
+
+def inside_path(inside: str) -> str:
+    """A path as the sandbox sees it, checked and normalised."""
+    if not os.path.isabs(inside):
+        raise CopyError(f"a path in a sandbox must be absolute, got {inside!r}")
+    return os.path.normpath(inside)
 
 
 def host_path(spec: SandboxSpec, inside: str, *, writing: bool) -> HostPlace:
     """Where ``inside`` (a path as the sandbox sees it) lives on the host."""
-    if not os.path.isabs(inside):
-        raise CopyError(f"a path in a sandbox must be absolute, got {inside!r}")
-    inside = os.path.normpath(inside)
-    if spec.runtime == "process":
-        return HostPlace(inside, None)  # the process runtime does not isolate
+    inside = inside_path(inside)
     places: list[tuple[str, str, bool]] = []
     if spec.workspace is not None:
         places.append((spec.workspace_target or spec.workspace, spec.workspace, True))

@@ -1,331 +1,54 @@
-"""The ``process`` runtime: each exec runs as a plain process under its own monitor.
-
-The daemon never sits in the data path: it starts a monitor (or hands the spec
-to an idle, pre-started one), waits for the monitor's one-line start report,
-and from then on only watches the monitor's pidfd and reads its files.
-"""
+"""The ``process`` runtime: the command runs as a plain process in its working
+directory, with no isolation. Its sandboxes are only records; its paths are the
+host's own."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
-import os
-import socket
-import subprocess
-import sys
-from collections import deque
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from functools import partial
 
-import tether.monitor.main as _monitor_main
-from tether.hostio.pidfd import open_verified_pidfd, signal_verified_group
-from tether.hostio.proc import is_same_process
-from tether.model.layout import MAX_SOCKET_PATH, ExecPaths
-from tether.model.records import ExecRecord
-from tether.monitor.files import (
-    FileCorrupt,
-    claim,
-    claim_is_held,
-    claim_owner,
-    read_exit,
-    read_handles,
-)
-from tether.monitor.main import boot_id
-
-MONITOR_SCRIPT = str(Path(_monitor_main.__file__).resolve().with_name("run.py"))
-_BOOT_ID = boot_id()
-START_REPORT_TIMEOUT = 10.0
+from tether.hostio.copy import copy_path
+from tether.model.records import SandboxRecord, SandboxSpec
+from tether.runtime.base import ExecRequest, Launch, LaunchPlan, Runtime, host_env
+from tether.runtime.mapping import inside_path
 
 
-class StartError(Exception):
-    def __init__(self, message: str, code: str = "START_FAILED") -> None:
-        super().__init__(message)
-        self.code = code
+def no_docker_fields(spec: SandboxSpec) -> list[tuple[str, str]]:
+    """Fields only a container engine can honour, for the runtimes that have none."""
+    out: list[tuple[str, str]] = []
+    if spec.image or spec.companions:
+        out.append(("image" if spec.image else "companions",
+                    "image and companions need runtime docker"))
+    if spec.resources is not None:
+        out.append(("resources", "resource limits (memory, cpus, pids) are enforced by the "
+                    "docker runtime only; use runtime docker or drop resources"))
+    return out
 
 
-@dataclass
-class Started:
-    pid: int
-    start_time: int
-    started_at: float
-    monitor_pid: int
-    monitor_start_time: int
-
-
-@dataclass
-class Inspection:
-    """What the files and the OS say about an exec right now (category B + D)."""
-
-    kind: str  # "exited" | "alive" | "lost" | "unstarted" | "starting"
-    exit: dict[str, Any] | None = None
-    handles: dict[str, Any] | None = None
-    reason: str | None = None
-    # For "alive": a pidfd pinned to the verified monitor; the caller owns (closes) it.
-    pidfd: int | None = None
-
-
-async def _read_report(fd: int) -> bytes:
-    """Read the monitor's one-line start report without blocking the event loop."""
-    loop = asyncio.get_running_loop()
-    os.set_blocking(fd, False)
-    buf = b""
-    while not buf.endswith(b"\n"):
-        ready: asyncio.Future[None] = loop.create_future()
-
-        def wake(ready: asyncio.Future[None] = ready) -> None:
-            if not ready.done():
-                ready.set_result(None)
-
-        loop.add_reader(fd, wake)
-        try:
-            await ready
-        finally:
-            loop.remove_reader(fd)
-        try:
-            chunk = os.read(fd, 65536)
-        except BlockingIOError:
-            continue
-        if not chunk:
-            break
-        buf += chunk
-    return buf
-
-
-class _IdleMonitor:
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
-        self.proc = proc
-
-
-class ProcessRuntime:
-    """Starts, inspects and signals execs. Keeps a small pool of idle monitors."""
-
+class ProcessRuntime(Runtime):
     name = "process"
 
-    def __init__(self, pool_size: int = 2, fault: str | None = None) -> None:
-        self.pool_size = pool_size
-        self._pool: deque[_IdleMonitor] = deque()
-        self._fault = fault
-        self._children: set[int] = set()
+    @classmethod
+    def spec_problems(cls, spec: SandboxSpec) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        if spec.mounts or spec.workspace_target or spec.network not in (None, "host"):
+            out.append(("mounts" if spec.mounts else "workspace_target"
+                        if spec.workspace_target else "network",
+                        "the process runtime cannot isolate: mounts, workspace_target and "
+                        "network none/private need bwrap"))
+        return out + no_docker_fields(spec)
 
-    # ------------------------------------------------------------------ pool
-    def _spawn_monitor(self) -> _IdleMonitor:
-        proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", MONITOR_SCRIPT],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            start_new_session=True, close_fds=True, cwd="/",
-        )
-        self._children.add(proc.pid)
-        return _IdleMonitor(proc)
+    def prepare_exec(self, req: ExecRequest) -> LaunchPlan:
+        def launch(exec_id: str) -> Launch:
+            return Launch(argv=req.spec.argv, env=host_env(req.spec, req.sandbox, exec_id),
+                          cwd=req.cwd)
+        return launch
 
-    def pool_deficit(self) -> int:
-        return self.pool_size - len(self._pool)
-
-    async def refill_pool(self) -> None:
-        """Top the pool up. Spawning runs in a thread: fork/exec would stall the loop."""
-        loop = asyncio.get_running_loop()
-        while self.pool_deficit() > 0:
-            self._pool.append(await loop.run_in_executor(None, self._spawn_monitor))
-
-    async def _take_monitor(self) -> _IdleMonitor:
-        while self._pool:
-            mon = self._pool.popleft()
-            if mon.proc.poll() is None:
-                return mon
-        return await asyncio.get_running_loop().run_in_executor(None, self._spawn_monitor)
-
-    def close(self) -> None:
-        """Idle monitors exit on EOF of their spec pipe."""
-        while self._pool:
-            mon = self._pool.popleft()
-            with contextlib.suppress(OSError):
-                assert mon.proc.stdin is not None
-                mon.proc.stdin.close()
-            with contextlib.suppress(Exception):
-                mon.proc.wait(timeout=2)
-
-    def reap_children(self) -> None:
-        """Collect exited monitors we spawned (they are our children until we die)."""
-        for pid in list(self._children):
-            try:
-                done, _ = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                done = pid
-            if done:
-                self._children.discard(pid)
-
-    # ------------------------------------------------------------------ start
-    @staticmethod
-    def check_paths(paths: ExecPaths) -> None:
-        if len(os.fsencode(paths.socket)) > MAX_SOCKET_PATH:
-            raise StartError(
-                f"the monitor socket path {paths.socket} is longer than {MAX_SOCKET_PATH} "
-                "bytes; use a shorter tether home (--home or $TETHER_HOME)", "HOME_TOO_LONG")
-
-    async def start(self, rec: ExecRecord, paths: ExecPaths, env: dict[str, str], *,
-                    signal_argv: list[str] | None = None) -> Started:
-        """Hand ``rec`` to a monitor and wait until its child runs. ``signal_argv``
-        (plus a signal number) is how the monitor signals a command that its child
-        only drives, such as a ``docker exec`` client's process in a container."""
-        self.check_paths(paths)
-        try:
-            paths.stdout.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise StartError(f"cannot create {paths.stdout.parent}: {e}",
-                             "MONITOR_FAILED") from None
-        spec = {
-            "exec_id": rec.id,
-            "argv": rec.spec.argv,
-            "env": env,
-            "cwd": rec.spec.cwd,
-            "timeout": rec.spec.timeout,
-            "kill_grace": rec.spec.kill_grace,
-            "name": rec.name,
-            "tty": rec.spec.tty,
-            "stdin": rec.spec.stdin,
-            "rows": rec.spec.rows,
-            "cols": rec.spec.cols,
-            "signal_argv": signal_argv,
-            "paths": {k: str(getattr(paths, k)) for k in ("stdout", "stderr", "exit", "pty",
-                                                            "handles", "socket", "claim",
-                                                            "monitor_log")},
-        }
-        try:
-            mon = await self._take_monitor()
-        except OSError as e:
-            raise StartError(f"cannot start a monitor process: {e}", "MONITOR_FAILED") from None
-        assert mon.proc.stdin is not None and mon.proc.stdout is not None
-        try:
-            mon.proc.stdin.write(json.dumps(spec).encode() + b"\n")
-            mon.proc.stdin.flush()
-            mon.proc.stdin.close()
-        except OSError as e:
-            raise StartError(f"could not hand the exec to its monitor: {e}",
-                             "MONITOR_FAILED") from e
-        try:
-            line = await asyncio.wait_for(_read_report(mon.proc.stdout.fileno()),
-                                          START_REPORT_TIMEOUT)
-            report = json.loads(line) if line else None
-        except (TimeoutError, ValueError) as e:
-            self._abandon(mon, paths)
-            raise StartError(f"the monitor did not report a start ({e!r}); it was killed "
-                             f"(see {paths.monitor_log})", "MONITOR_FAILED") from None
-        finally:
-            mon.proc.stdout.close()
-        if report is None:
-            raise StartError("the monitor exited before starting the command "
-                             f"(see {paths.monitor_log})", "MONITOR_FAILED")
-        if "error" in report:
-            raise StartError(report["error"], report.get("code", "START_FAILED"))
-        return Started(pid=report["pid"], start_time=report["start_time"],
-                       started_at=report["started_at"], monitor_pid=report["monitor"]["pid"],
-                       monitor_start_time=report["monitor"]["start_time"])
-
-    def _abandon(self, mon: _IdleMonitor, paths: ExecPaths) -> None:
-        """Kill a monitor that failed to report, and its command if it got that far."""
-        mon.proc.kill()
-        try:
-            handles = read_handles(str(paths.handles))
-        except FileCorrupt:
-            handles = None
-        if handles is not None:
-            child = handles["child"]
-            signal_verified_group(child["pid"], child["start_time"], 9)
-
-    # ------------------------------------------------------------------ inspect
-    def inspect(self, paths: ExecPaths) -> Inspection:
-        """Classify an exec from its files and the live process table."""
-        try:
-            status = read_exit(str(paths.exit))
-        except FileCorrupt as e:
-            return Inspection("lost", reason=str(e))
-        if status is not None:
-            return Inspection("exited", exit=status)
-        try:
-            handles = read_handles(str(paths.handles))
-        except FileCorrupt as e:
-            return self._lost_with_corrupt_handles(paths, str(e))
-        if handles is None:
-            if claim_is_held(str(paths.claim)):
-                return Inspection("starting")
-            owner = claim_owner(str(paths.claim))
-            if owner is None:
-                return Inspection("unstarted")
-            if owner.startswith("daemon"):
-                return Inspection("lost", reason=(
-                    "INTERRUPTED: the daemon stopped after accepting this exec and before "
-                    "starting it; it was never started"))
-            return Inspection("lost", reason=(
-                f"its monitor ({owner}) died before starting the command; it never ran"))
-        mon, child = handles["monitor"], handles["child"]
-        if handles.get("boot_id") and handles["boot_id"] != _BOOT_ID:
-            return Inspection("lost", handles=handles, reason=(
-                "the machine rebooted since this exec started (boot id changed); its "
-                "processes are gone and no exit status was written"))
-        try:
-            fd = open_verified_pidfd(mon["pid"], mon["start_time"])
-        except OSError:  # out of descriptors: fall back to /proc; the sweep polls it
-            if is_same_process(mon["pid"], mon["start_time"]):
-                return Inspection("alive", handles=handles)
-            fd = None
-        if fd is not None:
-            return Inspection("alive", handles=handles, pidfd=fd)
-        # The monitor is gone. It may have written the exit file just before dying.
-        try:
-            status = read_exit(str(paths.exit))
-        except FileCorrupt as e:
-            return Inspection("lost", handles=handles, reason=str(e))
-        if status is not None:
-            return Inspection("exited", exit=status, handles=handles)
-        if signal_verified_group(child["pid"], child["start_time"], 9):
-            return Inspection("lost", handles=handles, reason=(
-                f"monitor pid {mon['pid']} died while its command (pid {child['pid']}) still "
-                "ran; the command was killed because nobody could record its exit status"))
-        return Inspection("lost", handles=handles, reason=(
-            f"monitor pid {mon['pid']} and command pid {child['pid']} are both gone and no "
-            "exit status was written (killed together, e.g. by the OOM killer or a reboot)"))
-
-    def _lost_with_corrupt_handles(self, paths: ExecPaths, why: str) -> Inspection:
-        if claim_is_held(str(paths.claim)):
-            # A live monitor still owns it: it will write the exit file. Keep watching.
-            return Inspection("alive", reason=why)
-        return Inspection("lost", reason=why)
-
-    @staticmethod
-    def claim_for_failure(paths: ExecPaths) -> bool:
-        """Claim an unstarted exec so that no late monitor can start it."""
-        paths.claim.parent.mkdir(parents=True, exist_ok=True)
-        fd = claim(str(paths.claim), f"daemon {os.getpid()} failed it\n")
-        if fd is None:
-            return False
-        os.close(fd)
-        return True
-
-    @staticmethod
-    def watch_fd(handles: dict[str, Any]) -> int | None:
-        """A pidfd of the exec's live monitor, to learn when it ends (None if it has)."""
-        mon = handles["monitor"]
-        try:
-            return open_verified_pidfd(mon["pid"], mon["start_time"])
-        except OSError:
-            return None
-
-    # ------------------------------------------------------------------ control
-    @staticmethod
-    def control(paths: ExecPaths, command: dict[str, Any], timeout: float = 2.0,
-                ) -> dict[str, Any]:
-        """Send one command to the monitor's control socket (blocking, short)."""
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(timeout)
-            s.connect(str(paths.socket))
-            s.sendall(json.dumps(command).encode() + b"\n")
-            buf = b""
-            while not buf.endswith(b"\n"):
-                chunk = s.recv(4096)
-                if not chunk:
-                    break
-                buf += chunk
-        line = buf.split(b"\n", 1)[0]
-        reply: dict[str, Any] = json.loads(line) if line else {"ok": False, "error": "no reply"}
-        return reply
+    async def copy(self, sb: SandboxRecord, direction: str, src: str, dst: str, *,
+                   tether_home: str) -> int:
+        # No isolation: the sandbox's paths are the host's own.
+        if direction == "in":
+            return await asyncio.to_thread(partial(copy_path, src, inside_path(dst),
+                                                   forbidden=tether_home))
+        return await asyncio.to_thread(partial(copy_path, inside_path(src), dst,
+                                               forbidden=tether_home))

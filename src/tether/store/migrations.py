@@ -69,4 +69,14 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX events_exec ON events(json_extract(body, '$.exec'));
         """,
     ),
+    (
+        4,
+        "every sandbox spec names its runtime",
+        # Specs written while the field had a default could omit it (it meant process).
+        """
+        UPDATE sandboxes SET record = CAST(json_set(CAST(record AS TEXT), '$.spec.runtime',
+                                                    'process') AS BLOB)
+            WHERE json_extract(CAST(record AS TEXT), '$.spec.runtime') IS NULL;
+        """,
+    ),
 ]

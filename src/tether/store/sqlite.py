@@ -104,7 +104,7 @@ class Store:
             return
         now = time.time()
         rec = SandboxRecord(id=DEFAULT_SANDBOX, name=DEFAULT_SANDBOX, state=SandboxState.READY,
-                            spec=SandboxSpec(), created_at=now, updated_at=now)
+                            spec=SandboxSpec(runtime="process"), created_at=now, updated_at=now)
         with self._tx() as db:
             db.execute("INSERT OR IGNORE INTO id_reservations VALUES (?, 'sandbox', ?)",
                        (DEFAULT_SANDBOX, now))

@@ -1,4 +1,4 @@
-"""Source 000's reconcile table, as data: (what the store says, what docker says) → result.
+"""The docker runtime's reconcile table, as data: (what the store says, what docker says) → result.
 
 It is applied to every docker sandbox when the daemon starts and whenever the
 docker event stream (re)connects, and to one sandbox when an event about its
@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tether.model.states import SandboxState
-from tether.runtime.docker import ContainerView
+from tether.runtime.docker.views import ContainerView
 
 
 @dataclass(frozen=True)

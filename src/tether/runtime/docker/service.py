@@ -1,4 +1,4 @@
-"""The docker half of sandboxes: engine calls off the event loop, the reconcile
+"""The docker runtime's sandboxes: engine calls off the event loop, the reconcile
 table applied, and the docker event stream watched.
 
 Every engine call blocks, so it runs in a worker thread (``asyncio.to_thread``);
@@ -18,23 +18,17 @@ import asyncio
 import contextlib
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
-from tether.daemon import reconcile
-from tether.daemon.events import EventBus
 from tether.model.errors import RpcCode, TetherError
 from tether.model.records import SandboxRecord
 from tether.model.states import IllegalTransition, SandboxState
-from tether.runtime.docker import (
-    DockerEngine,
-    DockerError,
-    Probe,
-    docker_binary,
-    parse_event,
-    short,
-)
-from tether.store import Store
+from tether.runtime.base import SandboxHost
+from tether.runtime.docker import reconcile
+from tether.runtime.docker.engine import DockerEngine
+from tether.runtime.docker.names import parse_event
+from tether.runtime.docker.views import DockerError, Probe, short
 
 log = logging.getLogger("tether.docker")
 T = TypeVar("T")
@@ -45,12 +39,11 @@ RESTART_SETTLE = 5.0  # seconds to let dockerd restart a `restart: always` conta
 
 
 class ContainerService:
-    def __init__(self, store: Store, bus: EventBus, engine: DockerEngine,
-                 finish_delete: Callable[[SandboxRecord], Awaitable[SandboxRecord]]) -> None:
-        self.store = store
-        self.bus = bus
+    def __init__(self, host: SandboxHost, engine: DockerEngine,
+                 docker_cli: str | None) -> None:
+        self.host = host
         self.engine = engine
-        self.finish_delete = finish_delete
+        self.docker_cli = docker_cli
         self.probe_result: Probe | None = None
         self.connected = False
         self.reconciles = 0  # full reconciles run (start and every reconnect)
@@ -65,15 +58,11 @@ class ContainerService:
     def lock(self, sandbox: str) -> asyncio.Lock:
         return self._locks.setdefault(sandbox, asyncio.Lock())
 
-    def _publish(self, result: tuple[SandboxRecord, Any]) -> SandboxRecord:
-        self.bus.publish(result[1])
-        return result[0]
-
     def _transition(self, sandbox: str, to: SandboxState, reason: str) -> SandboxRecord:
         """A transition decided after waiting on docker: the record may have moved on
         meanwhile (a concurrent delete), which is the caller's error, not the daemon's."""
         try:
-            return self._publish(self.store.transition_sandbox(sandbox, to, reason=reason))
+            return self.host.transition(sandbox, to, reason)
         except IllegalTransition as e:
             raise TetherError(RpcCode.INVALID_STATE, "INVALID_STATE",
                               f"sandbox {sandbox} is now {e.current}, so it cannot become "
@@ -82,8 +71,7 @@ class ContainerService:
 
     def _event(self, sandbox: str | None, kind: str, reason: str,
                data: dict[str, Any] | None = None) -> None:
-        self.bus.publish(self.store.append_event(sandbox, kind, reason=reason,
-                                                 data=data or {}))
+        self.host.event(sandbox, kind, reason, data or {})
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """An engine call in a worker thread. A broken connection (dockerd restarted or
@@ -113,7 +101,7 @@ class ContainerService:
     def status(self) -> dict[str, Any]:
         p = self.probe_result
         if p is None:
-            installed = docker_binary() is not None
+            installed = self.docker_cli is not None
             return {"available": None if installed else False, "connected": False,
                     "reason": "not probed yet (no docker sandbox so far)" if installed
                     else "the docker CLI is not installed (apt-get install docker.io)"}
@@ -134,10 +122,9 @@ class ContainerService:
                 code = e.code if isinstance(e, DockerError) else "DOCKER_FAILED"
                 with contextlib.suppress(Exception):
                     await self.call(self.engine.remove, sb.id)
-                current = self.store.get_sandbox(sb.id)
+                current = self.host.get(sb.id)
                 if current is not None and current.state == SandboxState.PENDING:
-                    self._publish(self.store.transition_sandbox(
-                        sb.id, SandboxState.FAILED, reason=f"{code}: {e}"))
+                    self.host.transition(sb.id, SandboxState.FAILED, f"{code}: {e}")
                 raise TetherError(rpc_code(code, RpcCode.START_FAILED), code, str(e),
                                   {"sandbox": sb.id}) from None
             for name, health in ready:
@@ -186,19 +173,17 @@ class ContainerService:
     async def reconcile_all(self) -> dict[str, int]:
         """The full table over every docker sandbox, then labelled leftovers removed."""
         summary = {"checked": 0, "changed": 0, "leftovers": 0}
-        for sb in self.store.list_sandboxes():
-            if sb.spec.runtime != "docker":
-                continue
+        for sb in self.host.list():
             summary["checked"] += 1
             if await self.reconcile_one(sb.id):
                 summary["changed"] += 1
-        known = {sb.id for sb in self.store.list_sandboxes() if sb.spec.runtime == "docker"}
+        known = {sb.id for sb in self.host.list()}
         labelled = await self.call(self.engine.labelled)
         for sandbox, names in sorted(labelled.items()):
             if sandbox in known:
                 continue
             async with self.lock(sandbox):
-                now = self.store.get_sandbox(sandbox)  # created meanwhile?
+                now = self.host.get(sandbox)  # created meanwhile?
                 if now is not None and now.state != SandboxState.DELETED:
                     continue
                 try:
@@ -219,8 +204,8 @@ class ContainerService:
     async def reconcile_one(self, sandbox: str) -> bool:
         """Apply the table to one sandbox. True when its state changed."""
         async with self.lock(sandbox):
-            sb = self.store.get_sandbox(sandbox)
-            if sb is None or sb.spec.runtime != "docker":
+            sb = self.host.get(sandbox)
+            if sb is None:
                 return False
             views = await self.call(self.engine.views, sb.id, sb.spec)
             required = {c.name for c in sb.spec.companions if c.required}
@@ -231,7 +216,7 @@ class ContainerService:
                 await asyncio.sleep(0.25)  # dockerd may be about to restart it
                 views = await self.call(self.engine.views, sb.id, sb.spec)
                 summary = reconcile.summarize(views, required)
-            sb = self.store.get_sandbox(sandbox)  # it may have changed meanwhile
+            sb = self.host.get(sandbox)  # it may have changed meanwhile
             if sb is None:
                 return False
             out = reconcile.decide(sb.state, summary)
@@ -252,14 +237,14 @@ class ContainerService:
             if out.to is None:
                 return False
             if out.to == SandboxState.DELETED:
-                await self.finish_delete(sb)
+                await self.host.finish_delete(sb)
                 return True
             reason = (reconcile.describe(views, required, out.code)
                       if out.code != "INTERRUPTED_PENDING" else
                       "INTERRUPTED_PENDING: the daemon stopped while creating it; what it "
                       "had made was removed")
             try:
-                self._publish(self.store.transition_sandbox(sb.id, out.to, reason=reason))
+                self.host.transition(sb.id, out.to, reason)
             except IllegalTransition:  # a request moved it on meanwhile; it decides
                 return False
             return True
@@ -338,7 +323,7 @@ class ContainerService:
         if parsed is None:
             return
         sandbox, role, companion, action, attrs = parsed
-        sb = self.store.get_sandbox(sandbox)
+        sb = self.host.get(sandbox)
         if action.startswith("health_status"):
             health = action.split(":", 1)[-1].strip()
             if sb is not None and role == "companion" and companion:
@@ -362,7 +347,7 @@ class ContainerService:
                 return
             if action == "die" and sb.spec.restart == "always":
                 async with self.lock(sb.id):  # a stop in progress holds it: then no news
-                    current = self.store.get_sandbox(sb.id)
+                    current = self.host.get(sb.id)
                 if current is not None and current.state == SandboxState.READY:
                     self._event(sb.id, "sandbox.container_exited",
                                 f"{attrs.get('name')} exited (code {attrs.get('exitCode')});"

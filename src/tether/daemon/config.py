@@ -1,0 +1,52 @@
+"""The daemon's settings: the one place that reads its environment.
+
+Every ``TETHER_*`` variable the daemon honours is read here, once, at start-up;
+the services get plain values. (``TETHER_HOME`` is read by
+:func:`tether.model.layout.default_home`, which clients share.)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from tether.daemon.events import QUEUE_LIMIT
+
+POOL_SIZE = 2  # idle monitors kept ready
+SWEEP_INTERVAL = 5.0  # seconds between sweeps (unwatched execs, lifetimes, leftovers)
+AGENT_TICK = 2.0  # seconds between agent ticks (heartbeats, revivals)
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    home: Path
+    pool_size: int = POOL_SIZE
+    #: The runtime asked of the ``default`` sandbox (``--default-runtime``).
+    default_runtime: str = "auto"
+    uvloop: bool = True  # unless TETHER_NO_UVLOOP is set
+    faults: str | None = None  # TETHER_FAULT: crash points for tests
+    subscriber_queue: int = QUEUE_LIMIT
+    sweep_interval: float = SWEEP_INTERVAL
+    agent_tick: float = AGENT_TICK
+    log_level: str = "INFO"
+    docker_cli: str | None = None  # TETHER_DOCKER, else `docker` on PATH
+
+    @classmethod
+    def from_env(cls, home: Path, *, pool_size: int = POOL_SIZE,
+                 default_runtime: str | None = None,
+                 env: Mapping[str, str] = os.environ) -> DaemonConfig:
+        """Flags win over the environment, which wins over the defaults."""
+        return cls(
+            home=home.absolute(), pool_size=pool_size,
+            default_runtime=default_runtime or env.get("TETHER_DEFAULT_RUNTIME") or "auto",
+            uvloop=env.get("TETHER_NO_UVLOOP") is None,
+            faults=env.get("TETHER_FAULT"),
+            subscriber_queue=int(env.get("TETHER_SUBSCRIBER_QUEUE", QUEUE_LIMIT)),
+            sweep_interval=float(env.get("TETHER_SWEEP_INTERVAL", SWEEP_INTERVAL)),
+            agent_tick=float(env.get("TETHER_AGENT_TICK", AGENT_TICK)),
+            log_level=env.get("TETHER_LOG_LEVEL", "INFO"),
+            docker_cli=env.get("TETHER_DOCKER") or shutil.which("docker"),
+        )

@@ -1,0 +1,178 @@
+"""The ``docker`` runtime: a sandbox is a few containers on a private network.
+
+* :mod:`.names` — what tether calls things in docker, and the ``docker exec``
+  commands the monitor runs (execs never go through the SDK);
+* :mod:`.engine` — dockerd through its SDK (blocking; called from threads);
+* :mod:`.copying` — ``tether cp`` through tar archives;
+* :mod:`.service` — the sandbox lifecycle, the reconcile table
+  (:mod:`.reconcile`) applied, and docker's event stream watched;
+* :class:`DockerRuntime` — all of it behind :class:`~tether.runtime.base.Runtime`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+
+from tether.model.errors import RpcCode, TetherError
+from tether.model.records import SandboxRecord, SandboxSpec
+from tether.runtime.base import (
+    ExecRequest,
+    Launch,
+    LaunchPlan,
+    Runtime,
+    RuntimeStatus,
+    SandboxHost,
+)
+from tether.runtime.bwrap import mount_problem, workspace_problem
+from tether.runtime.docker import copying
+from tether.runtime.docker.engine import DockerEngine
+from tether.runtime.docker.names import (
+    HOST_ONLY_ENV,
+    KEEPALIVE,
+    bridge_name,
+    docker_binary,
+    exec_argv,
+    home_key,
+    inside_cwd,
+    signal_argv,
+)
+from tether.runtime.docker.service import ContainerService, rpc_code
+from tether.runtime.docker.views import DockerError
+
+__all__ = ["HOST_ONLY_ENV", "KEEPALIVE", "DockerEngine", "DockerRuntime", "bridge_name",
+           "docker_binary", "exec_argv", "home_key", "inside_cwd", "signal_argv"]
+
+log = logging.getLogger("tether.docker")
+
+PROBE_TIMEOUT = 10.0  # seconds daemon.status waits for a first probe of dockerd
+
+
+class DockerRuntime(Runtime):
+    name = "docker"
+    can_be_default = False  # it needs an image: create a sandbox with one
+    refuses_agents = ("agents cannot run in docker sandboxes yet (their hooks need "
+                      "tether's agent socket inside the container); use a bwrap or "
+                      "process sandbox, e.g. the default one")
+
+    def __init__(self, home: str, docker_cli: str | None) -> None:
+        self.engine = DockerEngine(home, docker_cli)
+        self.docker_bin = docker_cli
+
+    def attach(self, host: SandboxHost) -> None:
+        super().attach(host)
+        self.service = ContainerService(host, self.engine, self.docker_bin)
+
+    # ------------------------------------------------------------------ availability
+    def available(self) -> tuple[bool, str]:
+        return True, "dockerd is probed when a request needs it (ensure)"
+
+    async def status(self) -> RuntimeStatus:
+        if self.service.probe_result is None and self.docker_bin:
+            with contextlib.suppress(TetherError, TimeoutError):
+                await asyncio.wait_for(self.service.ensure(), PROBE_TIMEOUT)
+        view = self.service.status()
+        return RuntimeStatus(view.pop("available"), view)
+
+    async def ensure(self) -> None:
+        await self.service.ensure()
+
+    # ------------------------------------------------------------------ specs
+    @classmethod
+    def spec_problems(cls, spec: SandboxSpec) -> list[tuple[str, str]]:
+        if not spec.image:
+            return [("image", "runtime docker needs an image")]
+        if spec.network == "none" and spec.companions:
+            return [("network", "network none cuts the sandbox off from its companions; "
+                     "use private")]
+        return []
+
+    def workspace_problem(self, path: str) -> str | None:
+        return workspace_problem(path)
+
+    def mount_problem(self, source: str, mode: str, tether_home: str) -> str | None:
+        return mount_problem(source, mode, tether_home)
+
+    # ------------------------------------------------------------------ execs
+    def prepare_exec(self, req: ExecRequest) -> LaunchPlan:
+        docker_bin = self.docker_bin
+        if docker_bin is None:
+            raise TetherError(RpcCode.INVALID_STATE, "RUNTIME_UNAVAILABLE",
+                              "the docker CLI is not installed; docker execs need it",
+                              {"runtime": "docker"})
+        spec, sandbox = req.spec, req.sandbox
+
+        def launch(exec_id: str) -> Launch:
+            env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+                   "HOME": os.environ.get("HOME", "/"),
+                   "LANG": os.environ.get("LANG", "C.UTF-8")}
+            # The sandbox's own env is the container's; only the exec's travels, by name.
+            inner = {k: v for k, v in spec.env.items()
+                     if k not in HOST_ONLY_ENV and not k.startswith("DOCKER_")}
+            if spec.tty:
+                inner["TERM"] = spec.env.get("TERM", "xterm")
+            inner["TETHER_EXEC_ID"] = exec_id
+            inner["TETHER_SANDBOX"] = sandbox.id
+            env.update({k: v for k, v in os.environ.items() if k.startswith("DOCKER_")})
+            env.update(inner)
+            argv = exec_argv(docker_bin, sandbox.id, spec.argv, sorted(inner),
+                             cwd=inside_cwd(sandbox.spec, req.cwd), tty=spec.tty,
+                             stdin=spec.stdin)
+            # cwd "/": the docker client's own; the exec's is its -w.
+            return Launch(argv=argv, env=env, cwd="/",
+                          signal_argv=signal_argv(docker_bin, sandbox.id, exec_id))
+        return launch
+
+    # ------------------------------------------------------------------ lifecycle
+    async def create(self, sb: SandboxRecord, note: str | None) -> SandboxRecord:
+        return await self.service.create(sb)
+
+    async def start(self, sb: SandboxRecord) -> SandboxRecord:
+        await self.service.ensure()
+        return await self.service.start(sb)
+
+    async def stop(self, sb: SandboxRecord, reason: str) -> SandboxRecord:
+        await self.service.ensure()
+        return await self.service.stop(sb, reason)
+
+    async def remove(self, sb: SandboxRecord, *, force: bool) -> None:
+        try:
+            await self.service.ensure()
+            await self.service.remove(sb)
+        except TetherError as e:
+            if not force:
+                raise TetherError(e.rpc_code, e.code, f"{e.message}; the sandbox stays "
+                                  "DELETING until dockerd answers (or `tether sandbox rm "
+                                  "--force` records it deleted now)", e.data) from None
+            log.warning("sandbox %s deleted by force: %s", sb.id, e.message)
+            self.service.leftovers_due = True
+            self.service.wanted.set()
+
+    async def copy(self, sb: SandboxRecord, direction: str, src: str, dst: str, *,
+                   tether_home: str) -> int:
+        await self.service.ensure()
+        try:
+            if direction == "in":
+                return await self.service.call(copying.copy_in, self.engine, sb.id, src, dst)
+            return await self.service.call(copying.copy_out, self.engine, sb.id, src, dst,
+                                           tether_home)
+        except DockerError as e:
+            raise TetherError(rpc_code(e.code, RpcCode.INVALID_PARAMS), e.code, str(e),
+                              {"sandbox": sb.id}) from None
+
+    # ------------------------------------------------------------------ recovery
+    def adopts_at_start(self) -> bool:
+        return False  # the reconcile takes them over once dockerd answers
+
+    def note_sandboxes(self, sandboxes: list[SandboxRecord]) -> None:
+        if sandboxes:  # a home that used docker: reconcile, sweep leftovers
+            self.service.wanted.set()
+
+    async def run(self) -> None:
+        await self.service.watch_loop()
+
+    async def sweep(self) -> None:
+        await self.service.sweep_leftovers()
+

@@ -1,0 +1,173 @@
+"""What tether calls things in docker, and the commands the monitor runs there.
+
+* ``tether-net-{id}``: a bridge network, ``internal`` (no route out) unless the
+  spec says ``network: host``. Its bridge is named ``tth{id}`` so that one
+  iptables rule (``INPUT -i tth{id} -j DROP``) also keeps the sandbox off the
+  host's own addresses, which an internal network still reaches through its
+  gateway address.
+* ``tether-companion-{id}-{name}``: each companion, reachable by ``name``.
+* ``tether-primary-{id}``: where execs run; a shell under docker's init keeps it up.
+
+Everything carries labels (``tether.sandbox``, ``tether.home``, ``tether.role``),
+so a daemon finds all it made even when its store lost track, and never touches
+what another tether home made on the same engine.
+
+Execs do not go through the SDK: the monitor runs ``docker exec`` (argv from
+:func:`exec_argv`), so output goes straight to the log files and the exec
+survives a daemon SIGKILL like any other. Killing a ``docker exec`` client does
+not kill what it started, so :func:`signal_argv` is how the monitor delivers a
+signal inside the container: to every process carrying the exec's
+``TETHER_EXEC_ID``, which its descendants inherit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import shutil
+from typing import Any
+
+from tether.model.records import SandboxSpec
+from tether.runtime.docker.views import DockerError
+
+LABEL_SANDBOX = "tether.sandbox"
+LABEL_HOME = "tether.home"
+LABEL_ROLE = "tether.role"  # primary | companion | network
+LABEL_COMPANION = "tether.companion"
+LABEL_NAME = "tether.name"  # the sandbox's name, for people reading `docker ps`
+
+#: The primary's command: a shell that ends at once on SIGTERM. It needs /bin/sh,
+#: which the in-container signal helper needs too.
+KEEPALIVE = ["/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 86400 & wait $!; done"]
+
+#: Delivers signal $2 to every process whose environment holds TETHER_EXEC_ID=$1.
+_SIGNAL_SCRIPT = ('for d in /proc/[0-9]*; do case "$(tr "\\0" "\\n" < "$d/environ" '
+                  '2>/dev/null)" in *"TETHER_EXEC_ID=$1"*) kill -"$2" "${d#/proc/}" '
+                  '2>/dev/null;; esac; done; exit 0')
+
+#: Host-specific variables that `tether run` forwards from the shell but that mean
+#: nothing (or harm) inside a container; the image's own values stay.
+HOST_ONLY_ENV = frozenset({"PATH", "HOME", "HOSTNAME", "PWD", "OLDPWD", "SHLVL", "_", "USER",
+                           "LOGNAME", "SHELL", "MAIL", "TMPDIR", "TERM", "LINES", "COLUMNS"})
+
+UNTYPABLE_DETACH_KEYS = "ctrl-],ctrl-^,ctrl-_,ctrl-],ctrl-^,ctrl-_,ctrl-],ctrl-^"
+STOP_TIMEOUT = 5  # seconds docker waits after SIGTERM before SIGKILL on stop
+
+
+def home_key(home: str) -> str:
+    """The id of a tether home, put on everything it creates: random and kept in the
+    home (``docker.key``), so two homes at the same path on different machines that
+    share one engine never take each other's containers for leftovers. A missing or
+    unreadable key is (re)made durably; the first writer wins a race."""
+    path = os.path.join(home, "docker.key")
+    for _ in range(3):
+        try:
+            with open(path, encoding="ascii", errors="replace") as f:
+                key = f.read().strip()
+            if len(key) == 16 and all(c in "0123456789abcdef" for c in key):
+                return key
+            # Corrupt (e.g. empty after a power cut): a new one. What the old key
+            # labelled is no longer this home's; say so.
+            logging.getLogger("tether.docker").warning(
+                "%s was corrupt; making a new key (containers labelled with the old one "
+                "are no longer recognised: remove them with docker rm)", path)
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        key = secrets.token_hex(8)
+        tmp = f"{path}.{secrets.token_hex(4)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, (key + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)
+            dfd = os.open(home, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+            return key
+        except FileExistsError:
+            continue  # another writer won: read its key
+        finally:
+            os.unlink(tmp)
+    raise DockerError(f"cannot settle {path}; remove it and retry", "DOCKER_FAILED")
+
+
+def primary_name(sandbox: str) -> str:
+    return f"tether-primary-{sandbox}"
+
+
+def companion_name(sandbox: str, name: str) -> str:
+    return f"tether-companion-{sandbox}-{name}"
+
+
+def network_name(sandbox: str) -> str:
+    return f"tether-net-{sandbox}"
+
+
+def bridge_name(sandbox: str) -> str:
+    return f"tth{sandbox[:12]}"  # interface names are at most 15 bytes
+
+
+def docker_binary() -> str | None:
+    return os.environ.get("TETHER_DOCKER") or shutil.which("docker")
+
+
+def workspace_target(spec: SandboxSpec) -> str | None:
+    if spec.workspace is None:
+        return None
+    return spec.workspace_target or spec.workspace
+
+
+def inside_cwd(spec: SandboxSpec, host_cwd: str | None) -> str | None:
+    """Where an exec starts inside: the host cwd's place in the workspace when it
+    lies there, else the workspace itself (else the image's working directory)."""
+    target = workspace_target(spec)
+    if target is None or spec.workspace is None:
+        return None
+    if host_cwd is not None:
+        cwd = os.path.realpath(host_cwd)
+        root = spec.workspace.rstrip("/")
+        if cwd == root or cwd.startswith(root + "/"):
+            return os.path.normpath(os.path.join(target, os.path.relpath(cwd, root)))
+    return target
+
+
+def exec_argv(docker_bin: str, sandbox: str, argv: list[str], env_names: list[str], *,
+              cwd: str | None, tty: bool, stdin: bool) -> list[str]:
+    """The ``docker exec`` the monitor runs. Values of ``env_names`` come from the
+    monitor's environment (``-e NAME``), so they never show in a process listing."""
+    # The client's own detach keys (ctrl-p ctrl-q) would eat typed input and end the
+    # exec's client while the command runs on: make them a sequence nobody types.
+    args = [docker_bin, "exec", "--detach-keys", UNTYPABLE_DETACH_KEYS]
+    if stdin or tty:
+        args.append("-i")
+    if tty:
+        args.append("-t")
+    if cwd:
+        args += ["-w", cwd]
+    for name in env_names:
+        args += ["-e", name]
+    return [*args, primary_name(sandbox), *argv]
+
+
+def signal_argv(docker_bin: str, sandbox: str, exec_id: str) -> list[str]:
+    """The monitor appends a signal number and runs this to signal the exec's tree."""
+    return [docker_bin, "exec", primary_name(sandbox), "/bin/sh", "-c", _SIGNAL_SCRIPT,
+            "tether-signal", exec_id]
+
+
+def parse_event(ev: dict[str, Any]) -> tuple[str, str, str | None, str, dict[str, str]] | None:
+    """``(sandbox, role, companion, action, attributes)`` of a docker event, or None."""
+    actor = ev.get("Actor") or {}
+    attrs = {str(k): str(v) for k, v in (actor.get("Attributes") or {}).items()}
+    sandbox = attrs.get(LABEL_SANDBOX)
+    if not sandbox:
+        return None
+    action = str(ev.get("Action") or ev.get("status") or "")
+    return sandbox, attrs.get(LABEL_ROLE, ""), attrs.get(LABEL_COMPANION), action, attrs
