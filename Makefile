@@ -22,6 +22,7 @@ test: lint typecheck unit
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench demo
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
