@@ -1,7 +1,7 @@
 """Drain snapshots: ``{home}/drain/{lineage}.json``, written at every completed turn.
 
 A snapshot holds what is needed to re-establish the agent's context from the
-same turn boundary (source 002): lineage and daemon instance ids, when it was
+same turn boundary (as the agent kernel does): lineage and daemon instance ids, when it was
 written, the model, cumulative token usage, the conversation messages
 reported, and the loop configuration. Deliberately *not* in it: paths that are
 regenerated at start, pending images, runtime approvals, process handles.

@@ -1,6 +1,6 @@
 """Per-worktree agent state: ``<worktree>/.agent/state.json`` and ``heartbeat.json``.
 
-A port of agentfactory's Go package ``runtime/state`` (source 001) that keeps wire
+A port of agentfactory's Go package ``runtime/state`` (its per-worktree state file) that keeps wire
 compatibility with the two existing readers, so a worktree tether ran an agent in
 can be inspected and recovered by agentfactory and the other way round:
 
@@ -146,7 +146,7 @@ class WorktreeState:
     (which the TS reader needs) survives while a Go-written file gains nothing.
     """
 
-    # --- the Go struct (source 001), in order
+    # --- agentfactory's Go struct, in order
     issue_id: str = ""
     issue_identifier: str = ""
     session_id: str = ""

@@ -10,7 +10,7 @@ from __future__ import annotations
 MIGRATIONS: list[tuple[int, str, str]] = [
     (
         1,
-        "initial buckets of source 000 as tables",
+        "initial buckets of a docker sandbox daemon as tables",
         """
         CREATE TABLE id_reservations (
             id          TEXT PRIMARY KEY,

@@ -113,7 +113,7 @@ class Store:
 
     # ------------------------------------------------------------------ ids
     def reserve_id(self, kind: str, nbytes: int = 6) -> str:
-        """Reserve a never-used id. Reservations outlive deletion (source 000)."""
+        """Reserve a never-used id. Reservations outlive deletion, so an id is never reused."""
         with self._tx() as db:
             while True:
                 ident = secrets.token_hex(nbytes)
