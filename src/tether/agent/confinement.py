@@ -1,0 +1,134 @@
+"""What a sandboxed agent may see besides a plain exec's view: the confinement policy.
+
+Policy only: given where the session's files live, the lineage's config, its
+snapshot, its executable and PATH, :func:`agent_view` says which host paths a
+``bwrap`` sandbox binds for it (``tether.runtime.bwrap`` does the binding). It
+knows nothing of the daemon; the one side effect is making a missing protected
+file or directory (:func:`_placeholder`), since a bind of nothing would leave its
+name free for the agent to plant.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import tether
+from tether.hostio.paths import is_within
+from tether.hostio.untrusted import NotRegular, open_regular
+from tether.model.records import AgentConfig
+from tether.runtime import bwrap as bwrap_runtime
+
+#: Under the user's home: what agents keep their login and state in (read-write).
+AGENT_CONFIG_PATHS = (".claude", ".claude.json", ".codex", ".config/claude")
+#: ... except what names commands the provider runs outside any sandbox.
+AGENT_CONFIG_READ_ONLY = (".claude/settings.json", ".claude/settings.local.json",
+                          ".claude/hooks", ".codex/config.toml")
+
+
+def agent_view(*, state_dir: Path, socket_dir: Path, config: AgentConfig, snapshot: Path,
+               handoff: Path | None, argv0: str, path_env: str) -> bwrap_runtime.AgentView:
+    """A sandboxed agent also needs its own config (~/.claude, ~/.codex), its session
+    state, its snapshot and handoff, a worktree's git directory, and agent.sock."""
+    user_home = os.path.expanduser("~")
+    rw = [str(state_dir), *(os.path.join(user_home, n) for n in AGENT_CONFIG_PATHS)]
+    # What the provider or git would run, unsandboxed, later: read-only, made first
+    # when missing (a bind of nothing would leave the name free to plant).
+    ro = [_placeholder(os.path.join(user_home, n)) for n in AGENT_CONFIG_READ_ONLY]
+    if config.git_dir:  # recorded at start: the worktree's .git is agent-writable
+        rw.append(config.git_dir)
+        ro += [_placeholder(os.path.join(config.git_dir, n)) for n in ("hooks", "config")]
+    ro.append(str(snapshot))
+    if handoff is not None:
+        ro.append(str(handoff))
+    return bwrap_runtime.AgentView(rw=tuple(rw), ro=tuple(ro), socket_dir=str(socket_dir),
+                                   tools=tuple(_toolchain(argv0, path_env)))
+
+
+def _placeholder(path: str) -> str:
+    """Make a missing protected config file (``{}`` for JSON) or directory (``hooks``)
+    when its parent exists, so that it can be bound read-only. Returns ``path``."""
+    if os.path.lexists(path) or not os.path.isdir(os.path.dirname(path)):
+        return path
+    owner = os.stat(os.path.dirname(path))
+    with contextlib.suppress(OSError):
+        if os.path.basename(path) == "hooks":
+            os.mkdir(path, 0o700)
+            os.chmod(path, 0o755)
+        else:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write("{}\n" if path.endswith(".json") else "")
+        # A root daemon working in a user's tree: the file is the user's, not root's.
+        os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
+    return path
+
+
+def _toolchain(argv0: str, path_env: str) -> list[str]:
+    """What of the places a sandbox hides an agent needs to run, read-only: tether's own
+    interpreter (its hooks run it), the agent's executable's directory and its resolved
+    one, the PATH entries there, and git's identity. Exact directories, never a home
+    directory or a hidden root itself (nor anything containing one)."""
+    hidden = [h for h in (*bwrap_runtime.HOME_ROOTS, "/tmp", "/var/tmp", "/run",
+                          *bwrap_runtime.HOST_ROOT_SECRET_DIRS) if os.path.isdir(h)]
+    too_wide = [*hidden, *bwrap_runtime.home_dirs()]
+    found: list[str] = []
+
+    def keep(p: str) -> None:
+        if not p or p in found or not any(is_within(p, h) for h in hidden):
+            return
+        if any(is_within(w, p) for w in too_wide):  # it would show a whole home
+            return
+        found.append(p)
+
+    for p in (sys.prefix, sys.base_prefix, str(Path(tether.__file__).parent.parent)):
+        keep(p)
+    exe = argv0 if "/" in argv0 else shutil.which(argv0, path=path_env)
+    for q in ((exe, os.path.realpath(exe)) if exe else ()):
+        keep(os.path.dirname(q))
+        pkg = os.path.dirname(q)  # a node package's bin/ script needs its whole package
+        while pkg != "/" and not os.path.isfile(os.path.join(pkg, "package.json")):
+            pkg = os.path.dirname(pkg)
+        if pkg != "/":
+            keep(pkg)
+    for d in path_env.split(":"):
+        if os.path.isdir(d):
+            keep(d)
+    for n in (".gitconfig", ".config/git"):
+        keep(os.path.join(os.path.expanduser("~"), n))
+    return found
+
+
+def git_common_dir(path: str) -> str | None:
+    """The repository's .git of a worktree (commits write there), or None. Read from
+    the files themselves, not by running git (as root git refuses a user's repository,
+    and the tree is untrusted), and checked both ways: a worktree's ``.git`` file is
+    the agent's to rewrite and must not name another repository for the next agent."""
+
+    def read(file: str) -> str | None:
+        try:
+            with open_regular(file, max_bytes=4096) as f:
+                return f.read().decode(errors="replace").strip()
+        except (OSError, NotRegular):
+            return None
+
+    dotgit = os.path.join(path, ".git")
+    if os.path.isdir(dotgit) and not os.path.islink(dotgit):
+        return os.path.realpath(dotgit)  # a main worktree: its .git is the common dir
+    line = read(dotgit)
+    if line is None or not line.startswith("gitdir:"):
+        return None
+    gitdir = os.path.realpath(os.path.join(path, line.removeprefix("gitdir:").strip()))
+    common_rel = read(os.path.join(gitdir, "commondir"))
+    back = read(os.path.join(gitdir, "gitdir"))
+    if common_rel is None or back is None:
+        return None  # not a linked worktree (a submodule, say)
+    common = os.path.realpath(os.path.join(gitdir, common_rel))
+    back_real = os.path.realpath(os.path.join(gitdir, back))
+    if is_within(gitdir, os.path.join(common, "worktrees")) and \
+            back_real == os.path.realpath(dotgit):
+        return common
+    return None

@@ -1,0 +1,308 @@
+"""Attempts: start a lineage, run each attempt as an exec, decide what an exec's end
+means (FINISHED or ORPHANED, then the revival policy), successors, and the sweep.
+
+Exactly once: an attempt's intent (its number and token) is committed before its
+exec is started, and the exec carries the request key ``lineage-<id>-<attempt>``,
+which the exec store turns into a no-op if an earlier try got through.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import sys
+import time
+from pathlib import Path
+
+import msgspec
+
+from tether.agent import lifecycle as lc
+from tether.agent import snapshot
+from tether.agent.confinement import agent_view
+from tether.agent.providers import get as get_provider
+from tether.agent.providers.base import SessionContext
+from tether.daemon.agents.core import AgentCore
+from tether.daemon.agents.worktree import WorktreeFiles
+from tether.hostio.untrusted import replace_at
+from tether.model.errors import RpcCode, TetherError
+from tether.model.records import AgentConfig, ExecRecord, ExecSpec, LineageRecord
+from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE, ExecState, LineageStatus
+
+log = logging.getLogger("tether.agents")
+
+CRASH_LOOP_LIMIT = 3  # consecutive attempts that die within crash_loop_seconds
+
+
+def backoff(attempt: int) -> float:
+    """Seconds before revival attempt ``attempt + 1``: 0.5, 1, 2, … capped at 30."""
+    return float(min(30.0, 0.5 * 2 ** max(0, attempt - 1)))
+
+
+def _write_private(directory: Path, path: str, content: bytes) -> None:
+    """Write a file the daemon made for an agent into its state dir, which the agent may
+    write too: never through a symlink it planted (a new file, then a rename)."""
+    if Path(path).parent != directory:
+        raise TetherError(RpcCode.INTERNAL_ERROR, "INTERNAL_ERROR",
+                          f"a provider file outside the session's state dir: {path}")
+    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        replace_at(dfd, os.path.basename(path), content, durable=False)
+    finally:
+        os.close(dfd)
+
+
+class Attempts:
+    def __init__(self, core: AgentCore, worktree: WorktreeFiles) -> None:
+        self.core = core
+        self.worktree = worktree
+
+    # ------------------------------------------------------------------ start
+    async def start(self, cfg: AgentConfig, name: str | None,
+                    request_key: str | None = None) -> LineageRecord:
+        core = self.core
+        if request_key:
+            existing = core.store.lineage_by_request_key(request_key)
+            if existing is not None:
+                return existing  # a retry after a lost reply
+        get_provider(cfg.provider)  # raises for an unknown provider before any intent
+        lc.Thresholds(cfg.aging_pct, cfg.dying_pct)
+        if cfg.revival not in ("revive", "reap", "ask"):
+            raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
+                              f"revival policy must be revive, reap or ask, not {cfg.revival!r}")
+        sandbox = core.sandboxes.resolve(cfg.sandbox)
+        # runtime-interface: whether a runtime can host an agent (docker cannot yet).
+        if sandbox.spec.runtime == "docker":
+            raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
+                              "agents cannot run in docker sandboxes yet (their hooks need "
+                              "tether's agent socket inside the container); use a bwrap or "
+                              "process sandbox, e.g. the default one")
+        cfg = msgspec.structs.replace(cfg, sandbox=sandbox.id)  # its event stream
+        return await self.create(cfg, name, request_key=request_key)
+
+    async def create(self, cfg: AgentConfig, name: str | None, *,
+                     request_key: str | None = None,
+                     predecessor: str | None = None) -> LineageRecord:
+        """A new lineage, then its first attempt."""
+        ident = self.core.store.reserve_id("lineage", nbytes=5)
+        now = time.time()
+        rec = LineageRecord(id=ident, name=name, config=cfg, created_at=now, updated_at=now,
+                            request_key=request_key, predecessor=predecessor)
+        rec = self.core.commit(self.core.store.create_lineage(rec))
+        return await self.begin(rec, resume=False)
+
+    async def begin(self, rec: LineageRecord, *, resume: bool) -> LineageRecord:
+        """Commit the next attempt's intent, then run it."""
+        rec = self.core.commit(self.core.store.update_lineage(
+            rec.id, status=LineageStatus.REVIVING if resume else None,
+            attempt=rec.attempt + 1, token=secrets.token_hex(16), revive_at=None,
+            event="lineage.attempt" if not resume else None,
+            reason=f"reviving (attempt {rec.attempt + 1})" if resume else None))
+        if resume:
+            self.core.faults.hit("agent.after_attempt_commit")
+        return await self.run(rec, resume=resume)
+
+    def _context(self, rec: LineageRecord) -> SessionContext:
+        layout = self.core.layout
+        state_dir = layout.root / "agents" / rec.id
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return SessionContext(
+            home=str(layout.root), socket=str(layout.socket), session=rec.id,
+            lineage=rec.id, state_dir=str(state_dir),
+            hook_command=(sys.executable, "-m", "tether.cli.main", "--home",
+                          str(layout.root), "agent", "hook"))
+
+    async def _start_exec(self, rec: LineageRecord, *, resume: bool) -> ExecRecord:
+        core, layout, cfg = self.core, self.core.layout, rec.config
+        provider = get_provider(cfg.provider)
+        ctx = self._context(rec)
+        snap_path = snapshot.path_for(layout.root, rec.id)
+        plan = (provider.resume(cfg.argv, rec.provider_session_id, str(snap_path), ctx)
+                if resume else provider.launch(cfg.argv, ctx))
+        for path, content in plan.files.items():
+            _write_private(Path(ctx.state_dir), path, content)
+        sandbox = core.sandboxes.resolve(cfg.sandbox)
+        path_env = cfg.env.get("PATH") or os.environ.get("PATH", "/usr/bin:/bin")
+        # runtime-interface: whether a runtime confines an agent to a view (bwrap does).
+        view = (agent_view(state_dir=layout.root / "agents" / rec.id,
+                           socket_dir=layout.agent_dir, config=cfg, snapshot=snap_path,
+                           handoff=(core.handoff_path(rec.predecessor)
+                                    if rec.predecessor else None),
+                           argv0=plan.argv[0], path_env=path_env)
+                if sandbox.spec.runtime == "bwrap" else None)
+        sock = layout.agent_socket if view is not None else layout.socket
+        env = {**cfg.env, **plan.env,
+               "TETHER_HOME": str(layout.root), "TETHER_SOCKET": str(sock),
+               "TETHER_SESSION": rec.id, "TETHER_TOKEN": rec.token, "TETHER_LINEAGE": rec.id,
+               "TETHER_ATTEMPT": str(rec.attempt)}
+        if snap_path.exists():
+            env["TETHER_DRAIN_SNAPSHOT"] = str(snap_path)
+        if rec.predecessor:
+            handoff = core.handoff_path(rec.predecessor)
+            if handoff.exists():
+                env["TETHER_HANDOFF"] = str(handoff)
+        spec = ExecSpec(argv=plan.argv, env=env, cwd=cfg.cwd, name=rec.name, tty=cfg.tty,
+                        stdin=cfg.tty)
+        return await core.execs.start(sandbox, spec, f"lineage-{rec.id}-{rec.attempt}",
+                                      lineage=rec.id, agent_view=view)
+
+    async def run(self, rec: LineageRecord, *, resume: bool) -> LineageRecord:
+        """Start attempt ``rec.attempt``; idempotent thanks to its request key."""
+        core = self.core
+        try:
+            # Everything that can refuse (its sandbox gone, say) fails the lineage, never
+            # the daemon (this also runs inside recovery).
+            x = await self._start_exec(rec, resume=resume)
+        except Exception as e:  # TetherError, or the agent broke its state dir (OSError)
+            why = e.message if isinstance(e, TetherError) else f"{type(e).__name__}: {e}"
+            if not isinstance(e, TetherError):
+                log.warning("lineage %s attempt %s: %s", rec.id, rec.attempt, why)
+            return core.commit(core.store.update_lineage(
+                rec.id, status=LineageStatus.FAILED, reason=f"could not start attempt "
+                f"{rec.attempt}: {why}"))
+        core.touch(rec)
+        starts = [*rec.recent_starts, x.started_at or time.time()][-5:]
+        rec = core.commit(core.store.update_lineage(
+            rec.id, status=LineageStatus.ACTIVE if rec.status != LineageStatus.ACTIVE else None,
+            exec_id=x.id, recent_starts=starts,
+            reason=f"attempt {rec.attempt} running as exec {x.id}"))
+        self.worktree.update(rec, pid=core.execs.pid_of(x.id))
+        if x.state in EXEC_TERMINAL:  # it ended before we looked (e.g. instantly)
+            self.on_exec_terminal(x)
+        return core.store.get_lineage(rec.id) or rec
+
+    # ------------------------------------------------------------------ exec ends
+    def on_exec_terminal(self, x: ExecRecord) -> None:
+        """``ExecService.on_terminal``: called synchronously with every exec that ends."""
+        if not x.lineage:
+            return
+        rec = self.core.store.get_lineage(x.lineage)
+        if rec is None or rec.exec_id != x.id or rec.status != LineageStatus.ACTIVE:
+            return
+        # A hung kill from before a restart is recognised by its recorded reason.
+        hung = x.id in self.core.hung_kills or (x.reason or "").startswith("hung:")
+        self.core.hung_kills.discard(x.id)
+        if rec.lifecycle == lc.Lifecycle.DEAD:
+            self._finish(rec, "context exhausted (DEAD); the session was reaped")
+            return
+        if x.state == ExecState.CANCELLED and not hung:
+            self._finish(rec, f"stopped: {x.reason or 'cancelled'}")  # `tether kill`
+            return
+        if x.state == ExecState.FINISHED and x.exit_code == 0:
+            self._finish(rec, "the agent exited on its own (code 0)")
+            return
+        what = ("hung (no heartbeat or output), killed" if hung else
+                f"died: {x.reason or x.state}" + (f" (exit {x.exit_code})"
+                                                  if x.exit_code is not None else ""))
+        self.orphan(rec, what, x)
+
+    def _finish(self, rec: LineageRecord, reason: str) -> None:
+        core = self.core
+        rec = core.commit(core.store.update_lineage(rec.id, status=LineageStatus.FINISHED,
+                                                    reason=reason))
+        self.worktree.update(rec, step="finished")
+        core.forget(rec.id)
+        if rec.config.successor == "auto" and rec.lifecycle == lc.Lifecycle.DEAD:
+            core.successor_wanted.append(rec.id)
+            core.wake.set()
+
+    def orphan(self, rec: LineageRecord, reason: str, x: ExecRecord | None) -> None:
+        rec = self.core.commit(self.core.store.update_lineage(
+            rec.id, status=LineageStatus.ORPHANED, reason=reason))
+        self.apply_policy(rec, x)
+
+    def apply_policy(self, rec: LineageRecord, x: ExecRecord | None) -> None:
+        """The revival policy of an ORPHANED lineage: reap, ask, give up, or revive later."""
+        core, cfg = self.core, rec.config
+        if cfg.revival == "reap":
+            core.commit(core.store.update_lineage(
+                rec.id, status=LineageStatus.REAPED, reason="revival policy reap: discarded"))
+            core.forget(rec.id)
+            return
+        if cfg.revival == "ask":
+            core.commit(core.store.update_lineage(
+                rec.id, status=LineageStatus.ASK_PENDING,
+                reason="revival policy ask: resolve with `tether lineage resolve "
+                       f"{rec.id} --revive|--reap`"))
+            return
+        if rec.attempt - 1 >= cfg.max_revivals:
+            core.commit(core.store.update_lineage(
+                rec.id, status=LineageStatus.FAILED,
+                reason=f"gave up after {cfg.max_revivals} revivals; last: {rec.reason}"))
+            core.forget(rec.id)
+            return
+        if self._crash_looping(rec, x):
+            core.commit(core.store.update_lineage(
+                rec.id, status=LineageStatus.FAILED,
+                reason=f"crash loop: the last {CRASH_LOOP_LIMIT} attempts each died within "
+                       f"{cfg.crash_loop_seconds:g}s of starting; last: {rec.reason}"))
+            core.forget(rec.id)
+            return
+        due = time.time() + backoff(rec.attempt)
+        core.commit(core.store.update_lineage(rec.id, revive_at=due))
+        core.wake.set()
+
+    def _crash_looping(self, rec: LineageRecord, x: ExecRecord | None) -> bool:
+        if len(rec.recent_starts) < CRASH_LOOP_LIMIT:
+            return False
+        ends = [e.ended_at or 0.0 for e in self.core.store.list_execs_of_lineage(rec.id)][
+            -CRASH_LOOP_LIMIT:]
+        starts = rec.recent_starts[-CRASH_LOOP_LIMIT:]
+        return len(ends) == CRASH_LOOP_LIMIT and all(
+            0 <= end - start < rec.config.crash_loop_seconds
+            for start, end in zip(starts, ends, strict=True))
+
+    # ------------------------------------------------------------------ revivals
+    async def revive_due(self, lineage: str) -> None:
+        """A due revival (the tick): only if the lineage is still ORPHANED."""
+        async with self.core.lock(lineage):
+            fresh = self.core.store.get_lineage(lineage)
+            if fresh is not None and fresh.status == LineageStatus.ORPHANED:
+                await self.begin(fresh, resume=True)
+
+    async def resolve_ask(self, rec: LineageRecord, action: str) -> LineageRecord:
+        async with self.core.lock(rec.id):
+            fresh = self.core.store.get_lineage(rec.id)  # the caller's copy may be stale
+            return await self._resolve_ask(fresh or rec, action)
+
+    async def _resolve_ask(self, rec: LineageRecord, action: str) -> LineageRecord:
+        core = self.core
+        if rec.status != LineageStatus.ASK_PENDING:
+            raise TetherError(RpcCode.INVALID_STATE, "INVALID_STATE",
+                              f"lineage {rec.id} is {rec.status}, not ASK_PENDING",
+                              {"status": rec.status})
+        if action == "reap":
+            rec = core.commit(core.store.update_lineage(
+                rec.id, status=LineageStatus.REAPED, reason="reaped by `lineage resolve`"))
+            core.forget(rec.id)
+            return rec
+        return await self.begin(rec, resume=True)
+
+    async def start_successor(self, lineage: str) -> None:
+        """A new lineage with a DEAD one's config, started with its handoff."""
+        prev = self.core.store.get_lineage(lineage)
+        if prev is None:
+            return
+        handoff = self.core.handoff_path(prev.id)
+        handoff.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        handoff.write_text(prev.handoff or "")
+        await self.create(prev.config, None, predecessor=prev.id)
+
+    # ------------------------------------------------------------------ sweep
+    def reap(self) -> dict[str, int]:
+        """Sweep without signalling: settle dead sessions, drop stale heartbeat files."""
+        store = self.core.store
+        swept = removed = 0
+        for rec in store.list_lineages((LineageStatus.ACTIVE,)):
+            x = store.get_exec(rec.exec_id) if rec.exec_id else None
+            if x is None or x.state in EXEC_TERMINAL:
+                swept += 1
+                if x is not None:
+                    self.on_exec_terminal(x)
+                else:
+                    self.orphan(rec, "reap: no process", None)
+        for rec in store.list_lineages():
+            if rec.status not in LINEAGE_LIVE and rec.config.worktree:
+                removed += int(self.worktree.remove_heartbeat(rec))
+        return {"swept": swept, "heartbeat_files_removed": removed}
+

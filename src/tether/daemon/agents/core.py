@@ -1,0 +1,97 @@
+"""The state the parts of the agent service share, explicitly.
+
+The daemon's services the parts call, and the lineages' memory of category C:
+heartbeats, the message cache, hung kills and the rest are lost on a restart by
+design (a restarted daemon gives every live session a fresh grace period and
+reloads messages from the snapshot). One object, so that ``forget`` drops a
+lineage's memory in one place whichever part ends it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+from tether.agent import lifecycle as lc
+from tether.daemon.events import EventBus
+from tether.daemon.execs import ExecService
+from tether.daemon.faults import Faults
+from tether.daemon.sandboxes import SandboxService
+from tether.model.layout import HomeLayout
+from tether.model.records import Event, LineageRecord
+from tether.model.states import LineageStatus
+from tether.store import Store
+
+
+class AgentCore:
+    def __init__(self, store: Store, layout: HomeLayout, bus: EventBus, execs: ExecService,
+                 sandboxes: SandboxService, instance: str, faults: Faults) -> None:
+        self.faults = faults
+        self.store = store
+        self.layout = layout
+        self.bus = bus
+        self.execs = execs
+        self.sandboxes = sandboxes
+        self.instance = instance
+        self.heartbeat: dict[str, float] = {}  # lineage -> last sign of life (C)
+        self.hb_class: dict[str, lc.HeartbeatClass] = {}
+        self.wt_written: dict[str, float] = {}
+        self.messages: dict[str, list[dict[str, Any]]] = {}  # cache of the snapshot's
+        self.hung_kills: set[str] = set()  # exec ids we cancelled as hung
+        self.successor_wanted: list[str] = []  # DEAD lineages whose successor is due
+        self.tool_calls: dict[str, int] = {}  # for heartbeat.json toolCallsCount
+        # Interactive sessions whose last turn ended: waiting for their user, not hung.
+        self.awaiting_user: dict[str, float] = {}
+        # One per lineage: turns, revivals and resolutions of a lineage never interleave.
+        self.locks: dict[str, asyncio.Lock] = {}
+        self.wake = asyncio.Event()  # makes the tick run at once
+
+    def commit(self, result: tuple[LineageRecord, Event | None]) -> LineageRecord:
+        """Publish a committed lineage change's event, if any; return the record."""
+        rec, ev = result
+        if ev is not None:
+            self.bus.publish(ev)
+        return rec
+
+    def lock(self, lineage: str) -> asyncio.Lock:
+        return self.locks.setdefault(lineage, asyncio.Lock())
+
+    def forget(self, lineage: str) -> None:
+        """Drop the memory of a lineage that has ended."""
+        self.heartbeat.pop(lineage, None)
+        lock = self.locks.get(lineage)
+        if lock is not None and not lock.locked():
+            self.locks.pop(lineage, None)
+        self.awaiting_user.pop(lineage, None)
+        self.hb_class.pop(lineage, None)
+        self.messages.pop(lineage, None)
+
+    def handoff_path(self, lineage: str) -> Path:
+        return self.layout.root / "drain" / f"{lineage}.handoff.md"
+
+    # ------------------------------------------------------------------ signs of life
+    def touch(self, rec: LineageRecord, *, activity: bool = True) -> None:
+        self.heartbeat[rec.id] = time.time()
+        if activity:  # e.g. an idle notification is a sign of life, not of work
+            self.awaiting_user.pop(rec.id, None)
+
+    def last_sign_of_life(self, rec: LineageRecord) -> float:
+        last = self.heartbeat.setdefault(rec.id, time.time())
+        if rec.exec_id:
+            x = self.store.get_exec(rec.exec_id)
+            if x is not None:
+                paths = self.execs.paths(x)
+                for p in (paths.pty if x.spec.tty else paths.stdout, paths.stderr):
+                    with contextlib.suppress(FileNotFoundError):
+                        last = max(last, p.stat().st_mtime)  # output is activity too
+        return last
+
+    def heartbeat_class(self, rec: LineageRecord) -> str | None:
+        if rec.status != LineageStatus.ACTIVE:
+            return None
+        last = self.last_sign_of_life(rec)
+        th = lc.HeartbeatThresholds(rec.config.stale_after, rec.config.crashed_after)
+        return str(lc.classify_heartbeat(time.time() - last, th))

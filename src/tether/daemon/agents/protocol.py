@@ -1,0 +1,197 @@
+"""The agent protocol: what a session says about itself (``agent.*``).
+
+Turns (lifecycle, durable snapshot, counters), heartbeats, tool fencing, the
+handoff, and provider hooks translated into those. Every call is a sign of life.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import signal
+import time
+from typing import Any
+
+from tether.agent import lifecycle as lc
+from tether.agent import snapshot
+from tether.agent.providers import get as get_provider
+from tether.agent.providers.base import HookEvent, Usage
+from tether.daemon.agents.core import AgentCore
+from tether.daemon.agents.worktree import WorktreeFiles
+from tether.hostio.atomic import atomic_write
+from tether.model.errors import RpcCode, TetherError
+from tether.model.records import LineageRecord
+from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE
+
+log = logging.getLogger("tether.agents")
+
+REAP_DELAY = 1.0  # seconds between a DEAD turn's reply and SIGTERM to the agent
+
+
+class Protocol:
+    def __init__(self, core: AgentCore, worktree: WorktreeFiles) -> None:
+        self.core = core
+        self.worktree = worktree
+
+    def authenticate(self, session: str, token: str) -> LineageRecord:
+        """A session may only speak for itself, with the current attempt's token."""
+        rec = self.core.store.get_lineage(session)
+        if rec is None or not token or not secrets.compare_digest(rec.token, token):
+            raise TetherError(RpcCode.INVALID_PARAMS, "BAD_TOKEN",
+                              "unknown session or wrong token (TETHER_SESSION/TETHER_TOKEN); "
+                              "a revived session gets a new token", {"session": session})
+        if rec.status not in LINEAGE_LIVE:
+            raise TetherError(RpcCode.INVALID_STATE, "LINEAGE_ENDED",
+                              f"lineage {rec.id} is {rec.status}; this session is over",
+                              {"session": session, "status": rec.status})
+        return rec
+
+    # ------------------------------------------------------------------ turns
+    async def turn(self, rec: LineageRecord, *, context_pct: float | None,
+                   usage: dict[str, int] | None, model: str | None,
+                   messages: list[dict[str, Any]], config: dict[str, Any] | None = None,
+                   ) -> dict[str, Any]:
+        """A completed turn: lifecycle, snapshot (durable), counters, reply. Turns of one
+        lineage are serialized (the hook program and the SDK may both report)."""
+        async with self.core.lock(rec.id):
+            fresh = self.core.store.get_lineage(rec.id)
+            return await self._turn(fresh or rec, context_pct=context_pct, usage=usage,
+                                    model=model, messages=messages, config=config)
+
+    async def _turn(self, rec: LineageRecord, *, context_pct: float | None,
+                    usage: dict[str, int] | None, model: str | None,
+                    messages: list[dict[str, Any]], config: dict[str, Any] | None = None,
+                    ) -> dict[str, Any]:
+        core = self.core
+        core.touch(rec)
+        th = lc.Thresholds(rec.config.aging_pct, rec.config.dying_pct)
+        before = rec.lifecycle
+        after = lc.on_turn_end(before, context_pct, th)
+        total = dict(rec.usage)
+        for k, v in (usage or {}).items():
+            total[k] = total.get(k, 0) + int(v)
+        # A new list, cached only once the snapshot is durable: a failed write followed
+        # by the agent's retry must not record the turn's messages twice.
+        convo = [*self._conversation(rec), *messages]
+        turn_no = rec.turns + 1
+        snap = snapshot.build(
+            lineage=rec.id, instance=core.instance, provider=rec.config.provider,
+            model=model or rec.model, usage=total, messages=convo, turn=turn_no,
+            provider_session_id=rec.provider_session_id,
+            loop_config={"argv": rec.config.argv, "revival": rec.config.revival,
+                         "max_revivals": rec.config.max_revivals,
+                         "thresholds": {"aging_pct": th.aging_pct, "dying_pct": th.dying_pct},
+                         "tty": rec.config.tty, **(config or {})})
+        await asyncio.get_running_loop().run_in_executor(
+            None, snapshot.write, core.layout.root, snap)
+        core.messages[rec.id] = convo
+        rec = core.commit(core.store.update_lineage(
+            rec.id, event="agent.turn", turns=turn_no, lifecycle=str(after),
+            context_pct=context_pct if context_pct is not None else rec.context_pct,
+            model=model or rec.model, usage=total, last_turn_at=time.time(),
+            reason=f"turn {turn_no}" + (f" at {context_pct:.0f}% context"
+                                        if context_pct is not None else ""),
+            data={"turn": turn_no, "context_pct": context_pct}))
+        if after != before:
+            self._lifecycle_event(rec, before, after, "turn report")
+        if rec.config.tty:
+            core.awaiting_user[rec.id] = time.time()
+        self.worktree.update(rec)
+        if after == lc.Lifecycle.DEAD and rec.exec_id and core.execs.tasks is not None:
+            # Reap after the reply has reached the agent, not before.
+            core.execs.tasks.create_task(self._reap_dead(rec.exec_id))
+        return {"lineage": rec.id, "turn": turn_no, "lifecycle": rec.lifecycle,
+                "context_pct": rec.context_pct, "instructions": lc.turn_instructions(after),
+                "snapshot": str(snapshot.path_for(core.layout.root, rec.id))}
+
+    async def _reap_dead(self, exec_id: str) -> None:
+        try:
+            await asyncio.sleep(REAP_DELAY)
+            x = self.core.store.get_exec(exec_id)
+            if x is not None and x.state not in EXEC_TERMINAL:
+                await self.core.execs.cancel(x, signal.SIGTERM, 5.0,
+                                             "DEAD: context exhausted; reaping the session")
+        except Exception:  # never into the daemon's TaskGroup
+            log.exception("reaping DEAD exec %s failed", exec_id)
+
+    def _conversation(self, rec: LineageRecord) -> list[dict[str, Any]]:
+        convo = self.core.messages.get(rec.id)
+        if convo is None:
+            try:
+                convo = list(snapshot.read(snapshot.path_for(self.core.layout.root, rec.id))
+                             ["messages"])
+            except (FileNotFoundError, snapshot.SnapshotError):
+                convo = []
+            self.core.messages[rec.id] = convo
+        return convo
+
+    def _lifecycle_event(self, rec: LineageRecord, before: str, after: str, why: str) -> None:
+        self.core.bus.publish(self.core.store.append_event(
+            rec.config.sandbox, "agent.lifecycle", exec_id=rec.exec_id, state=after,
+            reason=f"{before} -> {after} ({why})",
+            data={"lineage": rec.id, "from": before, "context_pct": rec.context_pct}))
+
+    # ------------------------------------------------------------------ the rest
+    def authorize_tool(self, rec: LineageRecord, tool: str) -> dict[str, Any]:
+        core = self.core
+        core.touch(rec)
+        core.tool_calls[rec.id] = core.tool_calls.get(rec.id, 0) + 1
+        decision = lc.authorize_tool(rec.lifecycle)
+        if decision.next_state != rec.lifecycle:
+            before = rec.lifecycle
+            rec = core.commit(core.store.update_lineage(
+                rec.id, lifecycle=str(decision.next_state)))
+            self._lifecycle_event(rec, before, rec.lifecycle, f"finalization call: {tool}")
+        if not decision.allowed:
+            core.bus.publish(core.store.append_event(
+                rec.config.sandbox, "agent.fenced", exec_id=rec.exec_id, state=rec.lifecycle,
+                reason=decision.reason, data={"lineage": rec.id, "tool": tool}))
+        return {"allowed": decision.allowed, "reason": decision.reason,
+                "lifecycle": rec.lifecycle}
+
+    def heartbeat(self, rec: LineageRecord) -> dict[str, Any]:
+        self.core.touch(rec)  # it just spoke, so it is ACTIVE: no need to look further
+        return {"lifecycle": rec.lifecycle, "heartbeat": str(lc.HeartbeatClass.ACTIVE)}
+
+    def handoff(self, rec: LineageRecord, text: str) -> dict[str, Any]:
+        core = self.core
+        core.touch(rec)
+        path = core.handoff_path(rec.id)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        atomic_write(str(path), text.encode(), durable=True)
+        core.commit(core.store.update_lineage(rec.id, handoff=text, event="agent.handoff",
+                                              reason=f"handoff of {len(text)} characters"))
+        return {"ok": True, "path": str(path)}
+
+    async def hook(self, rec: LineageRecord, provider_name: str, event: str,
+                   payload: dict[str, Any]) -> dict[str, Any]:
+        """A provider's hook program calling back: translate, act, answer in its format."""
+        core = self.core
+        provider = get_provider(provider_name)
+        # In a thread: a turn-end hook reads the transcript file, which may be large.
+        ev: HookEvent = await asyncio.to_thread(provider.parse_hook, event, payload)
+        core.touch(rec, activity=ev.kind not in ("other", "turn_end"))
+        allowed, reason = True, "ok"
+        if ev.kind == "session_start" and ev.provider_session_id:
+            rec = core.commit(core.store.update_lineage(
+                rec.id, provider_session_id=ev.provider_session_id, event="agent.session",
+                reason=f"{provider_name} session {ev.provider_session_id}"))
+            self.worktree.update(rec)
+        elif ev.kind == "turn_end":
+            u: Usage | None = ev.usage
+            usage = None if u is None else {
+                "input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
+                "cache_read_tokens": u.cache_read_tokens,
+                "cache_creation_tokens": u.cache_creation_tokens}
+            if ev.provider_session_id and ev.provider_session_id != rec.provider_session_id:
+                rec = core.commit(core.store.update_lineage(
+                    rec.id, provider_session_id=ev.provider_session_id))
+            await self.turn(rec, context_pct=u.context_pct if u else None, usage=usage,
+                            model=ev.model, messages=ev.messages)
+        elif ev.kind == "tool_request":
+            decision = self.authorize_tool(rec, ev.tool_name or "?")
+            allowed, reason = decision["allowed"], decision["reason"]
+        reply = provider.reply(ev, allowed, reason)
+        return {"kind": ev.kind, "allowed": allowed, "reason": reason,
+                "stdout": reply.stdout, "exit_code": reply.exit_code}

@@ -1,0 +1,143 @@
+"""``AgentService``: the agent service's one face to the daemon and its API.
+
+It wires the parts around one shared :class:`AgentCore` and delegates; the read
+side (``resolve``, ``view``, ``summary_for_exec``) is its own.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tether.agent import snapshot
+from tether.daemon.agents import recovery
+from tether.daemon.agents.attempts import Attempts
+from tether.daemon.agents.core import AgentCore
+from tether.daemon.agents.protocol import Protocol
+from tether.daemon.agents.tick import Tick
+from tether.daemon.agents.worktree import WorktreeFiles
+from tether.daemon.events import EventBus
+from tether.daemon.execs import ExecService
+from tether.daemon.faults import Faults
+from tether.daemon.sandboxes import SandboxService
+from tether.model.errors import RpcCode, TetherError
+from tether.model.layout import HomeLayout
+from tether.model.records import AgentConfig, LineageRecord
+from tether.store import Store
+
+
+class AgentService:
+    def __init__(self, store: Store, layout: HomeLayout, bus: EventBus, execs: ExecService,
+                 sandboxes: SandboxService, instance: str, faults: Faults) -> None:
+        self.faults = faults
+        self.store = store
+        self.layout = layout
+        self.bus = bus
+        self.execs = execs
+        self.sandboxes = sandboxes
+        self.instance = instance
+        self.core = AgentCore(store, layout, bus, execs, sandboxes, instance, faults)
+        self.worktree = WorktreeFiles(self.core)
+        self.attempts = Attempts(self.core, self.worktree)
+        self.protocol = Protocol(self.core, self.worktree)
+        self.ticker = Tick(self.core, self.attempts, self.worktree)
+        self.wake = self.core.wake
+        execs.on_terminal.append(self.attempts.on_exec_terminal)
+
+    @property
+    def tick_interval(self) -> float:
+        return self.ticker.interval
+
+    @tick_interval.setter
+    def tick_interval(self, value: float) -> None:
+        self.ticker.interval = value
+
+    # ------------------------------------------------------------------ read side
+    def resolve(self, ref: str) -> LineageRecord:
+        found = self.store.find_lineages(ref)
+        if not found:
+            raise TetherError(RpcCode.NOT_FOUND, "LINEAGE_NOT_FOUND",
+                              f"no lineage matches {ref!r}; list them with `tether lineage ls`",
+                              {"ref": ref})
+        if len(found) > 1 and found[0].id != ref and found[0].name != ref:
+            raise TetherError(RpcCode.AMBIGUOUS, "AMBIGUOUS",
+                              f"{ref!r} matches {len(found)} lineages; give more of the id",
+                              {"ref": ref})
+        return found[0]
+
+    def view(self, rec: LineageRecord) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": rec.id, "name": rec.name, "provider": rec.config.provider,
+            "status": rec.status, "lifecycle": rec.lifecycle, "exec": rec.exec_id,
+            "attempt": rec.attempt, "revivals": max(0, rec.attempt - 1), "turns": rec.turns,
+            "context_pct": rec.context_pct, "model": rec.model, "usage": rec.usage,
+            "provider_session_id": rec.provider_session_id, "reason": rec.reason,
+            "revival": rec.config.revival, "heartbeat": self.heartbeat_class(rec),
+            "revive_at": rec.revive_at, "has_handoff": rec.handoff is not None,
+            "snapshot": str(snapshot.path_for(self.layout.root, rec.id)),
+            "worktree": rec.config.worktree, "created_at": rec.created_at,
+            "predecessor": rec.predecessor,
+        }
+        return out
+
+    def summary_for_exec(self, exec_id: str, lineage_id: str) -> dict[str, Any] | None:
+        rec = self.store.get_lineage(lineage_id)
+        if rec is None:
+            return None
+        return {"lineage": rec.id, "status": rec.status, "lifecycle": rec.lifecycle,
+                "heartbeat": self.heartbeat_class(rec) if rec.exec_id == exec_id else None,
+                "context_pct": rec.context_pct, "turns": rec.turns,
+                "revivals": max(0, rec.attempt - 1)}
+
+    def heartbeat_class(self, rec: LineageRecord) -> str | None:
+        return self.core.heartbeat_class(rec)
+
+    def touch(self, rec: LineageRecord, *, activity: bool = True) -> None:
+        self.core.touch(rec, activity=activity)
+
+    # ------------------------------------------------------------------ attempts
+    async def start(self, cfg: AgentConfig, name: str | None,
+                    request_key: str | None = None) -> LineageRecord:
+        return await self.attempts.start(cfg, name, request_key)
+
+    async def resolve_ask(self, rec: LineageRecord, action: str) -> LineageRecord:
+        return await self.attempts.resolve_ask(rec, action)
+
+    def reap(self) -> dict[str, int]:
+        """Sweep without signalling: settle dead sessions, drop stale heartbeat files."""
+        return self.attempts.reap()
+
+    async def recover(self) -> dict[str, int]:
+        """After exec recovery: every live lineage without a live process is ORPHANED."""
+        return await recovery.recover(self.core, self.attempts)
+
+    # ------------------------------------------------------------------ agent protocol
+    def authenticate(self, session: str, token: str) -> LineageRecord:
+        return self.protocol.authenticate(session, token)
+
+    async def turn(self, rec: LineageRecord, *, context_pct: float | None,
+                   usage: dict[str, int] | None, model: str | None,
+                   messages: list[dict[str, Any]], config: dict[str, Any] | None = None,
+                   ) -> dict[str, Any]:
+        return await self.protocol.turn(rec, context_pct=context_pct, usage=usage,
+                                        model=model, messages=messages, config=config)
+
+    def authorize_tool(self, rec: LineageRecord, tool: str) -> dict[str, Any]:
+        return self.protocol.authorize_tool(rec, tool)
+
+    def heartbeat(self, rec: LineageRecord) -> dict[str, Any]:
+        return self.protocol.heartbeat(rec)
+
+    def handoff(self, rec: LineageRecord, text: str) -> dict[str, Any]:
+        return self.protocol.handoff(rec, text)
+
+    async def hook(self, rec: LineageRecord, provider_name: str, event: str,
+                   payload: dict[str, Any]) -> dict[str, Any]:
+        return await self.protocol.hook(rec, provider_name, event, payload)
+
+    # ------------------------------------------------------------------ tick
+    async def tick_loop(self) -> None:
+        await self.ticker.loop()
+
+    async def tick(self) -> float | None:
+        """One pass; returns when the next pending revival is due, if any."""
+        return await self.ticker.tick()
