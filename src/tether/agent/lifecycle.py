@@ -1,4 +1,4 @@
-"""The five-state agent lifecycle (the agent kernel's, with drain and revival), as data with one guard.
+"""The five-state agent lifecycle (an agent kernel's), as data with one guard.
 
 HEALTHY → AGING (context ≥ 70%) → DYING (≥ 90%) → DRAINING → DEAD. Monotonic:
 a state never regresses, and a jump (60% → 92%) skips AGING. Fencing:

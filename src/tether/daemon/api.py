@@ -18,6 +18,7 @@ from tether.daemon.agents import AgentService, git_common_dir
 from tether.daemon.events import EventBus
 from tether.daemon.execs import ExecService, parse_signal
 from tether.daemon.sandboxes import SandboxService
+from tether.daemon.tasks import Tasks
 from tether.model.errors import RpcCode, TetherError
 from tether.model.layout import HomeLayout
 from tether.model.records import AgentConfig, ExecRecord, ExecSpec, SandboxSpec, to_builtins
@@ -39,6 +40,7 @@ class Daemon(Protocol):
     sandboxes: SandboxService
     agents: AgentService
     runtimes: Runtimes
+    tasks: Tasks
     state: DaemonState
     instance: str
     started_at: float
@@ -150,7 +152,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         half-close) must not leave a sandbox half-stopped or half-deleted. Its
         outcome comes back through a future, so an error reaches this caller and
         never the daemon's TaskGroup."""
-        if execs.tasks is None:
+        if not d.tasks.open:
             return await coro
         outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
@@ -163,7 +165,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
             except Exception as e:
                 outcome.set_exception(e)
 
-        execs.tasks.create_task(run())
+        d.tasks.spawn(run(), name="owned")
         return await asyncio.shield(outcome)
 
     async def sandbox_stop(p: m.SandboxStop, c: Connection) -> Any:

@@ -34,7 +34,9 @@ from tether.daemon.config import DaemonConfig
 from tether.daemon.events import EventBus
 from tether.daemon.execs import ExecService
 from tether.daemon.faults import Faults
+from tether.daemon.journal import Journal
 from tether.daemon.sandboxes import SandboxService
+from tether.daemon.tasks import Tasks
 from tether.model.errors import TetherError
 from tether.model.layout import HOME_LOCKED_EXIT, MAX_SOCKET_PATH, HomeLayout
 from tether.model.states import DaemonState, check_transition
@@ -63,6 +65,7 @@ class Daemon:
         self.started_at = time.time()
         self.recovery_summary: dict[str, int] = {}
         self._stop = asyncio.Event()
+        self.tasks = Tasks()  # the TaskGroup of _main, lent to the services
         self._lock = homes.HomeLock(self.layout)
         self._server: asyncio.AbstractServer | None = None
         self._rpc: RpcServer | None = None
@@ -105,16 +108,16 @@ class Daemon:
             return e.exit_code
         try:
             async with asyncio.TaskGroup() as tg:
-                self.execs.tasks = tg
+                self.tasks.bind(tg)
                 await self._recover()
                 await self._bind()
                 self._to(DaemonState.RUNNING)
                 homes.write_pid_file(self.layout)
-                self.bus.publish(self.store.append_event(
+                self.journal.record(
                     None, "daemon.started", state=str(self.state),
                     reason=f"daemon pid {os.getpid()} serving",
                     data={"pid": os.getpid(), "version": __version__,
-                          "instance": self.instance, "recovery": self.recovery_summary}))
+                          "instance": self.instance, "recovery": self.recovery_summary})
                 _sd_notify("READY=1")
                 tg.create_task(self._pool_loop(), name="monitor-pool")
                 tg.create_task(self._sweep_loop(), name="sweep")
@@ -162,9 +165,10 @@ class Daemon:
         self.bus = EventBus(self.store, queue_limit=self.config.subscriber_queue)
         self.runtimes = Runtimes(RuntimeContext(home=str(self.layout.root),
                                                 docker_cli=self.config.docker_cli))
+        self.journal = Journal(self.store, self.bus)
         self.execs = ExecService(self.store, self.layout, self.monitors, self.runtimes,
-                                 self.bus, faults)
-        self.sandboxes = SandboxService(self.store, self.bus, self.execs, self.runtimes)
+                                 self.journal, self.tasks, faults)
+        self.sandboxes = SandboxService(self.store, self.journal, self.execs, self.runtimes)
         try:
             warning = self.sandboxes.configure_default(self.config.default_runtime)
         except (ValueError, TetherError) as e:
@@ -172,8 +176,9 @@ class Daemon:
             raise StartupError(str(e)) from None
         if warning:
             log.warning("the default sandbox: %s", warning)
-        self.agents = AgentService(self.store, self.layout, self.bus, self.execs,
-                                   self.sandboxes, self.instance, faults)
+        self.agents = AgentService(self.store, self.layout, self.journal, self.execs,
+                                   self.sandboxes, self.tasks, self.instance, faults,
+                                   tick_interval=self.config.agent_tick)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
@@ -188,10 +193,10 @@ class Daemon:
         summary.update({f"lineages_{k}": v for k, v in (await self.agents.recover()).items()})
         summary["ms"] = int((time.monotonic() - t0) * 1000)
         self.recovery_summary = summary
-        self.bus.publish(self.store.append_event(
+        self.journal.record(
             None, "daemon.recovered", state=str(self.state), data=summary,
             reason=(f"recovery: {summary['adopted']} adopted, {summary['finished']} finished "
-                    f"while down, {summary['failed']} failed")))
+                    f"while down, {summary['failed']} failed"))
         log.info("recovery: %s", summary)
 
     async def _bind(self) -> None:
@@ -223,9 +228,8 @@ class Daemon:
                 conn.writer.close()
         await self._rpc.drain(DRAIN_TIMEOUT)
         with contextlib.suppress(Exception):
-            self.bus.publish(self.store.append_event(None, "daemon.stopping",
-                                                     state=str(self.state),
-                                                     reason="SIGTERM/SIGINT: draining"))
+            self.journal.record(None, "daemon.stopping", state=str(self.state),
+                                reason="SIGTERM/SIGINT: draining")
         for conn in list(self._rpc.connections):
             conn.writer.close()
         self.execs.detach_all()

@@ -19,8 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tether.daemon.events import EventBus
 from tether.daemon.faults import Faults
+from tether.daemon.journal import Journal
+from tether.daemon.tasks import Tasks
 from tether.hostio.pidfd import signal_verified_group
 from tether.hostio.proc import is_same_process
 from tether.model.errors import RpcCode, TetherError, invalid_params, not_found
@@ -78,12 +79,12 @@ class _Watch:
 
 class ExecService:
     def __init__(self, store: Store, layout: HomeLayout, monitors: MonitorPool,
-                 runtimes: Runtimes, bus: EventBus, faults: Faults) -> None:
+                 runtimes: Runtimes, journal: Journal, tasks: Tasks, faults: Faults) -> None:
         self.store = store
         self.layout = layout
         self.monitors = monitors
         self.runtimes = runtimes
-        self.bus = bus
+        self.journal = journal
         self.faults = faults
         self._watches: dict[str, _Watch] = {}
         self._done: dict[str, asyncio.Event] = {}
@@ -91,8 +92,8 @@ class ExecService:
         self._pids: dict[str, int] = {}
         self._terminal_watchers: dict[str, asyncio.Task[None]] = {}
         self.pool_wanted = asyncio.Event()
-        # Owner of the long-lived per-exec tasks; the daemon sets it before recovery.
-        self.tasks: asyncio.TaskGroup | None = None
+        # The daemon's group: owner of the long-lived per-exec tasks.
+        self.tasks = tasks
         # Called (synchronously) with every exec that reaches a terminal state.
         self.on_terminal: list[Callable[[ExecRecord], None]] = []
 
@@ -101,8 +102,7 @@ class ExecService:
         return self.layout.exec_paths(rec.sandbox, rec.id)
 
     def _commit(self, result: tuple[ExecRecord, Event]) -> ExecRecord:
-        rec, ev = result
-        self.bus.publish(ev)
+        rec = self.journal.commit(result)
         if rec.state in EXEC_TERMINAL:
             done = self._done.pop(rec.id, None)  # later waiters read the store
             if done is not None:
@@ -222,8 +222,8 @@ class ExecService:
         self._watches[rec.id] = _Watch(pidfd, handles)
         if pidfd is not None:
             asyncio.get_running_loop().add_reader(pidfd, self._on_monitor_exit, rec.id)
-        if (rec.spec.tty or rec.spec.stdin) and self.tasks is not None:
-            self._terminal_watchers[rec.id] = self.tasks.create_task(
+        if (rec.spec.tty or rec.spec.stdin) and self.tasks.open:
+            self._terminal_watchers[rec.id] = self.tasks.spawn(
                 self._watch_terminal(rec), name=f"terminal-{rec.id}")
 
     async def _watch_terminal(self, rec: ExecRecord) -> None:
@@ -249,8 +249,8 @@ class ExecService:
                 if kind in ("attach", "detach", "resize"):
                     reason = ev.pop("reason", None) or {
                         "attach": "client attached", "resize": "window resized"}.get(kind)
-                    self.bus.publish(self.store.append_event(
-                        rec.sandbox, f"exec.{kind}", exec_id=rec.id, reason=reason, data=ev))
+                    self.journal.record(rec.sandbox, f"exec.{kind}", exec_id=rec.id,
+                                        reason=reason, data=ev)
         except (OSError, ValueError) as e:
             log.debug("terminal watch of %s ended: %s", rec.id, e)
         except Exception:  # never into the daemon's TaskGroup
@@ -310,8 +310,8 @@ class ExecService:
                     rec.id, ExecState.RUNNING, started_at=started_at,
                     reason="started while the daemon was down"))
                 pending = self._pending_cancel.pop(rec.id, None)
-                if pending is not None and self.tasks is not None:
-                    self.tasks.create_task(self._cancel_quietly(rec, *pending))
+                if pending is not None and self.tasks.open:
+                    self.tasks.spawn(self._cancel_quietly(rec, *pending))
             if insp.handles is not None:
                 self._pids[rec.id] = insp.handles["child"]["pid"]
             if rec.id not in self._watches:

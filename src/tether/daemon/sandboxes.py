@@ -18,12 +18,12 @@ from typing import Any
 
 import msgspec
 
-from tether.daemon.events import EventBus
 from tether.daemon.execs import ExecService
+from tether.daemon.journal import Journal
 from tether.hostio.copy import CopyError
 from tether.hostio.paths import paths_overlap
 from tether.model.errors import RpcCode, TetherError, invalid_params, not_found
-from tether.model.records import DEFAULT_SANDBOX, Event, SandboxRecord, SandboxSpec
+from tether.model.records import DEFAULT_SANDBOX, SandboxRecord, SandboxSpec
 from tether.model.states import EXEC_TERMINAL, ExecState, IllegalTransition, SandboxState
 from tether.runtime.base import Runtime
 from tether.runtime.registry import Runtimes
@@ -52,13 +52,12 @@ class _Host:
                 if self._mine(sb) is not None]
 
     def transition(self, sandbox: str, to: SandboxState, reason: str) -> SandboxRecord:
-        return self._service._commit(self._service.store.transition_sandbox(
+        return self._service.journal.commit(self._service.store.transition_sandbox(
             sandbox, to, reason=reason))
 
     def event(self, sandbox: str | None, kind: str, reason: str,
               data: dict[str, Any] | None = None) -> None:
-        self._service.bus.publish(self._service.store.append_event(
-            sandbox, kind, reason=reason, data=data or {}))
+        self._service.journal.record(sandbox, kind, reason=reason, data=data or {})
 
     async def finish_delete(self, sb: SandboxRecord) -> SandboxRecord:
         """The reconcile's DELETING row: what the runtime made is already removed."""
@@ -67,20 +66,16 @@ class _Host:
 
 
 class SandboxService:
-    def __init__(self, store: Store, bus: EventBus, execs: ExecService,
+    def __init__(self, store: Store, journal: Journal, execs: ExecService,
                  runtimes: Runtimes) -> None:
         self.store = store
-        self.bus = bus
+        self.journal = journal
         self.execs = execs
         self.runtimes = runtimes
         runtimes.attach(lambda rt: _Host(self, rt))
 
     def runtime_of(self, sb: SandboxRecord) -> Runtime:
         return self.runtimes.get(sb.spec.runtime)
-
-    def _commit(self, result: tuple[SandboxRecord, Event]) -> SandboxRecord:
-        self.bus.publish(result[1])
-        return result[0]
 
     def resolve(self, ref: str) -> SandboxRecord:
         found = self.store.find_sandboxes(ref)
@@ -104,7 +99,7 @@ class SandboxService:
         rt, warning = self.runtimes.resolve(wanted)
         sb = self.store.get_sandbox(DEFAULT_SANDBOX)
         if sb is not None and sb.spec.runtime != rt.name:
-            self._commit(self.store.set_sandbox_spec(
+            self.journal.commit(self.store.set_sandbox_spec(
                 sb.id, msgspec.structs.replace(sb.spec, runtime=rt.name),
                 f"default runtime is now {rt.name}" + (f" ({warning})" if warning else "")))
         return warning
@@ -130,7 +125,7 @@ class SandboxService:
             if problem is not None:
                 raise invalid_params(f"mounts[{i}]: {problem}")
         await rt.ensure()  # refuse before anything is recorded
-        rec = self._commit(self.store.create_sandbox(name, spec))
+        rec = self.journal.commit(self.store.create_sandbox(name, spec))
         return await rt.create(rec, warning)
 
     async def copy(self, sb: SandboxRecord, direction: str, src: str,
@@ -186,7 +181,7 @@ class SandboxService:
                               "the default sandbox cannot be deleted (it can be stopped)")
         if sb.state != SandboxState.DELETING:
             self._guard(sb, SandboxState.DELETING)
-            sb = self._commit(self.store.transition_sandbox(sb.id, SandboxState.DELETING,
+            sb = self.journal.commit(self.store.transition_sandbox(sb.id, SandboxState.DELETING,
                                                             reason="delete requested"))
         await self._stop_execs(sb, grace, f"sandbox {sb.name} deleted")
         await self.runtime_of(sb).remove(sb, force=force)
@@ -201,7 +196,7 @@ class SandboxService:
             for p in (paths.handles, paths.socket):
                 with contextlib.suppress(FileNotFoundError):
                     p.unlink()
-        return self._commit(self.store.transition_sandbox(sb.id, SandboxState.DELETED,
+        return self.journal.commit(self.store.transition_sandbox(sb.id, SandboxState.DELETED,
                                                           reason="deleted"))
 
     def _guard(self, sb: SandboxRecord, to: SandboxState) -> None:
@@ -251,7 +246,7 @@ class SandboxService:
     def _mark(self, sb: SandboxRecord, reason: str) -> SandboxRecord:
         if sb.state == SandboxState.DELETING:
             return sb
-        return self._commit(self.store.transition_sandbox(sb.id, SandboxState.DELETING,
+        return self.journal.commit(self.store.transition_sandbox(sb.id, SandboxState.DELETING,
                                                           reason=reason))
 
     async def recover(self) -> None:
@@ -265,7 +260,7 @@ class SandboxService:
             if not self.runtime_of(sb).adopts_at_start():
                 continue
             if sb.state == SandboxState.PENDING:
-                self._commit(self.store.transition_sandbox(
+                self.journal.commit(self.store.transition_sandbox(
                     sb.id, SandboxState.FAILED,
                     reason="INTERRUPTED_PENDING: the daemon stopped while creating it"))
             elif sb.state == SandboxState.DELETING:

@@ -1,7 +1,7 @@
 """The monitor's files (category D): its wire protocol with the daemon. Standard library only.
 
 * handles file — pid and kernel start time of the monitor and of the child,
-  written atomically once the child runs (momentary reality, as a microVM manager's handle files are);
+  written atomically once the child runs (momentary reality, like a VM manager's handles);
 * exit file — how the child ended, written atomically *and durably*;
 * claim file — created with ``O_EXCL`` by whoever decides an exec's fate first
   (a monitor that will start it, or a recovering daemon that fails it), and

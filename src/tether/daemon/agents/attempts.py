@@ -71,12 +71,9 @@ class Attempts:
             raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
                               f"revival policy must be revive, reap or ask, not {cfg.revival!r}")
         sandbox = core.sandboxes.resolve(cfg.sandbox)
-        # runtime-interface: whether a runtime can host an agent (docker cannot yet).
-        if sandbox.spec.runtime == "docker":
-            raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
-                              "agents cannot run in docker sandboxes yet (their hooks need "
-                              "tether's agent socket inside the container); use a bwrap or "
-                              "process sandbox, e.g. the default one")
+        refusal = core.sandboxes.runtime_of(sandbox).refuses_agents
+        if refusal is not None:
+            raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS", refusal)
         cfg = msgspec.structs.replace(cfg, sandbox=sandbox.id)  # its event stream
         return await self.create(cfg, name, request_key=request_key)
 
@@ -123,13 +120,12 @@ class Attempts:
             _write_private(Path(ctx.state_dir), path, content)
         sandbox = core.sandboxes.resolve(cfg.sandbox)
         path_env = cfg.env.get("PATH") or os.environ.get("PATH", "/usr/bin:/bin")
-        # runtime-interface: whether a runtime confines an agent to a view (bwrap does).
         view = (agent_view(state_dir=layout.root / "agents" / rec.id,
                            socket_dir=layout.agent_dir, config=cfg, snapshot=snap_path,
                            handoff=(core.handoff_path(rec.predecessor)
                                     if rec.predecessor else None),
                            argv0=plan.argv[0], path_env=path_env)
-                if sandbox.spec.runtime == "bwrap" else None)
+                if core.sandboxes.runtime_of(sandbox).confines_agents else None)
         sock = layout.agent_socket if view is not None else layout.socket
         env = {**cfg.env, **plan.env,
                "TETHER_HOME": str(layout.root), "TETHER_SOCKET": str(sock),

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from tether.agent import lifecycle as lc
-from tether.daemon.events import EventBus
 from tether.daemon.execs import ExecService
 from tether.daemon.faults import Faults
+from tether.daemon.journal import Journal
 from tether.daemon.sandboxes import SandboxService
+from tether.daemon.tasks import Tasks
 from tether.model.layout import HomeLayout
 from tether.model.records import Event, LineageRecord
 from tether.model.states import LineageStatus
@@ -27,12 +28,14 @@ from tether.store import Store
 
 
 class AgentCore:
-    def __init__(self, store: Store, layout: HomeLayout, bus: EventBus, execs: ExecService,
-                 sandboxes: SandboxService, instance: str, faults: Faults) -> None:
+    def __init__(self, store: Store, layout: HomeLayout, journal: Journal, execs: ExecService,
+                 sandboxes: SandboxService, tasks: Tasks, instance: str,
+                 faults: Faults) -> None:
+        self.tasks = tasks
         self.faults = faults
         self.store = store
         self.layout = layout
-        self.bus = bus
+        self.journal = journal
         self.execs = execs
         self.sandboxes = sandboxes
         self.instance = instance
@@ -51,10 +54,7 @@ class AgentCore:
 
     def commit(self, result: tuple[LineageRecord, Event | None]) -> LineageRecord:
         """Publish a committed lineage change's event, if any; return the record."""
-        rec, ev = result
-        if ev is not None:
-            self.bus.publish(ev)
-        return rec
+        return self.journal.commit(result)
 
     def lock(self, lineage: str) -> asyncio.Lock:
         return self.locks.setdefault(lineage, asyncio.Lock())

@@ -98,9 +98,9 @@ class Protocol:
         if rec.config.tty:
             core.awaiting_user[rec.id] = time.time()
         self.worktree.update(rec)
-        if after == lc.Lifecycle.DEAD and rec.exec_id and core.execs.tasks is not None:
+        if after == lc.Lifecycle.DEAD and rec.exec_id and core.tasks.open:
             # Reap after the reply has reached the agent, not before.
-            core.execs.tasks.create_task(self._reap_dead(rec.exec_id))
+            core.tasks.spawn(self._reap_dead(rec.exec_id), name=f"reap-{rec.exec_id}")
         return {"lineage": rec.id, "turn": turn_no, "lifecycle": rec.lifecycle,
                 "context_pct": rec.context_pct, "instructions": lc.turn_instructions(after),
                 "snapshot": str(snapshot.path_for(core.layout.root, rec.id))}
@@ -127,10 +127,10 @@ class Protocol:
         return convo
 
     def _lifecycle_event(self, rec: LineageRecord, before: str, after: str, why: str) -> None:
-        self.core.bus.publish(self.core.store.append_event(
+        self.core.journal.record(
             rec.config.sandbox, "agent.lifecycle", exec_id=rec.exec_id, state=after,
             reason=f"{before} -> {after} ({why})",
-            data={"lineage": rec.id, "from": before, "context_pct": rec.context_pct}))
+            data={"lineage": rec.id, "from": before, "context_pct": rec.context_pct})
 
     # ------------------------------------------------------------------ the rest
     def authorize_tool(self, rec: LineageRecord, tool: str) -> dict[str, Any]:
@@ -144,9 +144,9 @@ class Protocol:
                 rec.id, lifecycle=str(decision.next_state)))
             self._lifecycle_event(rec, before, rec.lifecycle, f"finalization call: {tool}")
         if not decision.allowed:
-            core.bus.publish(core.store.append_event(
+            core.journal.record(
                 rec.config.sandbox, "agent.fenced", exec_id=rec.exec_id, state=rec.lifecycle,
-                reason=decision.reason, data={"lineage": rec.id, "tool": tool}))
+                reason=decision.reason, data={"lineage": rec.id, "tool": tool})
         return {"allowed": decision.allowed, "reason": decision.reason,
                 "lifecycle": rec.lifecycle}
 

@@ -15,10 +15,11 @@ from tether.daemon.agents.core import AgentCore
 from tether.daemon.agents.protocol import Protocol
 from tether.daemon.agents.tick import Tick
 from tether.daemon.agents.worktree import WorktreeFiles
-from tether.daemon.events import EventBus
 from tether.daemon.execs import ExecService
 from tether.daemon.faults import Faults
+from tether.daemon.journal import Journal
 from tether.daemon.sandboxes import SandboxService
+from tether.daemon.tasks import Tasks
 from tether.model.errors import RpcCode, TetherError
 from tether.model.layout import HomeLayout
 from tether.model.records import AgentConfig, LineageRecord
@@ -26,20 +27,22 @@ from tether.store import Store
 
 
 class AgentService:
-    def __init__(self, store: Store, layout: HomeLayout, bus: EventBus, execs: ExecService,
-                 sandboxes: SandboxService, instance: str, faults: Faults) -> None:
+    def __init__(self, store: Store, layout: HomeLayout, journal: Journal,
+                 execs: ExecService, sandboxes: SandboxService, tasks: Tasks, instance: str,
+                 faults: Faults, *, tick_interval: float) -> None:
         self.faults = faults
         self.store = store
         self.layout = layout
-        self.bus = bus
+        self.journal = journal
         self.execs = execs
         self.sandboxes = sandboxes
         self.instance = instance
-        self.core = AgentCore(store, layout, bus, execs, sandboxes, instance, faults)
+        self.core = AgentCore(store, layout, journal, execs, sandboxes, tasks, instance,
+                              faults)
         self.worktree = WorktreeFiles(self.core)
         self.attempts = Attempts(self.core, self.worktree)
         self.protocol = Protocol(self.core, self.worktree)
-        self.ticker = Tick(self.core, self.attempts, self.worktree)
+        self.ticker = Tick(self.core, self.attempts, self.worktree, tick_interval)
         self.wake = self.core.wake
         execs.on_terminal.append(self.attempts.on_exec_terminal)
 

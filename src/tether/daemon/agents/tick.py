@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import random
 import signal
 import time
@@ -25,11 +24,12 @@ WORKTREE_HEARTBEAT_EVERY = 10.0
 
 
 class Tick:
-    def __init__(self, core: AgentCore, attempts: Attempts, worktree: WorktreeFiles) -> None:
+    def __init__(self, core: AgentCore, attempts: Attempts, worktree: WorktreeFiles,
+                 interval: float) -> None:
         self.core = core
         self.attempts = attempts
         self.worktree = worktree
-        self.interval = float(os.environ.get("TETHER_AGENT_TICK", "2.0"))
+        self.interval = interval
 
     async def loop(self) -> None:
         wake = self.core.wake
@@ -69,10 +69,10 @@ class Tick:
         age = now - core.last_sign_of_life(rec)
         cls = lc.classify_heartbeat(age, th)
         if cls != core.hb_class.get(rec.id, lc.HeartbeatClass.ACTIVE):
-            core.bus.publish(core.store.append_event(
+            core.journal.record(
                 rec.config.sandbox, "agent.heartbeat", exec_id=rec.exec_id, state=str(cls),
                 reason=f"last sign of life {age:.0f}s ago",
-                data={"lineage": rec.id, "age": round(age, 1)}))
+                data={"lineage": rec.id, "age": round(age, 1)})
         core.hb_class[rec.id] = cls
         if now - core.wt_written.get(rec.id, 0.0) >= WORKTREE_HEARTBEAT_EVERY:
             self.worktree.write_heartbeat(rec, now)
