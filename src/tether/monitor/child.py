@@ -17,7 +17,6 @@ TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see tether/__init__.py
 if TYPE_CHECKING:
     from typing import Any
 
-VALID_SIGNALS = set(range(1, signal.NSIG))
 # Signals a child must start with default dispositions (Python ignores SIGPIPE
 # and SIGXFSZ; a daemon started under nohup ignores SIGHUP).
 RESET_SIGNALS = {signal.SIGPIPE, signal.SIGXFSZ, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT,

@@ -56,10 +56,6 @@ class Client:
         self.skips = 0  # times it fell behind and skipped ahead
 
 
-def _no_command(c: Client, line: bytes) -> None:
-    pass
-
-
 class Clients:
     def __init__(self, spec: dict[str, Any], poller: Poller, term: Terminal,
                  child: Child) -> None:
@@ -76,7 +72,7 @@ class Clients:
         self.paused: set[Client] = set()  # attach clients not read while input is full
         self.tty_events: list[dict[str, Any]] = []  # attach/detach/resize, numbered
         self.tty_events_base = 0
-        self.on_command: Callable[[Client, bytes], None] = _no_command  # a JSON line
+        self.on_command: Callable[[Client, bytes], None]  # a JSON line (wired to control)
 
     # -------------------------------------------------------------- socket
     def listen(self) -> None:

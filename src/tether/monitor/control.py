@@ -10,7 +10,6 @@ from __future__ import annotations
 import _signal as signal  # type: ignore[import-not-found]
 
 from tether.monitor import tinyjson as json
-from tether.monitor.child import VALID_SIGNALS
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see tether/__init__.py
 if TYPE_CHECKING:
@@ -43,7 +42,7 @@ class Control:
                 return
             if grace != grace:  # NaN
                 grace = 5.0
-            if sig not in VALID_SIGNALS:
+            if not 0 < sig < signal.NSIG:  # a valid signal number
                 reply(c, {"ok": False, "error": f"bad signal {sig}"})
                 return
             self.child.begin_cancel("cancelled", sig, grace, str(cmd.get("reason", "")))
@@ -53,7 +52,7 @@ class Control:
                 sig = int(cmd["signal"])
             except (ValueError, TypeError, KeyError, OverflowError):
                 sig = 0
-            if sig not in VALID_SIGNALS:
+            if not 0 < sig < signal.NSIG:  # a valid signal number
                 reply(c, {"ok": False, "error": "bad signal"})
                 return
             self.child.signal(sig)

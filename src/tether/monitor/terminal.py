@@ -32,14 +32,6 @@ def set_winsize(fd: int, rows: int, cols: int) -> None:
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
 
 
-def _ignore(data: bytes) -> None:
-    pass
-
-
-def _nothing() -> None:
-    pass
-
-
 class Terminal:
     def __init__(self, spec: dict[str, Any], poller: Poller) -> None:
         self.paths: dict[str, str] = spec["paths"]
@@ -54,10 +46,10 @@ class Terminal:
         self.cols = int(spec.get("cols") or 80)
         self.input_wants_out = False  # EPOLLOUT registered for the input fd
         self.pending_eof = False
-        # Set by the clients: a DATA frame of the program's output, for every attached
-        # client; and "the input has room again" (read the paused clients again).
-        self.on_output: Callable[[bytes], None] = _ignore
-        self.on_input_room: Callable[[], None] = _nothing
+        # Wired to the clients by the monitor: a DATA frame of the program's output, for
+        # every attached client; and "the input has room again" (read paused clients).
+        self.on_output: Callable[[bytes], None]
+        self.on_input_room: Callable[[], None]
 
     # -------------------------------------------------------------- start
     def open(self) -> tuple[list[tuple[Any, ...]], bool, list[int]]:
