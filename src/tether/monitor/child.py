@@ -1,0 +1,203 @@
+"""The monitor's child: spawning it, signalling it, its timeout and kill grace, reaping it.
+
+Standard library only, and low-level modules on purpose (see :mod:`tether.monitor.main`).
+The child's stdio is the terminal's business (:mod:`tether.monitor.terminal`): ``spawn``
+takes the file actions it prepared.
+"""
+
+from __future__ import annotations
+
+import _signal as signal  # type: ignore[import-not-found]
+import errno
+import os
+import sys
+import time
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see tether/__init__.py
+if TYPE_CHECKING:
+    from typing import Any
+
+# Signals a child must start with default dispositions (Python ignores SIGPIPE
+# and SIGXFSZ; a daemon started under nohup ignores SIGHUP).
+RESET_SIGNALS = {signal.SIGPIPE, signal.SIGXFSZ, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT,
+                 signal.SIGTERM, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD,
+                 signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH}
+
+
+def resolve_command(name: str, env: dict[str, str]) -> str:
+    """``name`` looked up in the *exec's* PATH (posix_spawnp would use ours)."""
+    if "/" in name:
+        return name
+    for d in env.get("PATH", os.defpath).split(":"):
+        path = os.path.join(d or ".", name)
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    raise FileNotFoundError(errno.ENOENT, "command not found", name)
+
+
+class Child:
+    """The one process the monitor runs (its process group), and its signal helpers."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.spec = spec
+        self.pid = 0
+        self.started_at = 0.0
+        self.cancel: dict[str, Any] | None = None  # {"outcome", "signal", "reason", "kill_at"}
+        self.deadline: float | None = None
+        self.may_have_ended = True  # set by SIGCHLD; saves a waitid per wake-up
+        self.helpers: set[int] = set()  # signal helpers still to be reaped
+
+    # -------------------------------------------------------------- start
+    def spawn(self, actions: list[tuple[Any, ...]], setsid: bool) -> None:
+        """Start the command in its own process group (a new session on a terminal).
+
+        Raises OSError if it cannot be started (see :meth:`start_failed`)."""
+        argv: list[str] = self.spec["argv"]
+        env: dict[str, str] = self.spec["env"]
+        if self.spec.get("cwd"):
+            os.chdir(self.spec["cwd"])
+        spawn_kw: dict[str, Any] = {"setsid": True} if setsid else {"setpgroup": 0}
+        self.pid = os.posix_spawn(resolve_command(argv[0], env), argv, env,
+                                  file_actions=actions, setsigmask=(),
+                                  setsigdef=RESET_SIGNALS, **spawn_kw)
+
+    def start_failed(self, e: OSError) -> tuple[str, dict[str, Any]]:
+        """The message and the exit record for a command that could not be started."""
+        what = {errno.ENOENT: "command not found", errno.EACCES: "permission denied",
+                errno.ENOTDIR: "not a directory"}.get(e.errno or 0, e.strerror or str(e))
+        where = self.spec["argv"][0]
+        if self.spec.get("cwd") and not os.path.isdir(self.spec["cwd"]):
+            what, where = "working directory does not exist", self.spec["cwd"]
+        msg = f"{what}: {where}"
+        return msg, {"exit_code": 127, "signal": None, "ended_at": time.time(),
+                     "started_at": None, "outcome": "start_failed", "reason": msg}
+
+    def kill_untracked(self) -> dict[str, Any]:
+        """End a command that runs but that nobody could track; the exit record saying so.
+
+        Raises OSError if it cannot be reaped."""
+        self.killpg(signal.SIGKILL)
+        os.waitpid(self.pid, 0)
+        return {"exit_code": None, "signal": signal.SIGKILL, "ended_at": time.time(),
+                "started_at": self.started_at, "outcome": "start_failed",
+                "reason": "the monitor failed right after starting the command; it "
+                          "was killed"}
+
+    def start_timeout(self) -> None:
+        timeout = self.spec.get("timeout")
+        if timeout:
+            self.deadline = time.monotonic() + float(timeout)
+
+    # -------------------------------------------------------------- timers
+    def wait_time(self) -> float:
+        """How long the loop may sleep before a timer of ours is due."""
+        now = time.monotonic()
+        timers = [t for t in (self.deadline,
+                              self.cancel["kill_at"] if self.cancel else None) if t]
+        # Capped: epoll cannot wait longer than ~24.8 days, and the loop recomputes.
+        return min(3600.0, max(0.0, min(timers) - now)) if timers else 3600.0
+
+    def run_timers(self) -> None:
+        """The timeout (SIGTERM, then SIGKILL after the kill grace) and a cancel's grace."""
+        now = time.monotonic()
+        if self.deadline is not None and now >= self.deadline and self.cancel is None:
+            self.begin_cancel("timeout", signal.SIGTERM,
+                              float(self.spec.get("kill_grace", 5.0)))
+        if self.cancel and self.cancel["kill_at"] and now >= self.cancel["kill_at"]:
+            self.signal(signal.SIGKILL)
+            self.cancel["kill_at"] = None
+
+    # -------------------------------------------------------------- end
+    def poll(self) -> tuple[int | None, int | None] | None:
+        """(exit code, signal) once the child has ended and been reaped, else None."""
+        if not self.may_have_ended:
+            return None
+        self.may_have_ended = False
+        if self.helpers:
+            self.reap_helpers()
+        # Observe the exit without reaping, so the pgid cannot be reused while we
+        # SIGKILL the rest of a cancelled group; then reap.
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return (None, None)
+        if info is None:
+            return None
+        if self.cancel is not None:
+            self.killpg(signal.SIGKILL)
+            if self.spec.get("signal_argv"):  # and what the client left running elsewhere
+                self.spawn_helper([*self.spec["signal_argv"], str(int(signal.SIGKILL))])
+                self.wait_helpers(2.0)  # done before the exit file says it ended
+        _, status = os.waitpid(self.pid, 0)
+        if os.WIFSIGNALED(status):
+            return (None, os.WTERMSIG(status))
+        return (os.WEXITSTATUS(status), None)
+
+    def exit_record(self, status: tuple[int | None, int | None]) -> dict[str, Any]:
+        code, sig = status
+        outcome = self.cancel["outcome"] if self.cancel else "exited"
+        record = {"exit_code": code, "signal": sig, "ended_at": time.time(),
+                  "started_at": self.started_at, "outcome": outcome,
+                  "reason": (self.cancel or {}).get("reason") or None}
+        if outcome == "timeout":
+            record["reason"] = f"timeout after {self.spec.get('timeout')}s"
+        return record
+
+    # -------------------------------------------------------------- signals
+    def killpg(self, sig: int) -> None:
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def signal(self, sig: int) -> None:
+        """Deliver ``sig`` to what the exec runs. When the child only drives the command
+        elsewhere (a ``docker exec`` client), ``signal_argv`` delivers it there; SIGKILL
+        also ends the client, so a hung engine cannot keep the exec alive."""
+        helper = self.spec.get("signal_argv")
+        if helper:
+            self.spawn_helper([*helper, str(int(sig))])
+            if sig != signal.SIGKILL:
+                return
+        self.killpg(sig)
+
+    def begin_cancel(self, outcome: str, sig: int, grace: float, reason: str = "") -> None:
+        kill_at = time.monotonic() + (0.0 if sig == signal.SIGKILL else max(0.0, grace))
+        if self.cancel is None:
+            self.cancel = {"outcome": outcome, "signal": int(sig), "reason": reason,
+                           "kill_at": kill_at}
+        elif self.cancel["kill_at"] is not None:
+            self.cancel["kill_at"] = min(self.cancel["kill_at"], kill_at)  # sooner wins
+        self.signal(sig)
+
+    def spawn_helper(self, argv: list[str]) -> None:
+        env: dict[str, str] = self.spec["env"]
+        try:
+            null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                pid = os.posix_spawn(resolve_command(argv[0], env), argv, env,
+                                     file_actions=[(os.POSIX_SPAWN_DUP2, null, 0),
+                                                   (os.POSIX_SPAWN_DUP2, 2, 1)],
+                                     setpgroup=0, setsigdef=RESET_SIGNALS)
+            finally:
+                os.close(null)
+        except OSError as e:
+            sys.stderr.write(f"monitor: signal helper {argv[0]} failed: {e}\n")
+            return
+        self.helpers.add(pid)
+
+    def wait_helpers(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.helpers and time.monotonic() < deadline:
+            self.reap_helpers()
+            if self.helpers:
+                time.sleep(0.02)
+
+    def reap_helpers(self) -> None:
+        for pid in list(self.helpers):
+            try:
+                done, _ = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done = pid
+            if done:
+                self.helpers.discard(pid)

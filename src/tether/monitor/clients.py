@@ -1,0 +1,366 @@
+"""The monitor's socket and its clients: control, attach and watch connections.
+
+A connection speaks JSON lines (handled by :mod:`tether.monitor.control`) until it
+sends ``{"op": "attach"}`` or ``{"op": "watch"}``. An attached client then exchanges
+frames (:mod:`tether.monitor.attachproto`): it is sent a replay of the recent output
+and everything the program writes, and the most recently active one sets the window
+size. A watch connection (the daemon's) is sent every attach, detach and resize as a
+numbered event. Standard library only (see :mod:`tether.monitor.main`).
+"""
+
+from __future__ import annotations
+
+import _socket as socket
+import os
+import select
+import sys
+from _collections import deque  # type: ignore[import-not-found]
+
+from tether.monitor import attachproto as proto
+from tether.monitor import tinyjson as json
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see tether/__init__.py
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+    from tether.monitor.child import Child
+    from tether.monitor.main import Poller
+    from tether.monitor.terminal import Terminal
+
+MAX_CONTROL_LINE = 64 * 1024
+MAX_CLIENT_BACKLOG = 4 * 1024 * 1024  # an attached client further behind is dropped
+MAX_TTY_EVENTS = 10000  # terminal events kept for a daemon that catches up
+frame = proto.frame
+
+
+class Client:
+    """One connection to the monitor's socket."""
+
+    def __init__(self, sock: socket.socket, ident: int) -> None:
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.id = ident
+        self.mode = "control"  # "control" | "attach" | "watch"
+        self.inbuf = bytearray()
+        # Unsent output as whole frames (a backlog can be dropped at a frame boundary);
+        # ``out_off`` bytes of the first one have been sent already.
+        self.out: deque[bytes] = deque()
+        self.out_off = 0
+        self.out_size = 0
+        self.read_only = False
+        self.rows = 0
+        self.cols = 0
+        self.writable_wanted = False
+        self.replay_left = 0  # replay bytes still queued (exempt from the backlog limit)
+        self.skips = 0  # times it fell behind and skipped ahead
+
+
+class Clients:
+    def __init__(self, spec: dict[str, Any], poller: Poller, term: Terminal,
+                 child: Child) -> None:
+        self.exec_id: str = spec["exec_id"]
+        self.path: str = spec["paths"]["socket"]
+        self.tty = bool(spec.get("tty"))
+        self.poller = poller
+        self.term = term
+        self.child = child
+        self.clients: dict[int, Client] = {}
+        self.next_client = 1
+        self.listener: socket.socket | None = None
+        self.active: Client | None = None  # the most recently active attached client
+        self.paused: set[Client] = set()  # attach clients not read while input is full
+        self.tty_events: list[dict[str, Any]] = []  # attach/detach/resize, numbered
+        self.tty_events_base = 0
+        self.on_command: Callable[[Client, bytes], None]  # a JSON line (wired to control)
+
+    # -------------------------------------------------------------- socket
+    def listen(self) -> None:
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        self.listener.bind(self.path)
+        os.chmod(self.path, 0o600)
+        self.listener.listen(16)
+        self.listener.setblocking(False)
+        os.set_inheritable(self.listener.fileno(), False)
+
+    def remove_socket(self) -> None:
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+    def watch(self) -> None:
+        assert self.listener is not None
+        self.poller.register(self.listener.fileno(), "listen")
+
+    def accept(self) -> None:
+        assert self.listener is not None
+        try:
+            fd, _ = self.listener._accept()  # type: ignore[attr-defined]
+        except (BlockingIOError, InterruptedError):
+            return
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM, 0, fd)
+        os.set_inheritable(fd, False)
+        conn.setblocking(False)
+        c = Client(conn, self.next_client)
+        self.next_client += 1
+        self.clients[fd] = c
+        self.poller.register(fd, c)
+
+    def ready(self, c: Client, events: int) -> None:
+        """The loop's call when a client's connection is ready."""
+        try:
+            # Read first: a client that sent "detach" and closed must be seen
+            # detaching, not failing on the write of its pending output.
+            if events & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
+                self._readable(c)
+            if events & select.EPOLLOUT and c.fd in self.clients:
+                self._flush(c)
+        except Exception as e:  # a hostile client costs only its connection
+            sys.stderr.write(f"monitor: dropping client {c.id}: {e!r}\n")
+            self.drop(c, "protocol error")
+
+    def drop(self, c: Client, reason: str = "closed") -> None:
+        if self.clients.get(c.fd) is not c:
+            return  # already dropped
+        self.paused.discard(c)
+        self.poller.unregister(c.fd)
+        self.clients.pop(c.fd, None)
+        c.sock.close()
+        if c.mode == "attach":
+            if self.active is c:
+                self.active = None
+            self.notify_watchers({"event": "detach", "client": c.id, "reason": reason})
+
+    # -------------------------------------------------------------- output
+    def broadcast(self, out: bytes) -> None:
+        """A frame of the program's output, for every attached client."""
+        for c in list(self.clients.values()):
+            if c.mode == "attach":
+                self._queue(c, out)
+
+    def send_line(self, c: Client, obj: dict[str, Any]) -> None:
+        self._queue(c, (json.dumps(obj) + "\n").encode())
+
+    def _queue(self, c: Client, data: bytes) -> None:
+        if c.fd not in self.clients:
+            return
+        c.out.append(data)
+        c.out_size += len(data)
+        # The replay a client asked for does not count against its backlog.
+        if c.out_size - c.replay_left > MAX_CLIENT_BACKLOG and c.mode == "attach":
+            self._skip_ahead(c)
+        self._flush(c)
+
+    def _skip_ahead(self, c: Client) -> None:
+        """A client far behind (a slow terminal or link) jumps to the present instead of
+        being dropped or slowing the program: its backlog is discarded, its terminal is
+        reset and shown the recent output, and the program is asked to redraw. Nothing
+        is lost: every byte is in pty.log."""
+        head = c.out[0] if c.out and c.out_off else None  # finish a half-sent frame
+        c.out.clear()
+        c.out_size = 0
+        if head is not None:
+            c.out.append(head)
+            c.out_size = len(head) - c.out_off
+        else:
+            c.out_off = 0
+        c.skips += 1
+        for chunk in (b"\x1bc", *self.term.tail(proto.DEFAULT_REPLAY)):
+            c.out.append(frame(proto.DATA, chunk))
+            c.out_size += len(c.out[-1])
+        c.replay_left = c.out_size
+        self.term.redraw()
+
+    def _flush(self, c: Client) -> None:
+        while c.out:
+            views = [memoryview(c.out[0])[c.out_off:], *list(c.out)[1:64]]
+            try:
+                n = c.sock.sendmsg(views)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                self._read_last_words(c)  # a DETACH it sent before closing counts
+                self.drop(c, "connection lost")
+                return
+            c.out_size -= n
+            c.replay_left = max(0, c.replay_left - n)
+            n += c.out_off
+            while c.out and n >= len(c.out[0]):
+                n -= len(c.out.popleft())
+            c.out_off = n
+        want = bool(c.out)
+        if want != c.writable_wanted and c.fd in self.poller.fds:
+            c.writable_wanted = want
+            self._set_mask(c)
+
+    def _set_mask(self, c: Client) -> None:
+        mask = (0 if c in self.paused else select.EPOLLIN) | (
+            select.EPOLLOUT if c.writable_wanted else 0)
+        self.poller.modify(c.fd, mask)
+
+    def close_all(self, record: dict[str, Any]) -> None:
+        """The child ended: send every client what it is owed, the exit last, and close."""
+        exit_frame = frame(proto.EXIT, json.dumps(record).encode())
+        for c in list(self.clients.values()):
+            # Control connections are request/reply: they only see their own replies.
+            last = {"attach": exit_frame,
+                    "watch": (json.dumps({"event": "exit", **record}) + "\n").encode(),
+                    }.get(c.mode, b"")
+            pending = b"".join(c.out)[c.out_off:] + last
+            try:
+                c.sock.settimeout(1.0)
+                c.sock.sendall(pending)
+            except OSError:
+                pass
+            c.sock.close()
+
+    # -------------------------------------------------------------- input
+    def _readable(self, c: Client) -> None:
+        try:
+            chunk = c.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.drop(c, "client went away")
+            return
+        c.inbuf += chunk
+        self._process(c)
+
+    def _read_last_words(self, c: Client) -> None:
+        """Process whatever a client sent before its connection broke."""
+        c.sock.setblocking(False)
+        while c.fd in self.clients:
+            try:
+                chunk = c.sock.recv(65536)
+            except OSError:
+                return
+            if not chunk:
+                return
+            c.inbuf += chunk
+            self._process(c)
+
+    def _process(self, c: Client) -> None:
+        while c.fd in self.clients and c not in self.paused:
+            if c.mode == "attach":
+                if not self._attach_frame(c):
+                    break
+                continue
+            if b"\n" not in c.inbuf:
+                if len(c.inbuf) > MAX_CONTROL_LINE:
+                    self.drop(c, "control line too long")
+                break
+            nl = c.inbuf.index(b"\n")
+            line = bytes(c.inbuf[:nl])
+            del c.inbuf[:nl + 1]
+            self.on_command(c, line)
+
+    def resume_paused(self) -> None:
+        for c in list(self.paused):  # the program caught up: read clients again
+            self.paused.discard(c)
+            if c.fd in self.clients:
+                self._set_mask(c)
+                self._process(c)
+
+    def _attach_frame(self, c: Client) -> bool:
+        try:
+            got = proto.split(c.inbuf)
+        except ValueError:
+            self.drop(c, "frame too large")
+            return False
+        if got is None:
+            return False
+        kind, payload = got
+        if kind == proto.DATA:
+            if not c.read_only:
+                if self.active is not c:
+                    self._make_active(c)
+                self.term.write_input(payload)
+                if self.term.input_full():
+                    self.paused.add(c)  # backpressure: stop reading until it drains
+                    self._set_mask(c)
+                    return False
+        elif kind == proto.RESIZE and len(payload) == proto.SIZE.size:
+            if not c.read_only:  # watchers do not size the window
+                c.rows, c.cols = proto.SIZE.unpack(payload)
+                self._make_active(c)
+        elif kind == proto.EOF:
+            if not c.read_only:
+                self.term.close_stdin()
+        elif kind == proto.DETACH:
+            self.drop(c, "detached")
+            return False
+        return True
+
+    # -------------------------------------------------------------- attach and watch
+    def attached(self) -> int:
+        return sum(1 for c in self.clients.values() if c.mode == "attach")
+
+    def attach(self, c: Client, cmd: dict[str, Any]) -> None:
+        if not self.term.has_input():
+            self.send_line(c, {"ok": False, "error": "this exec has no terminal and no open "
+                               "stdin; follow its output with `tether logs -f`"})
+            return
+        c.read_only = bool(cmd.get("read_only"))
+        try:
+            c.rows = max(0, min(int(cmd.get("rows") or 0), 65535))
+            c.cols = max(0, min(int(cmd.get("cols") or 0), 65535))
+            replay = max(0, min(int(cmd.get("replay", proto.DEFAULT_REPLAY)),
+                                16 * proto.MAX_FRAME))
+        except (ValueError, TypeError, OverflowError):
+            self.send_line(c, {"ok": False, "error": "bad rows, cols or replay"})
+            return
+        self.send_line(c, {"ok": True, "exec": self.exec_id, "pid": self.child.pid,
+                           "tty": self.tty, "client": c.id, "rows": self.term.rows,
+                           "cols": self.term.cols})
+        c.mode = "attach"
+        self.notify_watchers({"event": "attach", "client": c.id, "read_only": c.read_only,
+                              "rows": c.rows, "cols": c.cols})
+        if self.tty and replay:
+            for chunk in self.term.tail(replay):
+                c.replay_left += len(chunk) + proto.HEADER.size
+                self._queue(c, frame(proto.DATA, chunk))
+        if c.fd not in self.clients:
+            return
+        if self.tty and not c.read_only:
+            before = (self.term.rows, self.term.cols)
+            self._make_active(c)
+            if (self.term.rows, self.term.cols) == before:
+                self.term.redraw()
+
+    def _make_active(self, c: Client) -> None:
+        """The most recently active client (attach, input, resize) sets the size."""
+        self.active = c
+        if c.rows and c.cols and self.term.resize(c.rows, c.cols):
+            self.notify_watchers({"event": "resize", "rows": c.rows, "cols": c.cols,
+                                  "client": c.id})
+
+    def watch_events(self, c: Client, since: int) -> None:
+        """Make ``c`` a watch connection: reply, then every event from number ``since``."""
+        c.mode = "watch"
+        self.send_line(c, {"ok": True, "clients": self.attached(),
+                           "next": self.tty_events_base + len(self.tty_events)})
+        for ev in self.tty_events[max(0, since - self.tty_events_base):]:
+            self.send_line(c, ev)
+
+    def notify_watchers(self, event: dict[str, Any]) -> None:
+        """Number the terminal event, keep it, and push it to the daemon's watchers.
+
+        The numbered backlog lets a daemon that was not watching (not yet, or not
+        running) journal every event exactly once, resuming from its own count.
+        """
+        event["n"] = self.tty_events_base + len(self.tty_events)
+        self.tty_events.append(event)
+        if len(self.tty_events) > MAX_TTY_EVENTS:
+            drop = len(self.tty_events) - MAX_TTY_EVENTS
+            del self.tty_events[:drop]
+            self.tty_events_base += drop
+        for c in list(self.clients.values()):
+            if c.mode == "watch":
+                self.send_line(c, event)
