@@ -71,7 +71,7 @@ def test_the_default_sandbox_is_bwrap_and_isolates_tether_run(auto_home: DaemonP
         touch {marker} 2>/dev/null && echo opt-writable
         cat {other}/secret 2>/dev/null; echo x > {other}/planted 2>/dev/null && echo other-ok
         echo pids $(ls /proc | grep -c '^[0-9]')
-        echo daemons $(ps -e -o args= | grep -c '[t]ether.cli.main')
+        echo daemons $(ps -e -o args= | grep -c -e '[t]ether.cli.main' -e '[t]ether.daemon')
         {SYS_PY} -c 'import socket; socket.create_connection(("127.0.0.1", {port}), 2)' \
             2>/dev/null && echo net-reached || echo net-unreachable
         test -e {d.home} && echo home-visible

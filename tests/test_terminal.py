@@ -28,8 +28,7 @@ import pyte
 import pytest
 
 from tests.harness import TETHER, DaemonProc, RawConn, wait_for
-from tether.cli.main import _EscapeStripper
-from tether.cli.terminal import BadDetachKeys, DetachMatcher, parse_detach_keys
+from tether.cli.terminal import BadDetachKeys, DetachMatcher, EscapeStripper, parse_detach_keys
 from tether.client.attach import Attachment
 from tether.client.errors import TetherError
 
@@ -910,7 +909,7 @@ def test_detach_matcher_overlapping_prefix() -> None:
 
 
 def _strip(chunks: list[bytes]) -> bytes:
-    s = _EscapeStripper()
+    s = EscapeStripper()
     return b"".join(s.feed(c) for c in chunks) + s.flush()
 
 

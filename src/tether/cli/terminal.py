@@ -1,4 +1,5 @@
-"""The attached terminal: raw mode, detach keys, window size, and the copy loop.
+"""The attached terminal: raw mode, detach keys, window size, and the copy loop; and
+escape sequences stripped from a terminal log (``tether logs --plain``).
 
 The local terminal is put in raw mode only while attached and restored on every
 way out: detach, program exit, a lost monitor, an exception, SIGTERM or SIGHUP.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import select
 import signal
 import sys
@@ -173,3 +175,44 @@ def _write_all(fd: int, data: bytes) -> None:
             view = view[os.write(fd, view):]
         except BlockingIOError:
             select.select([], [fd], [])
+
+
+class EscapeStripper:
+    """Removes terminal escape sequences (ECMA-48: CSI, OSC, DCS/SOS/PM/APC strings, and
+    the short ESC forms) and the CR of CRLF, across chunk boundaries: an incomplete
+    sequence at the end of a chunk is held back until the next one (or ``flush``)."""
+
+    _SEQ = re.compile(
+        rb"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI
+        rb"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)"  # OSC, ended by BEL or ST
+        rb"|\x1b[PX^_][^\x1b]*\x1b\\"  # DCS, SOS, PM, APC strings, ended by ST
+        rb"|\x1b[ -/]*[0-OQ-WYZ\\`-~]"  # short forms: ESC 7, ESC c, ESC ( B, ...
+        rb"|\r(?=\n)")
+    # What an unfinished sequence looks like at the very end of a chunk.
+    _PARTIAL = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*|\][^\x07\x1b]*\x1b?|[PX^_][^\x1b]*\x1b?"
+                          rb"|[ -/]*)\Z")
+    _HOLD = 64 * 1024  # longest incomplete sequence held back
+
+    def __init__(self) -> None:
+        self.tail = b""
+
+    def feed(self, data: bytes) -> bytes:
+        data = self.tail + data
+        self.tail = b""
+        i = 0
+        while (pos := data.find(b"\x1b", i)) >= 0:
+            m = self._SEQ.match(data, pos)
+            if m is not None:
+                i = m.end()
+            elif len(data) - pos < self._HOLD and self._PARTIAL.match(data, pos):
+                data, self.tail = data[:pos], data[pos:]  # finish it with the next chunk
+                break
+            else:
+                i = pos + 1  # a stray ESC: leave it
+        if not self.tail and data.endswith(b"\r"):
+            data, self.tail = data[:-1], b"\r"  # maybe the CR of a CRLF
+        return self._SEQ.sub(b"", data)
+
+    def flush(self) -> bytes:
+        rest, self.tail = self.tail, b""
+        return self._SEQ.sub(b"", rest)

@@ -1,11 +1,13 @@
-"""Finding the daemon's socket, and starting a daemon in the background when none answers
-(the way Docker Desktop or banger auto-start theirs)."""
+"""Finding the daemon's socket, starting a daemon in the background when none answers
+(the way Docker Desktop or banger auto-start theirs), and stopping it."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tether.client.errors import DaemonUnavailable
@@ -81,3 +83,28 @@ class Autostart:
         if self._proc is not None and self._proc.poll() == HOME_LOCKED_EXIT:
             return daemon_failure(self.layout, self._proc)
         return f"see {self.layout.log_file}"
+
+
+def stop(home: Path, timeout: float = 30.0) -> int | None:
+    """Stop the daemon holding ``home`` gracefully (SIGTERM: running execs keep running)
+    and wait until it has let go of the home. Returns its pid, or ``None`` when no daemon
+    was running; raises ``TimeoutError`` when it still holds the home after ``timeout``.
+    Works without the socket: the daemon is found by the pid in its lock file."""
+    layout = HomeLayout(home)
+    pid = layout.lock_holder()
+    if pid is None:
+        return None
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if layout.lock_holder() != pid:
+            return pid
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return pid
+        time.sleep(0.05)
+    raise TimeoutError(f"daemon {pid} did not stop within {timeout}s")

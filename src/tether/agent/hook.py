@@ -1,0 +1,74 @@
+"""The hook program: ``python -m tether.agent.hook --home H PROVIDER EVENT [PAYLOAD]``.
+
+An agent's own hook mechanism runs it (Claude Code's hooks, Codex's ``notify``), on every
+tool call for Claude, so it imports only the SDK and the providers, never click or rich:
+it reads the payload (stdin, or the last argument for a provider with
+``payload_in_argv``), calls ``agent.hook`` as ``TETHER_SESSION``/``TETHER_TOKEN``, prints
+the reply in the agent's own format and exits with its code. It never blocks the agent
+because of tether: outside a session or without a daemon it says why on stderr and exits 0
+(exit 2 would deny a tool call). ``--home`` is accepted for the command line's sake; the
+session's ``TETHER_HOME`` decides. ``tether agent hook …`` runs the same code.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+
+USAGE = "usage: python -m tether.agent.hook [--home HOME] PROVIDER EVENT [PAYLOAD]"
+
+
+def run(provider: str, event: str, payload_arg: str | None) -> int:
+    """Deliver one hook call; returns the exit code the agent must see."""
+    from tether.agent.providers import REGISTRY
+    from tether.agent.session import NotAnAgent, Session
+    from tether.client.errors import TetherError
+
+    try:
+        s = Session.from_env()
+    except NotAnAgent as e:
+        print(f"tether: hook {event} ignored: {e}", file=sys.stderr)
+        return 0
+    prov = REGISTRY.get(provider)
+    in_argv = prov is not None and prov.payload_in_argv
+    raw = (payload_arg or "") if in_argv else sys.stdin.read()
+    try:
+        payload = json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        payload = {"raw": raw}
+    if not isinstance(payload, dict):
+        payload = {"value": payload}
+    try:
+        r = s.client._call("agent.hook", {"session": s.session, "token": s.token,
+                                          "provider": provider, "event": event,
+                                          "payload": payload})
+    except TetherError as e:
+        print(f"tether: hook {event} not delivered: {e.message}", file=sys.stderr)
+        return 0
+    sys.stdout.buffer.write(base64.b64decode(r["stdout"]))
+    sys.stdout.flush()
+    return int(r["exit_code"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse by hand: argparse alone would add milliseconds to every hook call. Options
+    come first; after PROVIDER every word is an argument (a payload may start with -)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    while args and args[0].startswith("-"):
+        opt = args.pop(0)
+        if opt == "--":
+            break
+        if opt == "--home" and args:
+            args.pop(0)
+        elif not opt.startswith("--home="):
+            print(USAGE, file=sys.stderr)
+            return 2
+    if not 2 <= len(args) <= 3:
+        print(USAGE, file=sys.stderr)
+        return 2
+    return run(args[0], args[1], args[2] if len(args) == 3 else None)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

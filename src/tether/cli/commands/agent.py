@@ -1,0 +1,133 @@
+"""Agent commands: ``tether lineage ls|inspect|resolve``, ``tether reap``, and
+``tether agent turn|heartbeat|authorize|handoff|hook`` (the agent protocol from a shell,
+with ``TETHER_SESSION``/``TETHER_TOKEN``)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from tether.cli import output as out
+from tether.cli.context import client, die
+
+
+@click.group()
+def lineage() -> None:
+    """Agent lineages: stable identities across revivals."""
+
+
+@lineage.command("ls")
+@click.option("-a", "--all", "all_", is_flag=True, help="include finished lineages")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def lineage_ls(ctx: click.Context, all_: bool, as_json: bool) -> None:
+    """List lineages with their state."""
+    rows = client(ctx)._call("lineage.list", {"all": all_})["lineages"]
+    if as_json:
+        out.emit_json(rows)
+    else:
+        out.lineage_table(rows)
+
+
+@lineage.command("inspect")
+@click.argument("ref")
+@click.pass_context
+def lineage_inspect(ctx: click.Context, ref: str) -> None:
+    """Show one lineage as JSON."""
+    out.emit_json(client(ctx)._call("lineage.get", {"lineage": ref}))
+
+
+@lineage.command("resolve")
+@click.option("--revive", "action", flag_value="revive", help="revive it from its snapshot")
+@click.option("--reap", "action", flag_value="reap", help="discard it")
+@click.argument("ref")
+@click.pass_context
+def lineage_resolve(ctx: click.Context, action: str | None, ref: str) -> None:
+    """Decide what happens to a lineage waiting under the `ask` revival policy."""
+    if action is None:
+        raise click.UsageError("say --revive or --reap")
+    rec = client(ctx)._call("lineage.resolve", {"lineage": ref, "action": action})
+    click.echo(f"{rec['id']} {rec['status']}" + (f" (exec {rec['exec']})"
+                                                  if rec["status"] == "ACTIVE" else ""))
+
+
+@click.command()
+@click.pass_context
+def reap(ctx: click.Context) -> None:
+    """Sweep agent sessions without signalling: settle the dead, drop stale heartbeats."""
+    r = client(ctx)._call("agent.reap", {})
+    click.echo(f"swept {r['swept']} dead sessions, removed {r['heartbeat_files_removed']} "
+               "stale heartbeat files")
+
+
+@click.group()
+def agent() -> None:
+    """Speak the agent protocol from a shell agent (uses TETHER_SESSION/TETHER_TOKEN)."""
+
+
+def _session() -> Any:
+    from tether.agent.session import NotAnAgent, Session
+
+    try:
+        return Session.from_env()
+    except NotAnAgent as e:
+        die(str(e), 2)
+
+
+@agent.command("turn")
+@click.option("--context-pct", type=click.FloatRange(0, 100), default=None)
+@click.option("--model", default=None)
+@click.option("--input-tokens", type=click.IntRange(min=0), default=None)
+@click.option("--output-tokens", type=click.IntRange(min=0), default=None)
+@click.option("-m", "--message", "messages", multiple=True, help="ROLE:TEXT (repeatable)")
+@click.option("--json", "as_json", is_flag=True)
+def agent_turn(context_pct: float | None, model: str | None, input_tokens: int | None,
+               output_tokens: int | None, messages: tuple[str, ...], as_json: bool) -> None:
+    """Report a completed turn; prints the lifecycle state (and what to do)."""
+    usage = {k: v for k, v in (("input_tokens", input_tokens),
+                               ("output_tokens", output_tokens)) if v is not None}
+    msgs = [{"role": m.split(":", 1)[0], "content": m.split(":", 1)[1] if ":" in m else ""}
+            for m in messages]
+    r = _session().turn(context_pct=context_pct, usage=usage or None, model=model,
+                        messages=msgs)
+    if as_json:
+        out.emit_json(r)
+    else:
+        click.echo(r["lifecycle"] + (f": {r['instructions']}" if r.get("instructions") else ""))
+
+
+@agent.command("heartbeat")
+def agent_heartbeat() -> None:
+    """Refresh this session's heartbeat."""
+    click.echo(_session().heartbeat()["heartbeat"])
+
+
+@agent.command("authorize")
+@click.argument("tool")
+def agent_authorize(tool: str) -> None:
+    """Ask whether a tool call is allowed: exit 0 and 'allowed', or exit 1 and why not."""
+    r = _session().authorize_tool(tool)
+    click.echo(r["reason"] if r["allowed"] else f"fenced: {r['reason']}")
+    sys.exit(0 if r["allowed"] else 1)
+
+
+@agent.command("handoff")
+@click.argument("text", required=False)
+def agent_handoff(text: str | None) -> None:
+    """Record a handoff for a successor (TEXT, or stdin)."""
+    body = text if text is not None else sys.stdin.read()
+    click.echo(_session().handoff(body)["path"])
+
+
+@agent.command("hook", hidden=True)
+@click.argument("provider")
+@click.argument("event")
+@click.argument("payload_arg", required=False)
+def agent_hook(provider: str, event: str, payload_arg: str | None) -> None:
+    """Called by an agent's own hooks: read the payload (stdin, or the last argument for
+    agents that pass it so), answer in the agent's format."""
+    from tether.agent.hook import run
+
+    sys.exit(run(provider, event, payload_arg))

@@ -1,0 +1,72 @@
+"""Daemon commands: ``tether status``, ``tether daemon`` (the daemon in the foreground) and
+``tether daemon stop``."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from tether.cli import output as out
+from tether.cli.context import client, die
+from tether.client import daemonctl
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def status(ctx: click.Context, as_json: bool) -> None:
+    """Show the daemon's status."""
+    st = client(ctx).status()
+    if as_json:
+        out.emit_json(st)
+        return
+    counts = st["counts"]
+    execs = ", ".join(f"{k.lower()} {v}" for k, v in sorted(counts["execs"].items())) or "none"
+    click.echo(f"daemon   pid {st['pid']}, {st['state']}, up {st['uptime']:.0f}s, "
+               f"version {st['version']}")
+    click.echo(f"home     {st['home']}")
+    for name, rt in st.get("runtimes", {}).items():
+        ok = rt.get("available")
+        detail = rt.get("version") or ""
+        if not ok and rt.get("reason"):
+            detail = rt["reason"]
+        mark = {True: "available", False: "unavailable", None: "not probed"}[ok]
+        click.echo(f"{name:<8} {mark}" + (f" ({detail})" if detail else ""))
+    click.echo(f"execs    {execs} (watched {counts['watched']})")
+    click.echo(f"sandboxes {counts['sandboxes']}, clients {counts['connections']}")
+
+
+@click.group(invoke_without_command=True)
+@click.option("--pool", type=click.IntRange(0, 64), default=2, show_default=True,
+              help="idle monitors kept ready to start execs")
+@click.option("--default-runtime", type=click.Choice(["auto", "bwrap", "process"]),
+              default=None, help="runtime of the default sandbox (default: "
+              "$TETHER_DEFAULT_RUNTIME, else auto: bwrap when it works here)")
+@click.pass_context
+def daemon(ctx: click.Context, pool: int, default_runtime: str | None) -> None:
+    """Run the daemon in the foreground (systemd Type=notify friendly)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    # The daemon's own lean entry point in this very process (same pid for systemd, and
+    # its signals and exit codes), so the CLI never imports the daemon.
+    env = dict(os.environ)
+    if default_runtime is not None:
+        env["TETHER_DEFAULT_RUNTIME"] = default_runtime  # what the flag means to the daemon
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "tether.daemon", "--home",
+                               str(ctx.obj.home), "--pool", str(pool)], env)
+
+
+@daemon.command("stop")
+@click.option("--timeout", type=float, default=30.0, show_default=True)
+@click.pass_context
+def daemon_stop(ctx: click.Context, timeout: float) -> None:
+    """Stop the daemon gracefully (SIGTERM). Running execs keep running."""
+    try:
+        pid = daemonctl.stop(ctx.obj.home, timeout)
+    except TimeoutError as e:
+        die(str(e), 1)
+    click.echo("no daemon is running" if pid is None else f"daemon {pid} stopped")

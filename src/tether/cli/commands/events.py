@@ -1,0 +1,47 @@
+"""``tether events``: the event journal, paged or followed, resumable with ``--since``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from tether.cli import output as out
+from tether.cli.context import client
+
+
+@click.command()
+@click.option("-f", "--follow", is_flag=True)
+@click.option("--since", type=click.IntRange(min=0), default=0,
+              help="cursor: global seq, or the sandbox's seq with --sandbox")
+@click.option("--sandbox", default=None)
+@click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
+@click.pass_context
+def events(ctx: click.Context, follow: bool, since: int, sandbox: str | None,
+           as_json: bool) -> None:
+    """Print the event journal (resumable with --since)."""
+    c = client(ctx)
+
+    def show(ev: dict[str, Any]) -> None:
+        if as_json:
+            out.emit_json(ev)
+        else:
+            click.echo(out.event_line(ev))
+        sys.stdout.flush()
+
+    try:
+        if follow:
+            for ev in c.subscribe(since=since, sandbox=sandbox):
+                show(ev)
+        else:
+            cursor = since
+            while True:
+                page = c.events_list(since=cursor, sandbox=sandbox, limit=1000)
+                for ev in page["events"]:
+                    show(ev)
+                if len(page["events"]) < 1000:
+                    break
+                cursor = page["next"]
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,260 @@
+"""Exec commands: ``run`` (a command, or an agent session, maybe in a sandbox of its own),
+``attach``, ``ps``, ``logs``, ``wait`` and ``kill``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+import uuid
+from typing import Any
+
+import click
+
+from tether.cli import foreground as fg
+from tether.cli import output as out
+from tether.cli.context import client, die, kv
+from tether.cli.sandboxflags import create_params, sandbox_flags, wants_sandbox
+from tether.client.errors import TetherError
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.option("-d", "--detach", is_flag=True, help="print the exec id and return")
+@click.option("--name", help="a name to address the exec by")
+@click.option("--sandbox", default="default", show_default=True)
+@click.option("-e", "--env", "envs", multiple=True, help="KEY=VALUE (or KEY to copy)")
+@click.option("--cwd", type=click.Path(file_okay=False), help="working directory")
+@click.option("--timeout", type=float, help="cancel after SEC seconds")
+@click.option("--clean-env", is_flag=True, help="do not pass this shell's environment")
+@click.option("-t", "--tty", "use_tty", is_flag=True, help="give the command a terminal (PTY)")
+@click.option("-i", "--interactive", is_flag=True, help="keep the command's stdin open")
+@click.option("--detach-keys", default=None,
+              help="key sequence that detaches (default ctrl-\\; e.g. ctrl-p,ctrl-q)")
+@click.option("--agent", "agent_provider", default=None,
+              help="run as an agent session with this provider (generic, claude, codex); "
+                   "`tether run claude ...` and `tether run codex ...` imply it")
+@click.option("--no-agent", is_flag=True, help="run claude/codex as a plain command")
+@click.option("--revival", type=click.Choice(["revive", "reap", "ask"]), default="revive",
+              show_default=True, help="agents: what happens when the agent dies")
+@click.option("--max-revivals", type=click.IntRange(0, 1000), default=3, show_default=True)
+@click.option("--aging-pct", type=click.FloatRange(0, 100), default=70.0, show_default=True)
+@click.option("--dying-pct", type=click.FloatRange(0, 100), default=90.0, show_default=True)
+@click.option("--stale-after", type=float, default=30.0, show_default=True,
+              help="agents: seconds of silence before STALE")
+@click.option("--crashed-after", type=float, default=90.0, show_default=True,
+              help="agents: seconds of silence before CRASHED (then killed and revived)")
+@click.option("--successor", type=click.Choice(["none", "auto"]), default="none",
+              show_default=True, help="agents: start a fresh session from the handoff at DEAD")
+@click.option("--worktree", default=None,
+              help="agents: run in git worktree BRANCH (created beside the repo) or '.'")
+@click.option("--issue", default=None, help="agents: the issue this session works on")
+@click.option("--force", is_flag=True, help="agents: reuse a worktree of another issue")
+@sandbox_flags(for_run=True)
+@click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.pass_context
+def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, envs: tuple[str, ...],
+        cwd: str | None, timeout: float | None, clean_env: bool, use_tty: bool,
+        interactive: bool, detach_keys: str | None, agent_provider: str | None,
+        no_agent: bool, revival: str, max_revivals: int, aging_pct: float, dying_pct: float,
+        stale_after: float, crashed_after: float, successor: str, worktree: str | None,
+        issue: str | None, force: bool, argv: tuple[str, ...], **flags: Any) -> None:
+    """Run a command under the daemon: tether run [-d] [-it] -- CMD ARGS...
+
+    `tether run claude ...`, `tether run codex ...` and `--agent NAME` start an agent
+    session: a lineage that is revived from its last turn if the agent dies.
+
+    Sandbox flags (--runtime, --image, --workspace, --mount, --network, --memory,
+    --cpus, --pids, --spec FILE, --set) run it in a new sandbox of its own, deleted
+    when the command ends unless --keep-sandbox (an agent's is always kept: it is
+    revived there).
+    """
+    from tether.agent.providers import for_command
+    from tether.cli.terminal import terminal_size
+
+    keys = fg.detach_keys(detach_keys)
+    c = client(ctx)
+    env = {} if clean_env else dict(os.environ)
+    env.update(kv(envs, "env"))
+    workdir = os.path.abspath(cwd) if cwd else os.getcwd()
+    size = terminal_size(sys.stdin.fileno()) if use_tty else None
+    interrupts = fg.Interrupts() if not detach and not use_tty else None
+    auto = for_command(argv[0]) if not no_agent else None
+    provider = agent_provider or (auto.name if auto is not None else None)
+    made: str | None = None
+    if wants_sandbox(flags):
+        ephemeral = provider is None and not flags.get("keep_sandbox")
+        params = create_params(sandbox if sandbox != "default"
+                               else f"run-{uuid.uuid4().hex[:8]}", flags)
+        params["ephemeral"] = ephemeral
+        try:
+            made = sandbox = c._call("sandbox.create", params)["id"]
+        except TetherError as e:
+            die(e.message, 2 if e.code in ("INVALID_SPEC", "INVALID_PARAMS") else 1)
+        if not ephemeral:
+            out.note(f"sandbox {sandbox} created for this run (kept; `tether sandbox rm "
+                     f"{sandbox}` removes it)")
+    try:
+        if provider is not None:
+            wt_path = _prepare_worktree(worktree, workdir) if worktree else None
+            lin = c._call("agent.start", {k: v for k, v in {
+                "argv": list(argv), "provider": provider, "name": name, "sandbox": sandbox,
+                "env": env, "cwd": wt_path or workdir, "tty": use_tty, "revival": revival,
+                "max_revivals": max_revivals, "aging_pct": aging_pct, "dying_pct": dying_pct,
+                "stale_after": stale_after, "crashed_after": crashed_after,
+                "successor": successor, "worktree": wt_path, "issue": issue, "force": force,
+                "request_key": uuid.uuid4().hex,
+            }.items() if v is not None})
+            if lin["exec_view"] is None:
+                die(f"agent lineage {lin['id']} did not start: {lin['reason']}", 1)
+            x = lin["exec_view"]
+            if detach:
+                click.echo(f"{x['id']}  (lineage {lin['id']})")
+                return
+        else:
+            x = c.exec_start(list(argv), sandbox=sandbox, env=env, cwd=workdir,
+                             timeout=timeout, name=name, tty=use_tty, stdin=interactive,
+                             rows=size[0] if size else None,
+                             cols=size[1] if size else None)
+    except TetherError as e:
+        if made is not None:
+            with contextlib.suppress(TetherError):
+                c._call("sandbox.delete", {"sandbox": made, "grace": 1.0})
+        if e.code == "START_FAILED":
+            die(e.message, 127 if "not found" in e.message else 126)
+        raise
+    if detach:
+        click.echo(x["id"])
+        return
+    if use_tty:
+        sys.exit(fg.attach_terminal(c, x["id"], keys, read_only=not interactive,
+                                    replay=16 * 1024 * 1024))
+    assert interrupts is not None
+    if interactive:
+        threading.Thread(target=fg.forward_stdin, args=(c.home, x["id"]), daemon=True).start()
+    sys.exit(fg.attach_output(c, x["id"], interrupts))
+
+
+def _prepare_worktree(branch: str, cwd: str) -> str:
+    """``--worktree .`` uses the current directory; ``--worktree B`` creates (or reuses)
+    a git worktree for branch B next to the repository: ``<repo>.worktrees/<B>``."""
+    import subprocess
+
+    if branch == ".":
+        return cwd
+    ok = not branch.startswith("-") and subprocess.run(
+        ["git", "check-ref-format", "--branch", branch], capture_output=True).returncode == 0
+    if not ok:
+        die(f"--worktree {branch!r} is not a valid git branch name", 2)
+    try:
+        top = subprocess.run(["git", "-C", cwd, "rev-parse", "--show-toplevel"], check=True,
+                             capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        die(f"--worktree {branch}: {cwd} is not inside a git repository", 2)
+    path = os.path.join(f"{top}.worktrees", branch.replace("/", "-"))
+    if os.path.isdir(path):
+        return path
+    exists = subprocess.run(["git", "-C", top, "rev-parse", "--verify", "--quiet",
+                             f"refs/heads/{branch}"], capture_output=True).returncode == 0
+    args = ["git", "-C", top, "worktree", "add", path] + ([branch] if exists
+                                                         else ["-b", branch])
+    r = subprocess.run(args, capture_output=True, text=True)
+    if r.returncode != 0:
+        die(f"git worktree add failed: {r.stderr.strip()}", 1)
+    return path
+
+
+@click.command()
+@click.option("--detach-keys", default=None,
+              help="key sequence that detaches (default ctrl-\\; e.g. ctrl-p,ctrl-q)")
+@click.option("--read-only", is_flag=True, help="watch only; typed input is dropped")
+@click.option("--replay", type=click.IntRange(min=0), default=64 * 1024, show_default=True,
+              help="bytes of recent output to show first")
+@click.argument("exec_ref")
+@click.pass_context
+def attach(ctx: click.Context, detach_keys: str | None, read_only: bool, replay: int,
+           exec_ref: str) -> None:
+    """Attach this terminal to a running exec (works while the daemon is down)."""
+    keys = fg.detach_keys(detach_keys)
+    sys.exit(fg.attach_terminal(client(ctx), exec_ref, keys, read_only=read_only,
+                                replay=replay))
+
+
+@click.command()
+@click.option("-a", "--all", "all_", is_flag=True, help="include ended execs")
+@click.option("--sandbox", default=None)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def ps(ctx: click.Context, all_: bool, sandbox: str | None, as_json: bool) -> None:
+    """List execs (running ones; -a for all)."""
+    execs = client(ctx).exec_list(sandbox=sandbox, all=all_)["execs"]
+    if as_json:
+        out.emit_json([out.exec_row(x) for x in execs])
+    else:
+        out.exec_table(execs)
+
+
+@click.command()
+@click.option("-f", "--follow", is_flag=True, help="keep printing until the exec ends")
+@click.option("--stderr", "use_stderr", is_flag=True, help="the stderr log instead of stdout")
+@click.option("--offset", type=click.IntRange(min=0), default=0, help="start at this byte")
+@click.option("--plain", is_flag=True, help="terminal execs: strip escape sequences")
+@click.argument("exec_ref")
+@click.pass_context
+def logs(ctx: click.Context, follow: bool, use_stderr: bool, offset: int, plain: bool,
+         exec_ref: str) -> None:
+    """Print an exec's output, byte for byte (a terminal exec's raw terminal log)."""
+    from tether.cli.terminal import EscapeStripper
+
+    c = client(ctx)
+    x = c.exec_get(exec_ref)
+    stream = "stderr" if use_stderr else ("pty" if x["spec"].get("tty") else "stdout")
+    sink = sys.stdout.buffer
+    strip = EscapeStripper() if plain else None
+    try:
+        for data in c.read_logs(x["id"], stream=stream, offset=offset, follow=follow):
+            sink.write(strip.feed(data) if strip else data)
+            sink.flush()
+        if strip:
+            sink.write(strip.flush())
+            sink.flush()
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+@click.command()
+@click.argument("exec_ref")
+@click.pass_context
+def wait(ctx: click.Context, exec_ref: str) -> None:
+    """Wait for an exec to end; print its exit code and exit with it."""
+    c = client(ctx)
+    while True:
+        x = c.exec_wait(exec_ref, timeout=30.0)
+        if x["state"] in ("FINISHED", "FAILED", "CANCELLED"):
+            break
+    code = fg.exit_code(x)
+    click.echo(code)
+    sys.exit(code)
+
+
+@click.command()
+@click.option("-s", "--signal", "sig", default="TERM", show_default=True,
+              help="first signal (name or number)")
+@click.option("--grace", type=float, default=5.0, show_default=True,
+              help="seconds before SIGKILL")
+@click.argument("exec_refs", nargs=-1, required=True)
+@click.pass_context
+def kill(ctx: click.Context, sig: str, grace: float, exec_refs: tuple[str, ...]) -> None:
+    """Cancel execs: SIGNAL to the process group, then SIGKILL after GRACE."""
+    c = client(ctx)
+    status = 0
+    for ref in exec_refs:
+        try:
+            x = c.exec_cancel(ref, signal=sig, grace=grace, reason="tether kill")
+            click.echo(x["id"])
+        except TetherError as e:
+            out.fail(e.message)
+            status = 1
+    sys.exit(status)

@@ -1,0 +1,125 @@
+"""Sandbox commands: ``tether sandbox create|ls|inspect|stop|start|rm`` and ``tether cp``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+from tether.cli import output as out
+from tether.cli.context import client, die, kv
+from tether.cli.sandboxflags import create_params, sandbox_flags
+from tether.client.errors import TetherError
+
+
+@click.group()
+def sandbox() -> None:
+    """Create and manage sandboxes."""
+
+
+@sandbox.command("create")
+@sandbox_flags(for_run=False)
+@click.option("-e", "--env", "envs", multiple=True, help="KEY=VALUE (or KEY to copy)")
+@click.argument("name")
+@click.pass_context
+def sandbox_create(ctx: click.Context, /, envs: tuple[str, ...], name: str,
+                   **flags: Any) -> None:
+    """Create a sandbox, from flags or from a spec file (-f spec.yaml --set k=v)."""
+    c = client(ctx)
+    try:
+        sb = c._call("sandbox.create", create_params(name, flags, kv(envs, "env")))
+    except TetherError as e:
+        die(e.message, 2 if e.code in ("INVALID_SPEC", "INVALID_PARAMS") else 1)
+    click.echo(sb["id"])
+    reason = sb.get("reason") or ""
+    if "fell back" in reason:
+        out.fail(reason)
+
+
+@sandbox.command("ls")
+@click.option("-a", "--all", "all_", is_flag=True, help="include deleted sandboxes")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def sandbox_ls(ctx: click.Context, all_: bool, as_json: bool) -> None:
+    """List sandboxes."""
+    sbs = client(ctx).sandbox_list(all=all_)["sandboxes"]
+    if as_json:
+        out.emit_json(sbs)
+    else:
+        out.sandbox_table(sbs)
+
+
+@sandbox.command("inspect")
+@click.argument("ref")
+@click.pass_context
+def sandbox_inspect(ctx: click.Context, ref: str) -> None:
+    """Show a sandbox as JSON."""
+    out.emit_json(client(ctx).sandbox_get(ref))
+
+
+@sandbox.command("stop")
+@click.option("--grace", type=float, default=5.0, show_default=True)
+@click.argument("ref")
+@click.pass_context
+def sandbox_stop(ctx: click.Context, grace: float, ref: str) -> None:
+    """Stop a sandbox (cancels its execs)."""
+    click.echo(client(ctx).sandbox_stop(ref, grace=grace)["state"])
+
+
+@sandbox.command("start")
+@click.argument("ref")
+@click.pass_context
+def sandbox_start(ctx: click.Context, ref: str) -> None:
+    """Start a stopped sandbox again."""
+    click.echo(client(ctx).sandbox_start(ref)["state"])
+
+
+@sandbox.command("rm")
+@click.option("--grace", type=float, default=5.0, show_default=True)
+@click.option("--force", is_flag=True,
+              help="docker: record it deleted even if dockerd cannot remove its containers "
+                   "now (they are removed when it answers again)")
+@click.argument("ref")
+@click.pass_context
+def sandbox_rm(ctx: click.Context, grace: float, force: bool, ref: str) -> None:
+    """Delete a sandbox (cancels its execs; keeps their logs)."""
+    click.echo(client(ctx)._call("sandbox.delete", {"sandbox": ref, "grace": grace,
+                                                     "force": force})["state"])
+
+
+@click.command("cp")
+@click.argument("src")
+@click.argument("dst")
+@click.pass_context
+def cp(ctx: click.Context, src: str, dst: str) -> None:
+    """Copy between the host and a sandbox: tether cp SANDBOX:PATH HOSTPATH, or the
+    other way round. Into DST if it is a directory, else as DST (like docker cp)."""
+    s_sb, s_path = _sandbox_path(src)
+    d_sb, d_path = _sandbox_path(dst)
+    if (s_sb is None) == (d_sb is None):
+        raise click.UsageError("exactly one of SRC and DST must be SANDBOX:PATH")
+    if d_sb is not None:
+        params = {"sandbox": d_sb, "direction": "in", "src": os.path.abspath(src),
+                  "dst": d_path}
+    else:
+        assert s_sb is not None
+        params = {"sandbox": s_sb, "direction": "out", "src": s_path,
+                  "dst": os.path.abspath(dst)}
+    try:
+        r = client(ctx)._call("sandbox.copy", params)
+    except TetherError as e:
+        # A path that cannot be used is a bad invocation (2); the copy failing is 1.
+        die(e.message, 1 if e.code in ("COPY_FAILED", "SANDBOX_NOT_READY", "SANDBOX_NOT_FOUND",
+                                         "DOCKER_UNAVAILABLE", "RUNTIME_UNAVAILABLE") else 2)
+    click.echo(f"copied {r['bytes']} bytes")
+
+
+def _sandbox_path(arg: str) -> tuple[str | None, str]:
+    """``NAME:PATH`` names a path in a sandbox; a host path with a colon can be
+    written ``./a:b`` (docker cp's rule)."""
+    head, sep, tail = arg.partition(":")
+    if not sep or not head or "/" in head or arg.startswith("."):
+        return None, arg
+    return head, tail
+

@@ -1,0 +1,151 @@
+"""Being in the foreground of an exec: this terminal attached to its PTY, or its logs
+streamed here while Ctrl-C cancels it (``tether run``, ``tether attach``)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tether.cli import output as out
+from tether.client.errors import TetherError
+from tether.client.sync import Client
+
+
+def detach_keys(spec: str | None) -> bytes:
+    from tether.cli.terminal import DEFAULT_DETACH_KEYS, BadDetachKeys, parse_detach_keys
+
+    try:
+        return parse_detach_keys(spec or os.environ.get("TETHER_DETACH_KEYS")
+                                 or DEFAULT_DETACH_KEYS)
+    except BadDetachKeys as e:
+        raise click.BadParameter(str(e), param_hint="--detach-keys") from None
+
+
+def forward_stdin(home: Path, exec_id: str) -> None:
+    """``run -i`` without a terminal: copy our stdin to the command's, then close it."""
+    with contextlib.suppress(TetherError, OSError), Client(home) as c:
+        att = c.attach(exec_id, replay=0)
+        while data := os.read(sys.stdin.fileno(), 65536):
+            att.write(data)
+        att.close_stdin()
+
+
+def attach_terminal(c: Client, ref: str, keys: bytes, *, read_only: bool = False,
+                     replay: int = 64 * 1024) -> int:
+    """Attach this terminal to an exec's PTY; returns the exit code for the CLI."""
+    from tether.cli.terminal import copy_loop, raw_terminal, terminal_size
+
+    in_fd, out_fd = sys.stdin.fileno(), sys.stdout.fileno()
+    size = terminal_size(in_fd)
+    try:
+        att = c.attach(ref, read_only=read_only, rows=size[0] if size else None,
+                       cols=size[1] if size else None, replay=replay)
+    except TetherError as e:
+        if e.code != "NOT_RUNNING":
+            raise
+        return _print_ended(c, ref)  # it ended before we could attach
+    exec_id = att.info["exec"]
+    with raw_terminal(in_fd):
+        result = copy_loop(att, stdin_fd=in_fd, stdout_fd=out_fd, detach_keys=keys,
+                           forward_input=not read_only)
+    if result.how == "detached":
+        sys.stderr.write(f"\r\ndetached from {exec_id}; re-attach with "
+                         f"`tether attach {exec_id}`\n")
+        return 0
+    if result.how == "lost" or result.exit is None:
+        sys.stderr.write(f"\r\ntether: lost the connection to {exec_id}'s monitor; "
+                         f"see `tether ps -a` for what happened\n")
+        return 1
+    code = exit_code({"state": "FINISHED", **result.exit})
+    what = (f"killed by signal {result.exit['signal']}" if result.exit.get("signal")
+            else f"exited with code {result.exit.get('exit_code')}")
+    sys.stderr.write(f"\r\n[{exec_id} {what}]\n")
+    return code
+
+
+class _Interrupted(Exception):
+    pass
+
+
+class Interrupts:
+    """Counts Ctrl-C from before the exec starts, so none is lost to a race.
+
+    While ``armed`` (blocked waiting on the daemon) a Ctrl-C also raises, so the
+    wait is interrupted at once; otherwise it is only counted and acted on next.
+    """
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.handled = 0
+        self.armed = False
+        signal.signal(signal.SIGINT, self._on_sigint)
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self.count += 1
+        if self.armed:
+            self.armed = False
+            raise _Interrupted
+
+
+def _pump(home: Path, exec_id: str, stream: str, sink: Any) -> None:
+    with Client(home) as c:
+        for data in c.read_logs(exec_id, stream=stream, follow=True):
+            sink.write(data)
+            sink.flush()
+
+
+def _print_ended(c: Client, ref: str) -> int:
+    """An exec that ended before the attach: show its terminal output and its status."""
+    x = c.exec_wait(ref, timeout=30.0)
+    stream = "pty" if x["spec"].get("tty") else "stdout"
+    for data in c.read_logs(x["id"], stream=stream):
+        sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+    code = exit_code(x)
+    what = (f"killed by signal {x['signal']}" if x.get("signal")
+            else f"exited with code {x.get('exit_code')}")
+    sys.stderr.write(f"\r\n[{x['id']} {what}]\n")
+    return code
+
+
+def exit_code(x: dict[str, Any]) -> int:
+    if x.get("exit_code") is not None:
+        return int(x["exit_code"])
+    if x.get("signal"):
+        return 128 + int(x["signal"])
+    return 1 if x["state"] == "FAILED" else 0
+
+
+def attach_output(c: Client, exec_id: str, interrupts: Interrupts) -> int:
+    """Stream both logs until the exec ends; Ctrl-C cancels it (twice: kill)."""
+    threads = [threading.Thread(target=_pump, args=(c.home, exec_id, s, sink), daemon=True)
+               for s, sink in (("stdout", sys.stdout.buffer), ("stderr", sys.stderr.buffer))]
+    for t in threads:
+        t.start()
+    while True:
+        if interrupts.count > interrupts.handled:
+            interrupts.handled = interrupts.count
+            sig = "TERM" if interrupts.handled == 1 else "KILL"
+            c.close()  # an interrupted call may have left a half-read reply behind
+            c.exec_cancel(exec_id, signal=sig, grace=5.0, reason="interrupted (Ctrl-C)")
+        try:
+            interrupts.armed = True
+            x = c.exec_wait(exec_id, timeout=5.0)
+            interrupts.armed = False
+        except _Interrupted:
+            continue
+        if x["state"] in ("FINISHED", "FAILED", "CANCELLED"):
+            break
+    for t in threads:
+        t.join(timeout=10)
+    if x["state"] == "FAILED" and x.get("reason"):
+        out.fail(f"exec {exec_id} failed: {x['reason']}")
+    return exit_code(x)
+
