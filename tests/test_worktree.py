@@ -1,7 +1,7 @@
 """Worktree state (``.agent/state.json``, ``.agent/heartbeat.json``): real files, real processes.
 
 The agentfactory compatibility fixtures below are written by hand, byte for byte,
-as Go's ``json.MarshalIndent(st, "", "  ")`` of ``runtime/state.State`` (agentfactory's per-worktree state)
+as Go's ``json.MarshalIndent(st, "", "  ")`` of agentfactory's ``runtime/state.State``
 and as TypeScript's ``JSON.stringify(state, null, 2)`` in ``state-recovery.ts`` /
 ``heartbeat-writer.ts`` would produce them — neither runtime runs here.
 """

@@ -1,6 +1,5 @@
-"""``python -m tether.daemon --home DIR``: the lean entry point clients use to auto-start
-a daemon. ``tether daemon`` does the same through the CLI, which also imports click
-and rich (about 100 ms more start-up)."""
+"""``python -m tether.daemon --home DIR``: the daemon's entry point. Clients auto-start
+a daemon with it, and ``tether daemon`` execs it (so the CLI never imports the daemon)."""
 
 from __future__ import annotations
 
@@ -16,9 +15,13 @@ def main() -> int:
     p = argparse.ArgumentParser(prog="python -m tether.daemon")
     p.add_argument("--home", type=Path, default=None)
     p.add_argument("--pool", type=int, default=2)
+    p.add_argument("--default-runtime", default=None,
+                   help="runtime of the default sandbox (default: $TETHER_DEFAULT_RUNTIME "
+                   "or auto)")
     args = p.parse_args()
     home = args.home.expanduser().absolute() if args.home else default_home()
-    return serve(home, pool_size=max(0, min(args.pool, 64)))
+    return serve(home, pool_size=max(0, min(args.pool, 64)),
+                 default_runtime=args.default_runtime)
 
 
 if __name__ == "__main__":

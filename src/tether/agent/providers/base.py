@@ -21,7 +21,7 @@ class SessionContext:
     session: str  # tether session id (TETHER_SESSION)
     lineage: str
     state_dir: str  # a private directory for this lineage's provider files
-    # argv prefix of the hook program, e.g. [python, "-m", "tether.cli.main", "agent", "hook"];
+    # argv prefix of the hook program, e.g. [python, "-m", "tether.agent.hook", "--home", H];
     # a provider appends its name and the event name.
     hook_command: tuple[str, ...]
 

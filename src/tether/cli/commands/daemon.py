@@ -51,13 +51,13 @@ def daemon(ctx: click.Context, pool: int, default_runtime: str | None) -> None:
         return
     # The daemon's own lean entry point in this very process (same pid for systemd, and
     # its signals and exit codes), so the CLI never imports the daemon.
-    env = dict(os.environ)
+    argv = [sys.executable, "-m", "tether.daemon", "--home", str(ctx.obj.home),
+            "--pool", str(pool)]
     if default_runtime is not None:
-        env["TETHER_DEFAULT_RUNTIME"] = default_runtime  # what the flag means to the daemon
+        argv += ["--default-runtime", default_runtime]
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "tether.daemon", "--home",
-                               str(ctx.obj.home), "--pool", str(pool)], env)
+    os.execv(sys.executable, argv)
 
 
 @daemon.command("stop")

@@ -106,8 +106,8 @@ class Attempts:
         return SessionContext(
             home=str(layout.root), socket=str(layout.socket), session=rec.id,
             lineage=rec.id, state_dir=str(state_dir),
-            hook_command=(sys.executable, "-m", "tether.cli.main", "--home",
-                          str(layout.root), "agent", "hook"))
+            hook_command=(sys.executable, "-m", "tether.agent.hook", "--home",
+                          str(layout.root)))
 
     async def _start_exec(self, rec: LineageRecord, *, resume: bool) -> ExecRecord:
         core, layout, cfg = self.core, self.core.layout, rec.config
