@@ -22,7 +22,8 @@ DEFAULT_SANDBOX = "default"
 # is what an error says was expected; ``extra["form"]`` names a shorthand a spec
 # may write instead (a size "512m", a duration "30s", a command line, a
 # "SRC:DST[:ro|rw]" mount); ``extra["why"]`` says why a required field is needed and
-# ``extra["default_from"]`` which field a spec's value defaults to when it leaves one out.
+# ``extra["default_from"]`` which field a spec's value defaults to when it leaves one out;
+# ``extra["not_in_spec"]`` marks a field only tether sets.
 
 RuntimeName = Literal["auto", "process", "bwrap", "docker"]
 Size = Annotated[int, Meta(gt=0, description="a size like 512m or 2g (or a number of bytes)",
@@ -104,7 +105,7 @@ class SandboxSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     ttl: Seconds | None = None  # seconds after creation before it is deleted
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     # Made by `tether run` for one command: deleted once its execs have ended.
-    ephemeral: bool = False
+    ephemeral: Annotated[bool, Meta(extra={"not_in_spec": True})] = False
     # docker: "always" lets dockerd restart containers that exit (not those tether
     # stops), also while tether is down; "never" makes such an exit FAILED.
     restart: Literal["never", "always"] = "never"

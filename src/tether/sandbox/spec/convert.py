@@ -86,7 +86,8 @@ class _Plain:
             kpath = join(path, key)
             field = known.get(key)
             if field is None:
-                hint = suggest(key, known) or f"; expected one of: {', '.join(known)}"
+                choices = [*known, *(["params"] if t is SPEC else [])]
+                hint = suggest(key, choices) or f"; expected one of: {', '.join(choices)}"
                 self.report.fail(child, kpath, f"unknown key{hint}",
                                  line=node.key_lines[key])
             s = field_shape(t, key)

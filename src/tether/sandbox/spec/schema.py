@@ -83,7 +83,8 @@ def shape(t: mi.Type) -> Shape:
 
 
 def fields(t: mi.StructType) -> dict[str, mi.Field]:
-    return {f.encode_name: f for f in t.fields}
+    """The fields a spec may write (by encoded name)."""
+    return {f.encode_name: f for f in t.fields if not shape(f.type).extra.get("not_in_spec")}
 
 
 def _literal(py: Any) -> tuple[object, ...]:
