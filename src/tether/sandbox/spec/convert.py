@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 import msgspec
 import msgspec.inspect as mi
 
-from tether.model.records import SandboxSpec
+from tether.model.records import MountSpec, SandboxSpec
 from tether.sandbox.spec.nodes import (
     Map,
     Node,
@@ -40,7 +40,9 @@ from tether.sandbox.spec.schema import SPEC, Shape, expected, field_shape, field
 
 __all__ = ["parse_duration", "parse_size", "to_spec"]
 
-MOUNT_MODES = ("ro", "rw")
+_MOUNT = mi.type_info(MountSpec)
+assert isinstance(_MOUNT, mi.StructType)
+MOUNT_MODES = field_shape(_MOUNT, "mode").choices  # what "SRC:DST:MODE" may end with
 _SIZE_RE = re.compile(r"(\d+(?:\.\d*)?|\.\d+)\s*(?:([kmgt])(?:i?b)?|b)?", re.IGNORECASE)
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h|d)")
