@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from tether.model.errors import TetherError
-from tether.model.records import ExecSpec, SandboxRecord, SandboxSpec
+from tether.model.records import ExecSpec, RuntimeName, SandboxRecord, SandboxSpec
 from tether.runtime import registry
 from tether.runtime.base import ExecRequest, Runtime
 from tether.runtime.bwrap import BwrapRuntime, Probe
@@ -35,7 +36,8 @@ def test_every_registered_runtime_implements_the_interface() -> None:
     for name, (cls, _build) in registry.FACTORIES.items():
         assert issubclass(cls, Runtime) and cls.name == name
     assert registry.AUTO_ORDER[-1] in registry.FACTORIES
-    assert set(registry.NAMES) == {"auto", *registry.FACTORIES}
+    # The model's list of names (what a spec may say) is the registry's.
+    assert set(get_args(RuntimeName)) == set(registry.NAMES) == {"auto", *registry.FACTORIES}
 
 
 def test_auto_prefers_bwrap_and_says_why_it_fell_back() -> None:
@@ -58,10 +60,12 @@ def test_a_named_runtime_that_cannot_run_here_is_refused_with_the_fix() -> None:
 
 @pytest.mark.parametrize(("spec", "problem"), [
     (SandboxSpec(runtime="process", network="none"), "cannot isolate"),
-    (SandboxSpec(runtime="bwrap", image="busybox"), "image and companions need runtime docker"),
-    (SandboxSpec(runtime="process", resources=None, image="x"), "need runtime docker"),
-    (SandboxSpec(runtime="docker"), "runtime docker needs an image"),
+    (SandboxSpec(runtime="bwrap", image="busybox"), "only used by runtime: docker"),
+    (SandboxSpec(runtime="process", restart="always"), "restart needs runtime: docker"),
+    (SandboxSpec(runtime="docker"), "runtime: docker needs an image"),
     (SandboxSpec(runtime="bwrap", network="none"), None),
+    (SandboxSpec(runtime="auto", network="none"), None),  # auto may become bwrap
+    (SandboxSpec(runtime="auto", image="busybox"), "only used by runtime: docker"),
     (SandboxSpec(runtime="docker", image="busybox"), None),
 ])
 def test_each_runtime_checks_its_own_spec_fields(spec: SandboxSpec, problem: str | None) -> None:

@@ -24,6 +24,7 @@ from tether.sandbox.spec import (
     parse_duration,
     parse_size,
     parse_spec,
+    parse_spec_object,
 )
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "sandbox.yaml"
@@ -683,3 +684,48 @@ def test_full_example(tmp_path: Path) -> None:
     # Its home is refused when the example would mount it.
     with pytest.raises(SpecError, match="would expose tether's own state"):
         load_spec_file(tmp_path / "sandbox.yaml", tether_home=str(tmp_path / "datasets"))
+
+
+# ------------------------------------------------------------------ spec objects
+
+
+def test_an_object_is_the_same_spec_as_its_yaml(tmp_path: Path) -> None:
+    (tmp_path / "d").mkdir()
+    text = DOCKER + ("mounts: ['d:/data:rw']\nresources: {memory: 1g, cpus: 1.5}\n"
+                     "params: {pg: '16'}\ncompanions:\n  - {name: db, image: 'pg:${pg}', "
+                     "health: {command: pg_isready, interval: 2s}}\n")
+    obj = {"runtime": "docker", "image": "busybox", "mounts": ["d:/data:rw"],
+           "resources": {"memory": "1g", "cpus": 1.5}, "params": {"pg": "16"},
+           "companions": [{"name": "db", "image": "pg:${pg}",
+                           "health": {"command": "pg_isready", "interval": "2s"}}]}
+    assert parse_spec_object(obj, base_dir=str(tmp_path)) == parse(text, tmp_path)
+    assert (parse_spec_object(obj, base_dir=str(tmp_path), overrides=["pg=15"])
+            .companions[0].image == "pg:15")
+
+
+@pytest.mark.parametrize(("obj", "path", "fragment"), [
+    ({"resources": {"memory": "lots"}}, "resources.memory", "expected a size like 512m"),
+    ({"env": {"PORT": 5432}}, "env.PORT", "expected a string, got the number 5432"),
+    ({"mounts": [{"source": "/no/such/dir", "target": "/x"}]}, "mounts[0].source",
+     "does not exist"),
+    ({"runtime": "docker"}, "image", "required field is missing"),
+    ({"labels": {"tether.x": "1"}}, "labels['tether.x']", "reserved"),
+    ({"ephemeral": True}, "ephemeral", "unknown key"),
+    ({"a": [[[[]]]] * 1, "b": 1}, "a", "unknown key"),
+])
+def test_object_errors_name_the_key_path(obj: dict[str, object], path: str,
+                                          fragment: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_spec_object(obj)
+    err = info.value
+    assert str(err).startswith(f"spec.{path}: "), err
+    assert fragment in str(err), err
+    assert (err.path, err.line, err.source) == (path, None, "spec")
+
+
+def test_object_nesting_is_bounded() -> None:
+    deep: object = []
+    for _ in range(100):
+        deep = [deep]
+    with pytest.raises(SpecError, match=r"^spec: nested more than 64 levels deep"):
+        parse_spec_object({"labels": deep})

@@ -1,6 +1,7 @@
 """The sandbox spec as command-line flags, shared by ``tether sandbox create`` and
-``tether run``. Flags become a spec document that the daemon parses with the same
-strict parser as a spec file, so a bad flag gets the same precise error."""
+``tether run``. Flags become a spec object that the daemon validates with the same
+strict parser as a spec file, so a bad flag gets the same precise error (naming
+the key path: ``spec.mounts[0].source: ...``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
-import yaml
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -91,7 +91,7 @@ def _pairs(items: tuple[str, ...], hint: str) -> dict[str, str]:
 def create_params(name: str, flags: dict[str, Any],
                   env: dict[str, str] | None = None) -> dict[str, Any]:
     """``sandbox.create`` params for these flags: a spec file with ``--set``, or a spec
-    document built from the flags."""
+    object built from the flags."""
     if flags.get("spec_file"):
         given = [k for k in SPEC_FLAGS if flags.get(k) not in (None, (), "", "auto")]
         if given:
@@ -121,6 +121,5 @@ def create_params(name: str, flags: dict[str, Any],
         doc["labels"] = _pairs(flags["labels"], "--label")
     if env:
         doc["env"] = env
-    return {"name": name, "spec": yaml.safe_dump(doc, sort_keys=False),
-            "set": list(flags.get("sets") or ()), "spec_name": "<command-line flags>",
+    return {"name": name, "spec": doc, "set": list(flags.get("sets") or ()),
             "base_dir": os.getcwd()}

@@ -123,14 +123,19 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
                               "give either a spec or the runtime/workspace/env/labels/network "
                               "fields, not both (use --set to override the spec)")
         if p.spec is not None:
-            from tether.sandbox.spec import SpecError, parse_spec
+            from tether.sandbox.spec import SpecError, parse_spec, parse_spec_object
 
             if p.base_dir is not None and not os.path.isabs(p.base_dir):
                 raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
                                   "base_dir must be an absolute path")
             try:
-                spec = parse_spec(p.spec, source=p.spec_name, overrides=p.set,
-                                  tether_home=str(d.layout.root), base_dir=p.base_dir)
+                if isinstance(p.spec, str):
+                    spec = parse_spec(p.spec, source=p.spec_name, overrides=p.set,
+                                      tether_home=str(d.layout.root), base_dir=p.base_dir)
+                else:  # the spec as an object: errors name spec.<key path>
+                    spec = parse_spec_object(p.spec, overrides=p.set,
+                                             tether_home=str(d.layout.root),
+                                             base_dir=p.base_dir)
             except SpecError as e:
                 raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_SPEC", e.message,
                                   {"path": e.path, "line": e.line}) from None

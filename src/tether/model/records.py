@@ -8,65 +8,110 @@ rows to add a field. ``tests/test_store.py`` proves both directions.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import msgspec
+from msgspec import Meta
 
 DEFAULT_SANDBOX = "default"
 
+# The sandbox spec records below are also the schema of spec files and of
+# ``sandbox.create``'s spec object (tether.sandbox.spec converts them with msgspec).
+# Constraints hold for every stored row too (the store decodes with them), so only
+# rules that every way of making a sandbox enforces belong here. ``description``
+# is what an error says was expected; ``extra["form"]`` names a shorthand a spec
+# may write instead (a size "512m", a duration "30s", a command line, a
+# "SRC:DST[:ro|rw]" mount); ``extra["why"]`` says why a required field is needed and
+# ``extra["default_from"]`` which field a spec's value defaults to when it leaves one out;
+# ``extra["not_in_spec"]`` marks a field only tether sets.
+
+#: ``auto`` and the names in ``tether.runtime.registry.FACTORIES`` (a test keeps them equal).
+RuntimeName = Literal["auto", "process", "bwrap", "docker"]
+Size = Annotated[int, Meta(gt=0, description="a size like 512m or 2g (or a number of bytes)",
+                           extra={"form": "size", "unit": " bytes"})]
+_DURATION = "a duration like 500ms, 30s, 5m or 1h (or a number of seconds)"
+Seconds = Annotated[float, Meta(gt=0, description=_DURATION, extra={"form": "duration"})]
+SecondsOrZero = Annotated[float, Meta(ge=0, description=_DURATION,
+                                      extra={"form": "duration"})]
+Image = Annotated[str, Meta(pattern=r"^\S+\Z", description="an image reference (no spaces)")]
+
 
 class MountSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
-    source: str  # absolute, symlinks resolved, must exist
-    target: str  # absolute path inside the sandbox
-    mode: str = "ro"  # ro | rw
+    # absolute, symlinks resolved, must exist
+    source: Annotated[str, Meta(extra={"why": "the host path to mount"})]
+    # absolute path inside the sandbox; a spec may leave it out: the same as the source
+    target: Annotated[str, Meta(extra={"default_from": "source"})]
+    mode: Literal["ro", "rw"] = "ro"
 
 
 class ResourceSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
-    memory: int | None = None  # bytes
-    cpus: float | None = None
-    pids: int | None = None
+    memory: Size | None = None  # bytes
+    cpus: Annotated[float, Meta(
+        gt=0, description="a number of CPUs more than 0, like 1.5")] | None = None
+    pids: Annotated[int, Meta(
+        gt=0, description="a whole number of processes more than 0")] | None = None
 
 
 class HealthCheckSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
-    command: list[str]  # run inside the container; healthy when it exits 0
-    interval: float = 1.0
-    timeout: float = 5.0
-    retries: int = 30
-    start_period: float = 0.0
+    # run inside the container; healthy when it exits 0 (a string runs with sh -c)
+    command: Annotated[list[str], Meta(
+        min_length=1, description="a command (a list of strings, or a string)",
+        extra={"form": "shell", "why": "what to run; healthy when it exits 0"})]
+    interval: Seconds = 1.0
+    timeout: Seconds = 5.0
+    retries: Annotated[int, Meta(gt=0, description="a whole number of retries more than 0")] = 30
+    start_period: SecondsOrZero = 0.0
+
+
+_COMPANION_WHY = "every companion needs a name and an image"
 
 
 class CompanionSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
-    name: str
-    image: str
+    name: Annotated[str, Meta(
+        pattern=r"^[a-z0-9][a-z0-9_.-]{0,62}\Z",
+        description="a name of lowercase letters, digits, '_', '.' and '-' (starting with a "
+                    "letter or digit, at most 63 characters)",
+        extra={"why": _COMPANION_WHY})]
+    image: Annotated[Image, Meta(extra={"why": _COMPANION_WHY})]
     env: dict[str, str] = msgspec.field(default_factory=dict)
-    command: list[str] | None = None
+    # a string is split into words like a shell would (without running one)
+    command: Annotated[list[str], Meta(
+        min_length=1, description="a command (a list of strings, or a string)",
+        extra={"form": "words"})] | None = None
     health: HealthCheckSpec | None = None
     required: bool = True
+
+
+MountItem = Annotated[MountSpec, Meta(
+    description='a mount ({source, target, mode} or "SOURCE:TARGET[:ro|rw]")',
+    extra={"form": "mount"})]
 
 
 class SandboxSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     """The resolved spec of a sandbox: what the store keeps after YAML parsing,
     parameter substitution and ``--set`` overrides (source 000's sandbox-config)."""
 
-    # process | bwrap | docker ("auto" is resolved at create). No default: msgspec omits a
-    # default by identity, so a stored or sent spec could silently lose its runtime.
-    runtime: str
+    # "auto" is resolved at create: never stored. No default: msgspec omits a default by
+    # identity, so a stored or sent spec could silently lose its runtime.
+    runtime: RuntimeName
     workspace: str | None = None  # host directory, mounted read-write
     workspace_target: str | None = None  # where it appears inside (default: same path)
-    image: str | None = None  # docker only
-    mounts: list[MountSpec] = msgspec.field(default_factory=list)
+    image: Image | None = None  # docker only
+    mounts: Annotated[list[MountItem], Meta(description="a list of mounts")] = \
+        msgspec.field(default_factory=list)
     env: dict[str, str] = msgspec.field(default_factory=dict)
-    network: str | None = None  # none | private | host (None: the runtime's default)
+    network: Literal["none", "private", "host"] | None = None  # None: the runtime's default
     resources: ResourceSpec | None = None
-    companions: list[CompanionSpec] = msgspec.field(default_factory=list)
-    idle_timeout: float | None = None  # seconds with no running exec and no client
-    ttl: float | None = None  # seconds after creation before it is deleted
+    companions: Annotated[list[CompanionSpec], Meta(description="a list of companions")] = \
+        msgspec.field(default_factory=list)
+    idle_timeout: Seconds | None = None  # seconds with no running exec and no client
+    ttl: Seconds | None = None  # seconds after creation before it is deleted
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     # Made by `tether run` for one command: deleted once its execs have ended.
-    ephemeral: bool = False
+    ephemeral: Annotated[bool, Meta(extra={"not_in_spec": True})] = False
     # docker: "always" lets dockerd restart containers that exit (not those tether
     # stops), also while tether is down; "never" makes such an exit FAILED.
-    restart: str = "never"
+    restart: Literal["never", "always"] = "never"
 
 
 class SandboxRecord(msgspec.Struct, kw_only=True):

@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from tether.model.records import RuntimeName
+
 NonEmpty = Annotated[str, Meta(min_length=1, max_length=4096)]
 Name = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")]
 Seconds = Annotated[float, Meta(ge=0, le=10 * 365 * 86400)]
@@ -27,16 +29,17 @@ class Empty(_P):
 
 class SandboxCreate(_P):
     name: Name
-    runtime: str = "process"
+    runtime: RuntimeName = "process"
     workspace: str | None = None
     env: dict[str, str] = msgspec.field(default_factory=dict)
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     network: Literal["none", "private", "host"] | None = None
     idle_timeout: Annotated[float, Meta(gt=0)] | None = None  # seconds
     ttl: Annotated[float, Meta(gt=0)] | None = None  # seconds
-    # A YAML spec file's text (docs/examples/sandbox.yaml); when given it is the whole
-    # spec and the fields above must be left at their defaults.
-    spec: Annotated[str, Meta(max_length=1024 * 1024)] | None = None
+    # A YAML spec file's text (docs/examples/sandbox.yaml), or the same spec as an
+    # object (what the CLI's flags build); when given it is the whole spec and the
+    # fields above must be left at their defaults.
+    spec: Annotated[str, Meta(max_length=1024 * 1024)] | dict[str, Any] | None = None
     set: list[Annotated[str, Meta(max_length=4096)]] = msgspec.field(default_factory=list)
     spec_name: Annotated[str, Meta(max_length=4096)] = "<spec>"  # for error messages
     base_dir: str | None = None  # relative paths in the spec resolve against it

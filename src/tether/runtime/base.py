@@ -20,7 +20,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, NamedTuple, Protocol
 
 from tether.model.errors import RpcCode, TetherError, invalid_params
 from tether.model.records import ExecSpec, SandboxRecord, SandboxSpec
@@ -36,6 +36,15 @@ class AgentView:
     ro: tuple[str, ...] = ()  # files under tether's home it may read (its snapshot)
     socket_dir: str | None = None  # the directory of tether's agent.sock, bound as is
     tools: tuple[str, ...] = ()  # under the hidden home directories: its toolchain, read-only
+
+
+class SpecProblem(NamedTuple):
+    """A spec field a runtime cannot honour: ``path`` is the key path the message names;
+    a spec file's error points at the line of top-level ``key`` (default: the path's own)."""
+
+    path: str
+    problem: str
+    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +138,9 @@ class Runtime(ABC):
     confines_agents: ClassVar[bool] = False
     #: Why agents cannot run in it, or None when they can.
     refuses_agents: ClassVar[str | None] = None
+    #: Can it enforce ``resources`` (memory, cpus, pids)? Checked when a sandbox is
+    #: created, not when a spec is parsed (a spec may leave its runtime to ``auto``).
+    enforces_resources: ClassVar[bool] = False
 
     # ------------------------------------------------------------------ availability
     def available(self) -> tuple[bool, str]:
@@ -147,9 +159,9 @@ class Runtime(ABC):
 
     # ------------------------------------------------------------------ specs
     @classmethod
-    def spec_problems(cls, spec: SandboxSpec) -> list[tuple[str, str]]:
-        """``(key path, what is wrong)`` for the spec fields this runtime cannot honour;
-        checked when a spec is parsed and again when a sandbox is created."""
+    def spec_problems(cls, spec: SandboxSpec) -> list[SpecProblem]:
+        """The spec fields this runtime cannot honour; checked when a spec is parsed
+        (with the file's line) and again when a sandbox is created."""
         return []
 
     def workspace_problem(self, path: str) -> str | None:
@@ -163,7 +175,11 @@ class Runtime(ABC):
     def check_spec(self, spec: SandboxSpec) -> None:
         problems = self.spec_problems(spec)
         if problems:
-            raise invalid_params(problems[0][1])
+            raise invalid_params(problems[0].problem)
+        if spec.resources is not None and not self.enforces_resources:
+            raise invalid_params(f"resource limits (memory, cpus, pids) are not enforced by "
+                                 f"the {self.name} runtime; use runtime docker or drop "
+                                 "resources")
 
     # ------------------------------------------------------------------ execs
     @abstractmethod

@@ -46,10 +46,11 @@ from tether.runtime.base import (
     LaunchPlan,
     Runtime,
     RuntimeStatus,
+    SpecProblem,
     host_env,
 )
 from tether.runtime.mapping import host_path
-from tether.runtime.process import no_docker_fields
+from tether.runtime.process import no_container_fields
 
 log = logging.getLogger("tether.daemon")
 
@@ -268,8 +269,8 @@ class BwrapRuntime(Runtime):
                                                      "reason": self.probed.reason})
 
     @classmethod
-    def spec_problems(cls, spec: SandboxSpec) -> list[tuple[str, str]]:
-        return no_docker_fields(spec)
+    def spec_problems(cls, spec: SandboxSpec) -> list[SpecProblem]:
+        return no_container_fields(spec)
 
     def workspace_problem(self, path: str) -> str | None:
         return workspace_problem(path)

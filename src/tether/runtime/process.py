@@ -9,19 +9,28 @@ from functools import partial
 
 from tether.hostio.copy import copy_path
 from tether.model.records import SandboxRecord, SandboxSpec
-from tether.runtime.base import ExecRequest, Launch, LaunchPlan, Runtime, host_env
+from tether.runtime.base import (
+    ExecRequest,
+    Launch,
+    LaunchPlan,
+    Runtime,
+    SpecProblem,
+    host_env,
+)
 from tether.runtime.mapping import inside_path
 
 
-def no_docker_fields(spec: SandboxSpec) -> list[tuple[str, str]]:
+def no_container_fields(spec: SandboxSpec) -> list[SpecProblem]:
     """Fields only a container engine can honour, for the runtimes that have none."""
-    out: list[tuple[str, str]] = []
-    if spec.image or spec.companions:
-        out.append(("image" if spec.image else "companions",
-                    "image and companions need runtime docker"))
-    if spec.resources is not None:
-        out.append(("resources", "resource limits (memory, cpus, pids) are enforced by the "
-                    "docker runtime only; use runtime docker or drop resources"))
+    out: list[SpecProblem] = []
+    runtime = f"(runtime is {spec.runtime!r})"
+    if spec.image is not None:
+        out.append(SpecProblem("image", f"an image is only used by runtime: docker {runtime}"))
+    if spec.companions:
+        out.append(SpecProblem("companions", f"companions need runtime: docker {runtime}"))
+    if spec.restart != "never":
+        out.append(SpecProblem("restart", f"restart needs runtime: docker {runtime}; other "
+                               "runtimes have no long-lived container"))
     return out
 
 
@@ -29,14 +38,14 @@ class ProcessRuntime(Runtime):
     name = "process"
 
     @classmethod
-    def spec_problems(cls, spec: SandboxSpec) -> list[tuple[str, str]]:
-        out: list[tuple[str, str]] = []
+    def spec_problems(cls, spec: SandboxSpec) -> list[SpecProblem]:
+        out: list[SpecProblem] = []
         if spec.mounts or spec.workspace_target or spec.network not in (None, "host"):
-            out.append(("mounts" if spec.mounts else "workspace_target"
-                        if spec.workspace_target else "network",
-                        "the process runtime cannot isolate: mounts, workspace_target and "
-                        "network none/private need bwrap"))
-        return out + no_docker_fields(spec)
+            out.append(SpecProblem(
+                "mounts" if spec.mounts else "workspace_target" if spec.workspace_target
+                else "network", "the process runtime cannot isolate: mounts, "
+                "workspace_target and network none/private need bwrap"))
+        return out + no_container_fields(spec)
 
     def prepare_exec(self, req: ExecRequest) -> LaunchPlan:
         def launch(exec_id: str) -> Launch:

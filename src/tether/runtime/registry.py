@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from tether.model.errors import invalid_params
 from tether.model.records import SandboxSpec
-from tether.runtime.base import Runtime, SandboxHost, unavailable
+from tether.runtime.base import Runtime, SandboxHost, SpecProblem, unavailable
 from tether.runtime.bwrap import BwrapRuntime, probe
 from tether.runtime.docker import DockerRuntime
 from tether.runtime.process import ProcessRuntime
@@ -39,16 +39,15 @@ AUTO_ORDER = ("bwrap", "process")
 NAMES = (AUTO, *FACTORIES)
 
 
-def spec_problems(spec: SandboxSpec) -> list[tuple[str, str]]:
-    """The runtime's own checks of a spec, without a daemon (``auto`` may resolve to
-    any of :data:`AUTO_ORDER`, so it is held to what they all accept)."""
-    names = AUTO_ORDER if spec.runtime == AUTO else (spec.runtime,)
-    out: list[tuple[str, str]] = []
-    for name in names:
-        entry = FACTORIES.get(name)
-        if entry is not None:
-            out += [p for p in entry[0].spec_problems(spec) if p not in out]
-    return out
+def spec_problems(spec: SandboxSpec) -> list[SpecProblem]:
+    """The runtime's own checks of a spec, without a daemon. ``auto`` may become any of
+    :data:`AUTO_ORDER`: a field is wrong for it only when it is wrong for all of them."""
+    if spec.runtime != AUTO:
+        entry = FACTORIES.get(spec.runtime)
+        return entry[0].spec_problems(spec) if entry is not None else []
+    each = [FACTORIES[name][0].spec_problems(spec) for name in AUTO_ORDER]
+    return [p for p in each[0] if all(any(q.path == p.path for q in other)
+                                       for other in each[1:])]
 
 
 class Runtimes:

@@ -25,6 +25,7 @@ from tether.runtime.base import (
     Runtime,
     RuntimeStatus,
     SandboxHost,
+    SpecProblem,
 )
 from tether.runtime.bwrap import mount_problem, workspace_problem
 from tether.runtime.docker import copying
@@ -53,6 +54,7 @@ PROBE_TIMEOUT = 10.0  # seconds daemon.status waits for a first probe of dockerd
 class DockerRuntime(Runtime):
     name = "docker"
     can_be_default = False  # it needs an image: create a sandbox with one
+    enforces_resources = True
     refuses_agents = ("agents cannot run in docker sandboxes yet (their hooks need "
                       "tether's agent socket inside the container); use a bwrap or "
                       "process sandbox, e.g. the default one")
@@ -81,13 +83,15 @@ class DockerRuntime(Runtime):
 
     # ------------------------------------------------------------------ specs
     @classmethod
-    def spec_problems(cls, spec: SandboxSpec) -> list[tuple[str, str]]:
+    def spec_problems(cls, spec: SandboxSpec) -> list[SpecProblem]:
+        out: list[SpecProblem] = []
         if not spec.image:
-            return [("image", "runtime docker needs an image")]
+            out.append(SpecProblem("image", "required field is missing (runtime: docker needs "
+                                   "an image)", key="runtime"))
         if spec.network == "none" and spec.companions:
-            return [("network", "network none cuts the sandbox off from its companions; "
-                     "use private")]
-        return []
+            out.append(SpecProblem("network", "network: none cuts the sandbox off from its "
+                                   "companions; use private"))
+        return out
 
     def workspace_problem(self, path: str) -> str | None:
         return workspace_problem(path)
