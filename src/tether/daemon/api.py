@@ -116,7 +116,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         }
 
     async def sandbox_create(p: m.SandboxCreate, c: Connection) -> Any:
-        flat = (p.runtime != "process" or p.workspace is not None or p.env or p.labels
+        flat = (p.runtime != m.FLAT_RUNTIME or p.workspace is not None or p.env or p.labels
                 or p.network is not None or p.idle_timeout is not None or p.ttl is not None)
         if p.spec is not None and flat:
             raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",

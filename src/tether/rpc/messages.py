@@ -27,9 +27,13 @@ class Empty(_P):
     pass
 
 
+#: The runtime of a sandbox created from flat params that name none.
+FLAT_RUNTIME: RuntimeName = "process"
+
+
 class SandboxCreate(_P):
     name: Name
-    runtime: RuntimeName = "process"
+    runtime: RuntimeName = FLAT_RUNTIME
     workspace: str | None = None
     env: dict[str, str] = msgspec.field(default_factory=dict)
     labels: dict[str, str] = msgspec.field(default_factory=dict)
