@@ -177,9 +177,9 @@ class Runtime(ABC):
         if problems:
             raise invalid_params(problems[0].problem)
         if spec.resources is not None and not self.enforces_resources:
-            raise invalid_params(f"resource limits (memory, cpus, pids) are not enforced by "
-                                 f"the {self.name} runtime; use runtime docker or drop "
-                                 "resources")
+            raise invalid_params(f"resource limits (memory, cpus, pids) are enforced by the "
+                                 f"docker runtime only (runtime is {self.name!r}); use runtime "
+                                 "docker or drop resources")
 
     # ------------------------------------------------------------------ execs
     @abstractmethod
