@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from tether import __version__
 from tether.agent.lifecycle import Thresholds
@@ -21,7 +21,14 @@ from tether.daemon.sandboxes import SandboxService
 from tether.daemon.tasks import Tasks
 from tether.model.errors import RpcCode, TetherError
 from tether.model.layout import HomeLayout
-from tether.model.records import AgentConfig, ExecRecord, ExecSpec, SandboxSpec, to_builtins
+from tether.model.records import (
+    AgentConfig,
+    ExecRecord,
+    ExecSpec,
+    RuntimeName,
+    SandboxSpec,
+    to_builtins,
+)
 from tether.model.states import LINEAGE_LIVE, DaemonState
 from tether.rpc import messages as m
 from tether.rpc.server import Connection, Handler, Router
@@ -140,7 +147,9 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
                 raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_SPEC", e.message,
                                   {"path": e.path, "line": e.line}) from None
         else:
-            spec = SandboxSpec(runtime=p.runtime, workspace=p.workspace, env=p.env,
+            # An unknown runtime is refused by the registry, with the list of known ones.
+            spec = SandboxSpec(runtime=cast(RuntimeName, p.runtime), workspace=p.workspace,
+                               env=p.env,
                                labels=p.labels, network=p.network,
                                idle_timeout=p.idle_timeout, ttl=p.ttl)
         spec.ephemeral = p.ephemeral

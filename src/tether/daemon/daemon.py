@@ -5,7 +5,8 @@ STOPPED → STARTING (lock, store, recovery, bind) → RUNNING (pid file, SERVIN
 → STOPPED. Execs are never killed by a daemon stop: they belong to their
 monitors, and the next daemon re-adopts them.
 
-Lock order (docs/ARCHITECTURE.md): the home lock (process-wide, first) →
+Lock order (docs/ARCHITECTURE.md): the home lock (process-wide, first) → a
+runtime's per-sandbox ``asyncio.Lock`` (docker's, held across engine calls) →
 SQLite's write lock (inside one ``Store`` transaction, never held across an
 await) → per-exec claim files (taken by monitors or by recovery, never while
 holding the SQLite write lock across an await). Everything else runs on the

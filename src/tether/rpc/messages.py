@@ -11,8 +11,6 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from tether.model.records import RuntimeName
-
 NonEmpty = Annotated[str, Meta(min_length=1, max_length=4096)]
 Name = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")]
 Seconds = Annotated[float, Meta(ge=0, le=10 * 365 * 86400)]
@@ -27,13 +25,14 @@ class Empty(_P):
     pass
 
 
-#: The runtime of a sandbox created from flat params that name none.
-FLAT_RUNTIME: RuntimeName = "process"
+#: The runtime of a sandbox created from flat params that name none. (A plain string on
+#: the wire: the daemon's registry refuses an unknown one with the list of known ones.)
+FLAT_RUNTIME = "process"
 
 
 class SandboxCreate(_P):
     name: Name
-    runtime: RuntimeName = FLAT_RUNTIME
+    runtime: NonEmpty = FLAT_RUNTIME
     workspace: str | None = None
     env: dict[str, str] = msgspec.field(default_factory=dict)
     labels: dict[str, str] = msgspec.field(default_factory=dict)

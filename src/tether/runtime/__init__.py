@@ -1,4 +1,6 @@
-"""Where processes run (category B: never persisted, always re-inspected).
+"""Where execs run (category B: never persisted, always re-inspected).
 
-Issue 2 ships the ``process`` runtime; bwrap and docker plug in beside it.
+:mod:`.base` is the interface every runtime implements, :mod:`.registry` holds them
+by name (``process``, ``bwrap``, ``docker``), and :mod:`.monitors` is the pool of
+monitors that runs every exec, whatever its runtime.
 """

@@ -174,8 +174,8 @@ class Runtime(ABC):
 
     def check_spec(self, spec: SandboxSpec) -> None:
         problems = self.spec_problems(spec)
-        if problems:
-            raise invalid_params(problems[0].problem)
+        if problems:  # the same words as a spec file's error, with the field's path
+            raise invalid_params(f"{problems[0].path}: {problems[0].problem}")
         if spec.resources is not None and not self.enforces_resources:
             raise invalid_params(f"resource limits (memory, cpus, pids) are enforced by the "
                                  f"docker runtime only (runtime is {self.name!r}); use runtime "

@@ -103,10 +103,9 @@ class _IdleMonitor:
 class MonitorPool:
     """Starts, inspects and signals execs' monitors. Keeps a few idle ones ready."""
 
-    def __init__(self, pool_size: int = 2, fault: str | None = None) -> None:
+    def __init__(self, pool_size: int = 2) -> None:
         self.pool_size = pool_size
         self._pool: deque[_IdleMonitor] = deque()
-        self._fault = fault
         self._children: set[int] = set()
 
     # ------------------------------------------------------------------ pool

@@ -43,7 +43,6 @@ class Violation(NamedTuple):
     key: str | None = None
 
 
-# runtime-interface: the fields only some runtimes use; each runtime will check its own.
 def runtime_constraints(spec: SandboxSpec) -> list[Violation]:
     """What ``spec.runtime`` does not allow: each runtime says (its ``spec_problems``)."""
     return [Violation(p.path, p.problem, p.key) for p in spec_problems(spec)]
