@@ -8,9 +8,9 @@ An agent started by tether finds ``TETHER_HOME``, ``TETHER_SESSION`` and
     s = Session.from_env()
     previous = s.restored_messages()          # after a revival: the conversation so far
     reply = s.turn(context_pct=72.5, messages=[{"role": "assistant", "content": "..."}])
-    if reply["lifecycle"] == "AGING":
+    if reply.lifecycle == "AGING":
         s.handoff("what my successor needs to know")
-    if not s.authorize_tool("Bash")["allowed"]:
+    if not s.authorize_tool("Bash").allowed:
         ...                                   # fenced: the context is nearly full
 """
 
@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tether.client.sync import Client
+from tether.client.blocking import Client
+from tether.client.replies import Handoff, Heartbeat, ToolDecision, TurnReply
 from tether.model.layout import HomeLayout
 
 
@@ -59,32 +60,23 @@ class Session:
                                   self.socket)
         return self._client
 
-    def _call(self, method: str, **params: Any) -> Any:
-        return self.client._call(method, {"session": self.session, "token": self.token,
-                                          **{k: v for k, v in params.items()
-                                             if v is not None}})
-
     def turn(self, *, context_pct: float | None = None, usage: dict[str, int] | None = None,
              model: str | None = None, messages: list[dict[str, Any]] | None = None,
-             config: dict[str, Any] | None = None) -> dict[str, Any]:
+             config: dict[str, Any] | None = None) -> TurnReply:
         """Report a completed turn; the reply carries the lifecycle and instructions."""
-        result: dict[str, Any] = self._call("agent.turn", context_pct=context_pct,
-                                            usage=usage, model=model,
-                                            messages=messages or [], config=config)
-        return result
+        return self.client.agent_turn(self.session, self.token, context_pct=context_pct,
+                                      usage=usage, model=model, messages=messages,
+                                      config=config)
 
-    def heartbeat(self, activity: str | None = None) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("agent.heartbeat", activity=activity)
-        return result
+    def heartbeat(self, activity: str | None = None) -> Heartbeat:
+        return self.client.agent_heartbeat(self.session, self.token, activity=activity)
 
-    def authorize_tool(self, tool: str, input: Any = None) -> dict[str, Any]:
-        """``{"allowed": bool, "reason": str, "lifecycle": str}``."""
-        result: dict[str, Any] = self._call("agent.authorize_tool", tool=tool, input=input)
-        return result
+    def authorize_tool(self, tool: str, input: Any = None) -> ToolDecision:
+        """Whether the tool may run now (``allowed``, ``reason``, ``lifecycle``)."""
+        return self.client.agent_authorize_tool(self.session, self.token, tool, input)
 
-    def handoff(self, text: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("agent.handoff", text=text)
-        return result
+    def handoff(self, text: str) -> Handoff:
+        return self.client.agent_handoff(self.session, self.token, text)
 
     def restored_messages(self) -> list[dict[str, Any]]:
         """The conversation from the drain snapshot this attempt was revived from."""
