@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from typing import Any
 
     from tether.client.aio import AsyncClient
-    from tether.client.errors import TetherError
     from tether.client.blocking import Client
+    from tether.client.errors import TetherError
 
 __all__ = ["AsyncClient", "Client", "TetherError", "__version__"]
 

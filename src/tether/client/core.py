@@ -71,7 +71,7 @@ class Message(msgspec.Struct):
     result: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"null"))
     error: dict[str, Any] | None = None
     method: str | None = None
-    params: msgspec.Raw | None = None
+    params: msgspec.Raw = msgspec.field(default_factory=lambda: msgspec.Raw(b"null"))
 
 
 _enc = msgspec.json.Encoder()
@@ -169,7 +169,7 @@ class Cursor:
             raise TetherError.from_wire(msg.error)
         if msg.method == "events.overflow":
             raise Resubscribe
-        if msg.method != "events.event" or msg.params is None:
+        if msg.method != "events.event":
             return None
         ev = _event_params.decode(msg.params).event
         pos = ev.seq if self.sandbox else ev.gseq
