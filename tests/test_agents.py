@@ -129,7 +129,7 @@ def test_tokens_are_checked(daemon: DaemonProc, tmp_path: Path) -> None:
     c = daemon.client()
     lin = start_agent(c, tmp_path, "--pcts", "10", "--linger", "30")
     with pytest.raises(TetherError) as e:
-        c._call("agent.turn", {"session": lin.id, "token": "0" * 32, "context_pct": 5})
+        c.agent_turn(lin.id, "0" * 32, context_pct=5)
     assert e.value.code == "BAD_TOKEN"
 
 
@@ -243,8 +243,7 @@ def test_successor_auto_starts_from_the_handoff(daemon: DaemonProc, tmp_path: Pa
     c = daemon.client()
     lin = start_agent(c, tmp_path, "--pcts", "95,96", successor="auto")
     wait_for(lambda: lineage(c, lin.id).status == "FINISHED")
-    wait_for(lambda: any(r.predecessor == lin.id for r in
-                         c._call("lineage.list", {"all": True})["lineages"]),
+    wait_for(lambda: any(r.predecessor == lin.id for r in c.lineage_list(all=True)),
              what="successor")
     wait_for(lambda: len([x for x in log_lines(tmp_path) if x["event"] == "start"]) == 2)
     second = [x for x in log_lines(tmp_path) if x["event"] == "start"][1]
@@ -302,10 +301,9 @@ def test_claude_provider_end_to_end_with_recorded_hooks(daemon: DaemonProc,
     fake.chmod(0o755)
     log = tmp_path / "hooks.log"
     c = daemon.client()
-    lin = c._call("agent.start", {
-        "argv": ["claude", "--model", "opus"], "dying_pct": 1.0, "aging_pct": 0.5,
-        "env": {"PATH": f"{bindir}:{os.environ['PATH']}", "FAKE_LOG": str(log)}})
-    assert lin["provider"] == "claude"
+    lin = c.agent_start(["claude", "--model", "opus"], dying_pct=1.0, aging_pct=0.5,
+                        env={"PATH": f"{bindir}:{os.environ['PATH']}", "FAKE_LOG": str(log)})
+    assert lin.provider == "claude"
     wait_for(lambda: log.exists() and len(log.read_text().splitlines()) == 6, timeout=20)
     calls = [json.loads(x) for x in log.read_text().splitlines()]
     assert [c_["event"] for c_ in calls] == ["SessionStart", "PreToolUse", "Stop",
@@ -317,11 +315,11 @@ def test_claude_provider_end_to_end_with_recorded_hooks(daemon: DaemonProc,
     assert deny["hookSpecificOutput"]["hookEventName"] == "PreToolUse"
     assert deny["hookSpecificOutput"]["permissionDecision"] == "deny"
     assert "fenced" in deny["hookSpecificOutput"]["permissionDecisionReason"]
-    rec = lineage(c, lin["id"])
+    rec = lineage(c, lin.id)
     assert rec.provider_session_id == "sess-42"
     assert rec.turns == 1 and rec.context_pct is not None
     assert rec.lifecycle in ("DRAINING", "DEAD")
-    snap = snapshot.read(daemon.home / "drain" / f"{lin['id']}.json")
+    snap = snapshot.read(daemon.home / "drain" / f"{lin.id}.json")
     assert snap["provider_session_id"] == "sess-42" and snap["messages"]
 
 
@@ -439,7 +437,7 @@ def test_a_first_attempt_interrupted_by_a_crash_is_adopted_not_duplicated(
     d.start(wait=False, env=FAST)
     wait_for(serving, 30, what="a daemon (ours or the agent's) serving")
     c = d.client()
-    (lin,) = c._call("lineage.list", {"all": True})["lineages"]
+    (lin,) = c.lineage_list(all=True)
     wait_for(lambda: lineage(c, lin.id).status == "ACTIVE"
              and any(x["event"] == "done" for x in log_lines(tmp_path)), what="running")
     starts = [x for x in log_lines(tmp_path) if x["event"] == "start"]
@@ -483,15 +481,15 @@ def test_a_revival_whose_sandbox_is_gone_fails_the_lineage_not_the_daemon(
     the lineage REVIVING and made every later daemon start exit 1."""
     c = fast_daemon.client()
     c.sandbox_create("doomed", runtime="process")
-    lin = c._call("agent.start", {"argv": ["sh", "-c", "exit 1"], "provider": "generic",
-                                  "sandbox": "doomed", "revival": "ask"})
-    wait_for(lambda: lineage(c, lin["id"]).status == "ASK_PENDING", 15)
+    lin = c.agent_start(["sh", "-c", "exit 1"], provider="generic", sandbox="doomed",
+                        revival="ask")
+    wait_for(lambda: lineage(c, lin.id).status == "ASK_PENDING", 15)
     c.sandbox_delete("doomed", grace=1)
-    after = c._call("lineage.resolve", {"lineage": lin["id"], "action": "revive"})
-    assert after["status"] == "FAILED" and "no sandbox matches" in after["reason"], after
+    after = c.lineage_resolve(lin.id, "revive")
+    assert after.status == "FAILED" and "no sandbox matches" in (after.reason or ""), after
     fast_daemon.kill9()
     fast_daemon.start(env=FAST)  # recovery must not trip over it
-    assert lineage(fast_daemon.client(), lin["id"]).status == "FAILED"
+    assert lineage(fast_daemon.client(), lin.id).status == "FAILED"
 
 
 def test_provider_files_are_never_written_through_a_planted_symlink(tmp_path: Path) -> None:

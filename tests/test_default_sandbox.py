@@ -232,10 +232,10 @@ def test_an_agent_in_the_default_sandbox_reaches_only_its_session(
     assert second["home"] == ["agent", "agents", "drain"]
     assert second["sees"] == {"tether.sock": False, "tether.db": False}
     assert second["exec.start"] == [-32601, "METHOD_NOT_FOUND"]
-    rec = c._call("lineage.get", {"lineage": lineage_id})
-    assert (rec["attempt"], rec["revivals"], rec["turns"]) == (2, 1, 2)
-    assert rec["status"] == "ACTIVE" and rec["exec"] != exec_id
-    assert c.exec_get(rec["exec"]).sandbox == "default"
+    rec = c.lineage_get(lineage_id)
+    assert (rec.attempt, rec.revivals, rec.turns) == (2, 1, 2)
+    assert rec.status == "ACTIVE" and rec.exec != exec_id
+    assert c.exec_get(rec.exec or "").sandbox == "default"
 
 
 TURN_ON_DEMAND = r'''

@@ -756,19 +756,16 @@ def test_cp_out_keeps_absolute_symlinks_and_host_errors_are_copy_errors(
                        "ln -s /etc/passwd /data/abs")[0] == 0
     out = tmp_path / "out"
     out.mkdir()
-    c._call("sandbox.copy", {"sandbox": sid, "direction": "out", "src": "/data",
-                             "dst": str(out)})
+    c.sandbox_copy(sid, "out", "/data", str(out))
     assert (out / "data" / "sub" / "f").read_text() == "hi\n"
     assert os.readlink(out / "data" / "abs") == "/etc/passwd"
     with pytest.raises(TetherError) as e:
-        c._call("sandbox.copy", {"sandbox": sid, "direction": "in",
-                                 "src": str(tmp_path / "missing"), "dst": "/tmp"})
+        c.sandbox_copy(sid, "in", str(tmp_path / "missing"), "/tmp")
     assert e.value.code == "COPY_FAILED", e.value
     with pytest.raises(TetherError) as e:
-        c._call("sandbox.copy", {"sandbox": sid, "direction": "out", "src": "/data",
-                                 "dst": str(tmp_path / "no" / "such" / "dir")})
+        c.sandbox_copy(sid, "out", "/data", str(tmp_path / "no" / "such" / "dir"))
     assert e.value.code in ("PATH_NOT_FOUND", "COPY_FAILED"), e.value
-    assert c._call("daemon.status", {})["runtimes"]["docker"]["available"] is True
+    assert c.status().runtimes["docker"].available is True
 
 
 def test_rm_force_records_deleted_while_dockerd_is_unreachable(dk: Dk) -> None:
@@ -783,8 +780,8 @@ def test_rm_force_records_deleted_while_dockerd_is_unreachable(dk: Dk) -> None:
         c.sandbox_delete(sid, grace=1)
     assert e.value.code in ("RUNTIME_UNAVAILABLE", "DOCKER_UNAVAILABLE")
     assert "--force" in e.value.message and state_of(c, sid) == "DELETING"
-    done = c._call("sandbox.delete", {"sandbox": sid, "grace": 1, "force": True})
-    assert done["state"] == "DELETED"
+    done = c.sandbox_delete(sid, grace=1, force=True)
+    assert done.state == "DELETED"
     assert of_sandbox(sid)[0] == [primary(sid)]  # still there: nobody could remove it
     mark = dk.kill_daemon(c)
     c, connected = dk.start_and_reconcile(mark)
@@ -802,10 +799,10 @@ def test_cp_out_never_makes_device_nodes_or_keeps_owners(dk: Dk, tmp_path: Path)
     out = tmp_path / "out"
     out.mkdir()
     with pytest.raises(TetherError) as e:
-        c._call("sandbox.copy", {"sandbox": sid, "direction": "out", "src": "/d",
-                                 "dst": str(out)})
+        c.sandbox_copy(sid, "out", "/d", str(out))
     assert e.value.code == "COPY_FAILED" and not (out / "d").exists()
     assert run(c, sid, "rm /d/loop")[0] == 0
-    c._call("sandbox.copy", {"sandbox": sid, "direction": "out", "src": "/d", "dst": str(out)})
+    copied = c.sandbox_copy(sid, "out", "/d", str(out))
+    assert (copied.sandbox, copied.direction, copied.src) == (sid, "out", "/d")
     assert (out / "d" / "f").read_text() == "x\n"
     assert (out / "d" / "f").stat().st_uid == os.getuid()  # not the sandbox's 1234

@@ -69,11 +69,16 @@ class _Api:
                        workspace: str | None = None, env: dict[str, str] | None = None,
                        labels: dict[str, str] | None = None, network: str | None = None,
                        idle_timeout: float | None = None, ttl: float | None = None,
-                       ) -> Request[rec.SandboxRecord]:
+                       spec: str | None = None, set: Sequence[str] | None = None,
+                       spec_name: str | None = None, base_dir: str | None = None,
+                       ephemeral: bool = False) -> Request[rec.SandboxRecord]:
+        """From flags, or from a YAML ``spec`` text (with ``set`` overrides, relative
+        paths against ``base_dir``); ``ephemeral``: deleted once its execs have ended."""
         return Request("sandbox.create", {
             "name": name, "runtime": runtime, "workspace": workspace, "env": env,
-            "labels": labels, "network": network, "idle_timeout": idle_timeout, "ttl": ttl},
-            rec.SandboxRecord)
+            "labels": labels, "network": network, "idle_timeout": idle_timeout, "ttl": ttl,
+            "spec": spec, "set": list(set) if set else None, "spec_name": spec_name,
+            "base_dir": base_dir, "ephemeral": ephemeral or None}, rec.SandboxRecord)
 
     @rpc
     def sandbox_get(self, sandbox: str) -> Request[rec.SandboxRecord]:
