@@ -101,7 +101,7 @@ time.sleep(3600)
 HEARTBEAT_AGENT = """\
 import dataclasses, os, sys, time
 from tether.agent.session import Session
-from tether.client.sync import Client
+from tether.client.blocking import Client
 count_path, stop_path, pause_path = sys.argv[1], sys.argv[2], sys.argv[3]
 s = Session.from_env()
 s = dataclasses.replace(s, _client=Client(s.home, autostart=False, reconnect=5.0))

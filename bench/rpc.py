@@ -37,7 +37,7 @@ from bench.harness import (
     popen,
     summarize_ms,
 )
-from tether.client.sync import Client
+from tether.client.blocking import Client
 
 TARGET_RPS = 20_000
 WARMUP = 500
@@ -92,7 +92,7 @@ def sdk_loop(home: Path, seconds: float) -> Series:
             t0 = clock()
             res = c.health()
             t1 = clock()
-            if res["status"] != "SERVING":
+            if res.status != "SERVING":
                 raise RuntimeError(f"unexpected result {res!r}")
             lat.append(t1 - t0)
             if t1 >= end:

@@ -64,7 +64,7 @@ from bench.harness import (
     summarize_ms,
 )
 from tether.client.attach import Attachment
-from tether.client.sync import Client
+from tether.client.blocking import Client
 
 ROWS, COLS = 24, 80
 TERM = "xterm-256color"
@@ -351,9 +351,9 @@ class Tether:
 
     def start(self, argv: list[str]) -> str:
         x = self.client.exec_start(argv, tty=True, rows=ROWS, cols=COLS)
-        if x.get("state") != "RUNNING":
+        if x.state != "RUNNING":
             raise RuntimeError(f"exec did not start: {x}")
-        exec_id: str = x["id"]
+        exec_id: str = x.id
         return exec_id
 
     def sdk(self, exec_id: str) -> SdkEndpoint:
@@ -418,9 +418,9 @@ def _detach_events(tether: Tether, execs: dict[str, str]) -> list[dict[str, Any]
     """The daemon's exec.detach events for ``execs``: why the monitor let a client go."""
     out: list[dict[str, Any]] = []
     with contextlib.suppress(Exception):
-        for ev in tether.client.events_list(limit=10_000)["events"]:
-            if ev.get("type") == "exec.detach" and ev.get("exec") in execs:
-                out.append({"method": execs[ev["exec"]], "reason": ev.get("reason")})
+        for ev in tether.client.events_list(limit=10_000).events:
+            if ev.type == "exec.detach" and ev.exec in execs:
+                out.append({"method": execs[ev.exec], "reason": ev.reason})
     return out
 
 

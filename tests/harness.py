@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tether.client.sync import Client
+from tether.client.blocking import Client
 from tether.hostio.proc import is_same_process
 
 REPO = Path(__file__).resolve().parent.parent

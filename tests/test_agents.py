@@ -17,22 +17,22 @@ import pytest
 from tests.harness import DaemonProc, wait_for
 from tether.agent import lifecycle as lc
 from tether.agent import snapshot
+from tether.client.blocking import Client
 from tether.client.errors import TetherError
+from tether.client.replies import AgentStarted, LineageView
 
 AGENT = str(Path(__file__).parent / "agents" / "scripted_agent.py")
 FAST = {"TETHER_AGENT_TICK": "0.2"}
 
 
-def start_agent(c: Any, tmp: Path, *args: str, **params: Any) -> dict[str, Any]:
+def start_agent(c: Client, tmp: Path, *args: str, **params: Any) -> AgentStarted:
     log = tmp / "agent.log"
     params.setdefault("revival", "revive")
     import uuid
 
     params.setdefault("request_key", uuid.uuid4().hex)  # retries start it once
-    lin: dict[str, Any] = c._call("agent.start", {
-        "argv": [sys.executable, AGENT, "--log", str(log), *args], "provider": "generic",
-        "env": {"PATH": os.environ["PATH"]}, **params})
-    return lin
+    return c.agent_start([sys.executable, AGENT, "--log", str(log), *args],
+                         provider="generic", env={"PATH": os.environ["PATH"]}, **params)
 
 
 def log_lines(tmp: Path) -> list[dict[str, Any]]:
@@ -40,9 +40,8 @@ def log_lines(tmp: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
-def lineage(c: Any, ident: str) -> dict[str, Any]:
-    result: dict[str, Any] = c._call("lineage.get", {"lineage": ident})
-    return result
+def lineage(c: Client, ident: str) -> LineageView:
+    return c.lineage_get(ident)
 
 
 @pytest.fixture
@@ -96,7 +95,7 @@ def test_lifecycle_through_every_state_with_fencing_and_snapshots(
         (tmp_path / f"go.{n}").touch()
         wait_for(lambda n=n: len([x for x in log_lines(tmp_path) if x["event"] == "turn"]) >= n,
                  what=f"turn {n}")
-        snaps.append(snapshot.read(daemon.home / "drain" / f"{lin['id']}.json"))
+        snaps.append(snapshot.read(daemon.home / "drain" / f"{lin.id}.json"))
     turns = [x for x in log_lines(tmp_path) if x["event"] == "turn"]
     assert [t["lifecycle"] for t in turns] == ["HEALTHY", "AGING", "DYING", "DEAD"]
     # Tools: allowed while HEALTHY/AGING; in DYING one finalization call, then fenced.
@@ -106,15 +105,15 @@ def test_lifecycle_through_every_state_with_fencing_and_snapshots(
     assert [len(s["messages"]) for s in snaps] == [2, 4, 6, 8]
     assert snaps[-1]["messages"][-1] == {"role": "assistant", "content": "did 4"}
     assert snaps[-1]["usage"]["input_tokens"] == 100 + 200 + 300 + 400
-    assert snaps[-1]["lineage_id"] == lin["id"] and snaps[-1]["model"] == "scripted-1"
+    assert snaps[-1]["lineage_id"] == lin.id and snaps[-1]["model"] == "scripted-1"
     # DEAD: the process is reaped and the lineage is over.
-    wait_for(lambda: lineage(c, lin["id"])["status"] == "FINISHED", what="lineage finished")
-    final = lineage(c, lin["id"])
-    assert final["lifecycle"] == "DEAD" and "DEAD" in final["reason"]
-    assert final["has_handoff"]
-    life = [e for e in c.events_list(limit=10000)["events"] if e["type"] == "agent.lifecycle"]
-    assert [e["state"] for e in life] == ["AGING", "DYING", "DRAINING", "DEAD"]
-    fenced = [e for e in c.events_list(limit=10000)["events"] if e["type"] == "agent.fenced"]
+    wait_for(lambda: lineage(c, lin.id).status == "FINISHED", what="lineage finished")
+    final = lineage(c, lin.id)
+    assert final.lifecycle == "DEAD" and "DEAD" in final.reason
+    assert final.has_handoff
+    life = [e for e in c.events_list(limit=10000).events if e.type == "agent.lifecycle"]
+    assert [e.state for e in life] == ["AGING", "DYING", "DRAINING", "DEAD"]
+    fenced = [e for e in c.events_list(limit=10000).events if e.type == "agent.fenced"]
     assert len(fenced) == 1
 
 
@@ -130,7 +129,7 @@ def test_tokens_are_checked(daemon: DaemonProc, tmp_path: Path) -> None:
     c = daemon.client()
     lin = start_agent(c, tmp_path, "--pcts", "10", "--linger", "30")
     with pytest.raises(TetherError) as e:
-        c._call("agent.turn", {"session": lin["id"], "token": "0" * 32, "context_pct": 5})
+        c.agent_turn(lin.id, "0" * 32, context_pct=5)
     assert e.value.code == "BAD_TOKEN"
 
 
@@ -143,11 +142,11 @@ def test_killed_agent_is_revived_from_its_snapshot(fast_daemon: DaemonProc,
     for n in (1, 2):
         (tmp_path / f"go.{n}").touch()
     wait_for(lambda: len([x for x in log_lines(tmp_path) if x["event"] == "turn"]) == 2)
-    first = lineage(c, lin["id"])
-    pid = fast_daemon.handles(first["exec"])["child"]["pid"]
+    first = lineage(c, lin.id)
+    pid = fast_daemon.handles(first.exec)["child"]["pid"]
     os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: lineage(c, lin["id"])["attempt"] == 2
-             and lineage(c, lin["id"])["status"] == "ACTIVE", what="revived")
+    wait_for(lambda: lineage(c, lin.id).attempt == 2
+             and lineage(c, lin.id).status == "ACTIVE", what="revived")
     for n in (3, 4):
         (tmp_path / f"go.{n}").touch()
     wait_for(lambda: any(x["event"] == "done" for x in log_lines(tmp_path)), what="done")
@@ -156,9 +155,9 @@ def test_killed_agent_is_revived_from_its_snapshot(fast_daemon: DaemonProc,
     assert [s["attempt"] for s in starts] == ["1", "2"]
     turns = [x["turn"] for x in log_lines(tmp_path) if x["event"] == "turn"]
     assert turns == [1, 2, 3, 4]  # it resumed at turn 3, not from scratch
-    final = lineage(c, lin["id"])
-    assert final["revivals"] == 1 and final["turns"] == 4
-    wait_for(lambda: lineage(c, lin["id"])["status"] == "FINISHED")
+    final = lineage(c, lin.id)
+    assert final.revivals == 1 and final.turns == 4
+    wait_for(lambda: lineage(c, lin.id).status == "FINISHED")
 
 
 def test_hung_agent_is_detected_killed_and_revived(fast_daemon: DaemonProc,
@@ -166,30 +165,30 @@ def test_hung_agent_is_detected_killed_and_revived(fast_daemon: DaemonProc,
     c = fast_daemon.client()
     lin = start_agent(c, tmp_path, "--pcts", "10,20", "--hang-at", "2",
                       stale_after=0.5, crashed_after=1.5)
-    wait_for(lambda: lineage(c, lin["id"])["attempt"] == 2, timeout=20, what="revival")
-    events = c.events_list(limit=10000)["events"]
-    beats = [e["state"] for e in events if e["type"] == "agent.heartbeat"]
+    wait_for(lambda: lineage(c, lin.id).attempt == 2, timeout=20, what="revival")
+    events = c.events_list(limit=10000).events
+    beats = [e.state for e in events if e.type == "agent.heartbeat"]
     assert "CRASHED" in beats
-    first_exec = next(e for e in events if e["type"] == "exec.state"
-                      and e["state"] == "CANCELLED")
-    assert "hung" in first_exec["reason"]
+    first_exec = next(e for e in events if e.type == "exec.state"
+                      and e.state == "CANCELLED")
+    assert "hung" in first_exec.reason
 
 
 def test_crash_loop_ends_failed(fast_daemon: DaemonProc, tmp_path: Path) -> None:
     c = fast_daemon.client()
     lin = start_agent(c, tmp_path, "--pcts", "10", "--exit-at", "1:3", max_revivals=10)
-    wait_for(lambda: lineage(c, lin["id"])["status"] == "FAILED", timeout=30)
-    final = lineage(c, lin["id"])
-    assert "crash loop" in final["reason"]
-    assert final["attempt"] == 3
+    wait_for(lambda: lineage(c, lin.id).status == "FAILED", timeout=30)
+    final = lineage(c, lin.id)
+    assert "crash loop" in final.reason
+    assert final.attempt == 3
 
 
 def test_too_many_revivals_end_failed(fast_daemon: DaemonProc, tmp_path: Path) -> None:
     c = fast_daemon.client()
     lin = start_agent(c, tmp_path, "--pcts", "10", "--exit-at", "1:3", max_revivals=1,
                       crash_loop_seconds=0)
-    wait_for(lambda: lineage(c, lin["id"])["status"] == "FAILED", timeout=30)
-    assert "gave up after 1 revivals" in lineage(c, lin["id"])["reason"]
+    wait_for(lambda: lineage(c, lin.id).status == "FAILED", timeout=30)
+    assert "gave up after 1 revivals" in lineage(c, lin.id).reason
 
 
 def test_daemon_sigkill_with_one_session_per_policy(stopped_daemon: DaemonProc,
@@ -207,27 +206,27 @@ def test_daemon_sigkill_with_one_session_per_policy(stopped_daemon: DaemonProc,
         wait_for(lambda sub=sub: any(x["event"] == "turn" for x in log_lines(sub)))
     d.kill9()
     for lin in lins.values():  # the agents die while no daemon runs
-        child = d.handles(lineage_exec(d, lin["id"]))["child"]
+        child = d.handles(lineage_exec(d, lin.id))["child"]
         os.killpg(child["pid"], signal.SIGKILL)
     d.start(env=FAST)
     c = d.client()
-    wait_for(lambda: lineage(c, lins["revive"]["id"])["attempt"] == 2
-             and lineage(c, lins["revive"]["id"])["status"] == "ACTIVE", what="revive")
-    assert lineage(c, lins["reap"]["id"])["status"] == "REAPED"
-    ask = lineage(c, lins["ask"]["id"])
-    assert ask["status"] == "ASK_PENDING" and ask["attempt"] == 1
+    wait_for(lambda: lineage(c, lins["revive"].id).attempt == 2
+             and lineage(c, lins["revive"].id).status == "ACTIVE", what="revive")
+    assert lineage(c, lins["reap"].id).status == "REAPED"
+    ask = lineage(c, lins["ask"].id)
+    assert ask.status == "ASK_PENDING" and ask.attempt == 1
     # Exactly once: another crash and restart starts nothing twice.
     d.kill9()
     d.start(env=FAST)
     c = d.client()
-    assert lineage(c, lins["revive"]["id"])["attempt"] == 2
-    assert lineage(c, lins["ask"]["id"])["status"] == "ASK_PENDING"
-    r = d.cli("lineage", "resolve", lins["ask"]["id"], "--revive")
+    assert lineage(c, lins["revive"].id).attempt == 2
+    assert lineage(c, lins["ask"].id).status == "ASK_PENDING"
+    r = d.cli("lineage", "resolve", lins["ask"].id, "--revive")
     assert r.returncode == 0, r.stderr
-    wait_for(lambda: lineage(c, lins["ask"]["id"])["status"] == "ACTIVE")
-    assert lineage(c, lins["ask"]["id"])["attempt"] == 2
+    wait_for(lambda: lineage(c, lins["ask"].id).status == "ACTIVE")
+    assert lineage(c, lins["ask"].id).attempt == 2
     rows = json.loads(d.cli("lineage", "ls", "--all", "--json").stdout)
-    assert {r["id"]: r["status"] for r in rows}[lins["reap"]["id"]] == "REAPED"
+    assert {r["id"]: r["status"] for r in rows}[lins["reap"].id] == "REAPED"
 
 
 def lineage_exec(d: DaemonProc, lineage_id: str) -> str:
@@ -243,9 +242,8 @@ def lineage_exec(d: DaemonProc, lineage_id: str) -> str:
 def test_successor_auto_starts_from_the_handoff(daemon: DaemonProc, tmp_path: Path) -> None:
     c = daemon.client()
     lin = start_agent(c, tmp_path, "--pcts", "95,96", successor="auto")
-    wait_for(lambda: lineage(c, lin["id"])["status"] == "FINISHED")
-    wait_for(lambda: any(r.get("predecessor") == lin["id"] for r in
-                         c._call("lineage.list", {"all": True})["lineages"]),
+    wait_for(lambda: lineage(c, lin.id).status == "FINISHED")
+    wait_for(lambda: any(r.predecessor == lin.id for r in c.lineage_list(all=True)),
              what="successor")
     wait_for(lambda: len([x for x in log_lines(tmp_path) if x["event"] == "start"]) == 2)
     second = [x for x in log_lines(tmp_path) if x["event"] == "start"][1]
@@ -303,10 +301,9 @@ def test_claude_provider_end_to_end_with_recorded_hooks(daemon: DaemonProc,
     fake.chmod(0o755)
     log = tmp_path / "hooks.log"
     c = daemon.client()
-    lin = c._call("agent.start", {
-        "argv": ["claude", "--model", "opus"], "dying_pct": 1.0, "aging_pct": 0.5,
-        "env": {"PATH": f"{bindir}:{os.environ['PATH']}", "FAKE_LOG": str(log)}})
-    assert lin["provider"] == "claude"
+    lin = c.agent_start(["claude", "--model", "opus"], dying_pct=1.0, aging_pct=0.5,
+                        env={"PATH": f"{bindir}:{os.environ['PATH']}", "FAKE_LOG": str(log)})
+    assert lin.provider == "claude"
     wait_for(lambda: log.exists() and len(log.read_text().splitlines()) == 6, timeout=20)
     calls = [json.loads(x) for x in log.read_text().splitlines()]
     assert [c_["event"] for c_ in calls] == ["SessionStart", "PreToolUse", "Stop",
@@ -318,11 +315,11 @@ def test_claude_provider_end_to_end_with_recorded_hooks(daemon: DaemonProc,
     assert deny["hookSpecificOutput"]["hookEventName"] == "PreToolUse"
     assert deny["hookSpecificOutput"]["permissionDecision"] == "deny"
     assert "fenced" in deny["hookSpecificOutput"]["permissionDecisionReason"]
-    rec = lineage(c, lin["id"])
-    assert rec["provider_session_id"] == "sess-42"
-    assert rec["turns"] == 1 and rec["context_pct"] is not None
-    assert rec["lifecycle"] in ("DRAINING", "DEAD")
-    snap = snapshot.read(daemon.home / "drain" / f"{lin['id']}.json")
+    rec = lineage(c, lin.id)
+    assert rec.provider_session_id == "sess-42"
+    assert rec.turns == 1 and rec.context_pct is not None
+    assert rec.lifecycle in ("DRAINING", "DEAD")
+    snap = snapshot.read(daemon.home / "drain" / f"{lin.id}.json")
     assert snap["provider_session_id"] == "sess-42" and snap["messages"]
 
 
@@ -336,8 +333,8 @@ def test_interactive_agent_idle_at_its_prompt_is_not_killed(fast_daemon: DaemonP
     import time
 
     time.sleep(6)  # more than twice the CRASHED threshold, with the tick every 0.2 s
-    rec = lineage(c, lin["id"])
-    assert rec["status"] == "ACTIVE" and rec["attempt"] == 1
+    rec = lineage(c, lin.id)
+    assert rec.status == "ACTIVE" and rec.attempt == 1
 
 
 def test_worktree_sessions_keep_agent_state_and_refuse_foreign_issues(
@@ -391,23 +388,23 @@ def test_a_revival_interrupted_by_a_crash_is_not_duplicated(stopped_daemon: Daem
     lin = start_agent(c, tmp_path, "--pcts", "10,20", "--wait-file", str(tmp_path / "go"))
     (tmp_path / "go.1").touch()
     wait_for(lambda: any(x["event"] == "turn" for x in log_lines(tmp_path)))
-    pid = d.handles(lin["exec"])["child"]["pid"]
+    pid = d.handles(lin.exec)["child"]["pid"]
     os.kill(pid, signal.SIGKILL)  # the revival commits attempt 2, then the daemon dies
     assert d.proc is not None
     d.proc.wait(20)
     assert d.proc.returncode == -signal.SIGKILL
     d.start(env=FAST)
     c = d.client()
-    wait_for(lambda: lineage(c, lin["id"])["status"] == "ACTIVE"
-             and lineage(c, lin["id"])["attempt"] == 2, what="attempt 2 running")
+    wait_for(lambda: lineage(c, lin.id).status == "ACTIVE"
+             and lineage(c, lin.id).attempt == 2, what="attempt 2 running")
     wait_for(lambda: [s["attempt"] for s in log_lines(tmp_path) if s["event"] == "start"]
              == ["1", "2"], what="attempt 2 logged its start")
     d.kill9()  # and once more, with attempt 2 running: nothing is started twice
     d.start(env=FAST)
     c = d.client()
-    execs = [x for x in c.exec_list(all=True)["execs"] if x.get("agent")]
+    execs = [x for x in c.exec_list(all=True) if x.agent]
     assert len(execs) == 2  # attempt 1 (killed) and attempt 2, never a second copy
-    assert lineage(c, lin["id"])["attempt"] == 2
+    assert lineage(c, lin.id).attempt == 2
     starts = [x for x in log_lines(tmp_path) if x["event"] == "start"]
     assert [s["attempt"] for s in starts] == ["1", "2"]
 
@@ -440,15 +437,15 @@ def test_a_first_attempt_interrupted_by_a_crash_is_adopted_not_duplicated(
     d.start(wait=False, env=FAST)
     wait_for(serving, 30, what="a daemon (ours or the agent's) serving")
     c = d.client()
-    (lin,) = c._call("lineage.list", {"all": True})["lineages"]
-    wait_for(lambda: lineage(c, lin["id"])["status"] == "ACTIVE"
+    (lin,) = c.lineage_list(all=True)
+    wait_for(lambda: lineage(c, lin.id).status == "ACTIVE"
              and any(x["event"] == "done" for x in log_lines(tmp_path)), what="running")
     starts = [x for x in log_lines(tmp_path) if x["event"] == "start"]
-    running = [x for x in c.exec_list()["execs"] if x.get("agent")]
+    running = [x for x in c.exec_list() if x.agent]
     assert len(running) == 1 and len(starts) == 1  # one process, never two
     # after_commit: attempt 1 never ran and was revived as attempt 2; after_handoff:
     # attempt 1 ran and was adopted.
-    assert lineage(c, lin["id"])["attempt"] == (2 if point == "exec.after_commit" else 1)
+    assert lineage(c, lin.id).attempt == (2 if point == "exec.after_commit" else 1)
 
 
 def test_hook_program_outside_an_agent_never_blocks(daemon: DaemonProc) -> None:
@@ -473,7 +470,7 @@ def test_a_held_worktree_lock_does_not_freeze_the_daemon(daemon: DaemonProc,
         (tmp_path / "go.1").touch()
         wait_for(lambda: any(x["event"] == "turn" for x in log_lines(tmp_path)), timeout=15)
         t0 = time.monotonic()
-        assert c.health()["status"] == "SERVING"
+        assert c.health().status == "SERVING"
         assert time.monotonic() - t0 < 5
 
 
@@ -484,15 +481,15 @@ def test_a_revival_whose_sandbox_is_gone_fails_the_lineage_not_the_daemon(
     the lineage REVIVING and made every later daemon start exit 1."""
     c = fast_daemon.client()
     c.sandbox_create("doomed", runtime="process")
-    lin = c._call("agent.start", {"argv": ["sh", "-c", "exit 1"], "provider": "generic",
-                                  "sandbox": "doomed", "revival": "ask"})
-    wait_for(lambda: lineage(c, lin["id"])["status"] == "ASK_PENDING", 15)
+    lin = c.agent_start(["sh", "-c", "exit 1"], provider="generic", sandbox="doomed",
+                        revival="ask")
+    wait_for(lambda: lineage(c, lin.id).status == "ASK_PENDING", 15)
     c.sandbox_delete("doomed", grace=1)
-    after = c._call("lineage.resolve", {"lineage": lin["id"], "action": "revive"})
-    assert after["status"] == "FAILED" and "no sandbox matches" in after["reason"], after
+    after = c.lineage_resolve(lin.id, "revive")
+    assert after.status == "FAILED" and "no sandbox matches" in (after.reason or ""), after
     fast_daemon.kill9()
     fast_daemon.start(env=FAST)  # recovery must not trip over it
-    assert lineage(fast_daemon.client(), lin["id"])["status"] == "FAILED"
+    assert lineage(fast_daemon.client(), lin.id).status == "FAILED"
 
 
 def test_provider_files_are_never_written_through_a_planted_symlink(tmp_path: Path) -> None:

@@ -2,42 +2,41 @@
 
 from __future__ import annotations
 
-import base64
 import os
 import socket
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.harness import DaemonProc, wait_for
+from tether.client.blocking import Client
 from tether.runtime import bwrap
 
 PROBE = bwrap.probe()
 pytestmark = pytest.mark.skipif(not PROBE.available, reason=f"bwrap: {PROBE.reason}")
 
 
-def run(c: Any, sandbox: str, script: str, cwd: Path | None = None) -> tuple[int, bytes, bytes]:
+def run(c: Client, sandbox: str, script: str, cwd: Path | None = None) -> tuple[int, bytes, bytes]:
     x = c.exec_start(["sh", "-c", script], sandbox=sandbox,
                      cwd=str(cwd) if cwd else None)
-    done = c.exec_wait(x["id"], timeout=20)
-    out = b"".join(c.read_logs(x["id"]))
-    err = b"".join(c.read_logs(x["id"], stream="stderr"))
-    return done["exit_code"], out, err
+    done = c.exec_wait(x.id, timeout=20)
+    out = b"".join(c.read_logs(x.id))
+    err = b"".join(c.read_logs(x.id, stream="stderr"))
+    return done.exit_code, out, err
 
 
 @pytest.fixture
-def box(daemon: DaemonProc, tmp_path: Path) -> tuple[Any, Path]:
+def box(daemon: DaemonProc, tmp_path: Path) -> tuple[Client, Path]:
     ws = tmp_path / "ws"
     ws.mkdir()
     c = daemon.client()
     sb = c.sandbox_create("box", runtime="bwrap", workspace=str(ws))
-    assert sb["spec"]["runtime"] == "bwrap"
+    assert sb.spec.runtime == "bwrap"
     return c, ws
 
 
-def test_workspace_is_writable_and_nothing_else_is(box: tuple[Any, Path],
+def test_workspace_is_writable_and_nothing_else_is(box: tuple[Client, Path],
                                                    tmp_path: Path) -> None:
     c, ws = box
     code, out, _ = run(c, "box", f"echo hi > {ws}/made && cat {ws}/made")
@@ -49,7 +48,7 @@ def test_workspace_is_writable_and_nothing_else_is(box: tuple[Any, Path],
     assert code != 0 and not Path("/etc/tether-was-here").exists()
 
 
-def test_files_outside_the_allowed_mounts_cannot_be_read(box: tuple[Any, Path],
+def test_files_outside_the_allowed_mounts_cannot_be_read(box: tuple[Client, Path],
                                                          tmp_path: Path) -> None:
     c, _ = box
     secret = tmp_path / "secret.txt"
@@ -60,7 +59,7 @@ def test_files_outside_the_allowed_mounts_cannot_be_read(box: tuple[Any, Path],
     assert b".pyenv" not in out
 
 
-def test_tether_home_and_host_sockets_are_hidden(daemon: DaemonProc, box: tuple[Any, Path],
+def test_tether_home_and_host_sockets_are_hidden(daemon: DaemonProc, box: tuple[Client, Path],
                                                  ) -> None:
     c, _ = box
     _, out, _ = run(c, "box", f"ls {daemon.home} 2>&1; ls /run 2>&1; echo end")
@@ -68,7 +67,7 @@ def test_tether_home_and_host_sockets_are_hidden(daemon: DaemonProc, box: tuple[
     assert b"docker.sock" not in out
 
 
-def test_no_network_by_default(box: tuple[Any, Path]) -> None:
+def test_no_network_by_default(box: tuple[Client, Path]) -> None:
     """A real connect (dash has no /dev/tcp): the same listener answers on the host."""
     c, _ = box
     srv = socket.socket()
@@ -87,7 +86,7 @@ def test_no_network_by_default(box: tuple[Any, Path]) -> None:
     assert out.split() == [b"lo", b"unreachable"], out
 
 
-def test_host_processes_are_invisible(box: tuple[Any, Path]) -> None:
+def test_host_processes_are_invisible(box: tuple[Client, Path]) -> None:
     c, _ = box
     code, out, _ = run(c, "box", "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; "
                        "echo; done")
@@ -96,14 +95,14 @@ def test_host_processes_are_invisible(box: tuple[Any, Path]) -> None:
     assert len(out.splitlines()) <= 6  # bwrap's init, the shell and its children only
 
 
-def test_killing_the_exec_kills_everything_inside(box: tuple[Any, Path]) -> None:
+def test_killing_the_exec_kills_everything_inside(box: tuple[Client, Path]) -> None:
     c, _ = box
     marker = f".{os.getpid()}7"  # a unique fraction in each sleeper's duration
     x = c.exec_start(["sh", "-c", f"setsid sleep 300{marker} & (sleep 301{marker} &) ; "
                                   f"exec sleep 302{marker}"], sandbox="box")
     wait_for(lambda: len(_pids_with(marker)) == 3, what="three sleepers")
-    c.exec_cancel(x["id"], grace=1)
-    assert c.exec_wait(x["id"], timeout=10)["state"] == "CANCELLED"
+    c.exec_cancel(x.id, grace=1)
+    assert c.exec_wait(x.id, timeout=10).state == "CANCELLED"
     wait_for(lambda: not _pids_with(marker), what="every process in the sandbox gone")
 
 
@@ -123,7 +122,7 @@ def _pids_with(marker: str) -> list[int]:
     return found
 
 
-def test_bwrap_exec_survives_a_daemon_sigkill(daemon: DaemonProc, box: tuple[Any, Path],
+def test_bwrap_exec_survives_a_daemon_sigkill(daemon: DaemonProc, box: tuple[Client, Path],
                                               tmp_path: Path) -> None:
     c, ws = box
     x = c.exec_start(["sh", "-c", f"while [ ! -e {ws}/go ]; do sleep 0.05; done; echo out; "
@@ -131,19 +130,19 @@ def test_bwrap_exec_survives_a_daemon_sigkill(daemon: DaemonProc, box: tuple[Any
     daemon.kill9()
     daemon.start()
     c = daemon.client()
-    assert c.exec_get(x["id"])["state"] == "RUNNING"
+    assert c.exec_get(x.id).state == "RUNNING"
     (ws / "go").touch()
-    done = c.exec_wait(x["id"], timeout=10)
-    assert (done["state"], done["exit_code"]) == ("FINISHED", 4)
-    assert base64.b64decode(c.exec_logs(x["id"])["data"]) == b"out\n"
+    done = c.exec_wait(x.id, timeout=10)
+    assert (done.state, done.exit_code) == ("FINISHED", 4)
+    assert c.exec_logs(x.id).data == b"out\n"
 
 
-def test_tty_exec_in_bwrap(box: tuple[Any, Path]) -> None:
+def test_tty_exec_in_bwrap(box: tuple[Client, Path]) -> None:
     c, _ = box
     x = c.exec_start(["sh", "-c", "tty; stty size"], sandbox="box", tty=True, rows=33,
                      cols=77)
-    c.exec_wait(x["id"], timeout=10)
-    out = b"".join(c.read_logs(x["id"], stream="pty"))
+    c.exec_wait(x.id, timeout=10)
+    out = b"".join(c.read_logs(x.id, stream="pty"))
     assert b"33 77" in out  # bwrap presents the terminal as /dev/console
     assert b"not a tty" not in out
 
@@ -151,9 +150,9 @@ def test_tty_exec_in_bwrap(box: tuple[Any, Path]) -> None:
 def test_runtime_auto_and_status(daemon: DaemonProc) -> None:
     c = daemon.client()
     sb = c.sandbox_create("auto-box", runtime="auto")
-    assert sb["spec"]["runtime"] == "bwrap"
+    assert sb.spec.runtime == "bwrap"
     st = c.status()
-    assert st["runtimes"]["bwrap"]["available"] is True
+    assert st.runtimes["bwrap"].available is True
 
 
 def test_sandbox_from_a_spec_file_through_the_cli(daemon: DaemonProc, tmp_path: Path) -> None:
@@ -172,8 +171,8 @@ def test_sandbox_from_a_spec_file_through_the_cli(daemon: DaemonProc, tmp_path: 
     assert r.returncode == 0, r.stderr
     c = daemon.client()
     sb = c.sandbox_get("specbox")
-    assert sb["spec"]["runtime"] == "bwrap" and sb["spec"]["env"] == {"MODE": "fast"}
-    assert [(m["source"], m["target"], m.get("mode", "ro")) for m in sb["spec"]["mounts"]] == [
+    assert sb.spec.runtime == "bwrap" and sb.spec.env == {"MODE": "fast"}
+    assert [(m.source, m.target, m.mode) for m in sb.spec.mounts] == [
         (str(tmp_path / "data"), "/data", "ro")]
     _, out, err = run(c, "specbox", "cat /data/in.txt; echo; echo $MODE; touch /data/x || "
                                        f"echo read-only; touch {tmp_path}/ws/made && echo ok",
@@ -194,7 +193,7 @@ def test_a_cwd_cannot_widen_the_sandbox_to_tether_home(daemon: DaemonProc,
         with pytest.raises(TetherError) as e:
             c.exec_start(["true"], sandbox="bare", cwd=cwd)
         assert "tether's home" in e.value.message
-    assert not c.exec_list(all=True)["execs"], "a refused exec must leave no record"
+    assert not c.exec_list(all=True), "a refused exec must leave no record"
     # This home's parent is /tmp itself: a symlink to it is refused as a system place
     # (tests/test_sandbox_cli.py runs from a home's parent that is a plain directory).
     link = tmp_path / "lnk"
@@ -209,7 +208,7 @@ def test_a_cwd_cannot_widen_the_sandbox_to_tether_home(daemon: DaemonProc,
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only a root daemon hands bwrap capabilities")
-def test_a_root_daemon_runs_bwrap_without_capabilities(box: tuple[Any, Path]) -> None:
+def test_a_root_daemon_runs_bwrap_without_capabilities(box: tuple[Client, Path]) -> None:
     """Review finding: as root, bwrap kept root's capabilities, enough to remount /etc
     read-write or unmount the tmpfs that hides tether's home."""
     c, _ = box
@@ -233,7 +232,7 @@ def test_system_places_cannot_be_a_workspace(daemon: DaemonProc) -> None:
     with pytest.raises(TetherError) as e:
         c.sandbox_create("rootws", runtime="bwrap", workspace="/")
     assert "system one" in e.value.message
-    assert not c.exec_list(all=True)["execs"]
+    assert not c.exec_list(all=True)
 
 
 def test_secrets_and_homes_stay_out_of_reach(daemon: DaemonProc, tmp_path: Path) -> None:
@@ -259,5 +258,5 @@ def test_secrets_and_homes_stay_out_of_reach(daemon: DaemonProc, tmp_path: Path)
     with pytest.raises(TetherError) as e:
         c.sandbox_create("homews", runtime="bwrap", workspace=os.path.expanduser("~"))
     assert "home directory" in e.value.message
-    assert not c.exec_list(all=True)["execs"] or all(
-        x["sandbox"] == c.sandbox_get("sec")["id"] for x in c.exec_list(all=True)["execs"])
+    assert not c.exec_list(all=True) or all(
+        x.sandbox == c.sandbox_get("sec").id for x in c.exec_list(all=True))

@@ -9,13 +9,13 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.harness import TETHER, DaemonProc, raw_call, wait_for
+from tether.client.blocking import Client
 from tether.client.errors import DaemonUnavailable
-from tether.client.sync import Client
+from tether.client.replies import ExecView
 from tether.model.layout import HOME_LOCKED_EXIT
 
 
@@ -25,7 +25,7 @@ def test_second_daemon_is_refused_naming_the_first(daemon: DaemonProc) -> None:
     assert r.returncode == HOME_LOCKED_EXIT == 75  # EX_TEMPFAIL: a documented status
     assert f"pid {daemon.pid}".encode() in r.stderr
     assert b"already running" in r.stderr
-    assert daemon.client().health()["status"] == "SERVING"
+    assert daemon.client().health().status == "SERVING"
 
 
 def test_two_daemons_racing_on_one_home_leave_exactly_one(stopped_daemon: DaemonProc) -> None:
@@ -58,8 +58,8 @@ def test_files_are_private(daemon: DaemonProc) -> None:
     assert stat.S_IMODE(os.stat(daemon.socket).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(daemon.home / "tether.db").st_mode) == 0o600
     x = daemon.client().exec_start(["true"])
-    daemon.client().exec_wait(x["id"], timeout=10)
-    log = daemon.home / "logs" / "default" / f"{x['id']}.stdout.log"
+    daemon.client().exec_wait(x.id, timeout=10)
+    log = daemon.home / "logs" / "default" / f"{x.id}.stdout.log"
     assert stat.S_IMODE(os.stat(log).st_mode) == 0o600
 
 
@@ -71,14 +71,14 @@ def test_sigterm_drains_and_leaves_execs_running(daemon: DaemonProc, tmp_path: P
     assert daemon.term() == 0
     assert not pid_file.exists()
     assert not daemon.socket.exists()
-    child = daemon.handles(x["id"])["child"]
+    child = daemon.handles(x.id)["child"]
     os.kill(child["pid"], 0)  # still running without any daemon
     daemon.start()
     c = daemon.client()
-    assert c.exec_get(x["id"])["state"] == "RUNNING"
+    assert c.exec_get(x.id).state == "RUNNING"
     (tmp_path / "go").touch()
-    assert c.exec_wait(x["id"], timeout=10)["state"] == "FINISHED"
-    types = [e["type"] for e in c.events_list()["events"] if e.get("sandbox") is None]
+    assert c.exec_wait(x.id, timeout=10).state == "FINISHED"
+    types = [e.type for e in c.events_list().events if e.sandbox is None]
     assert types == ["daemon.recovered", "daemon.started", "daemon.stopping",
                      "daemon.recovered", "daemon.started"]
 
@@ -93,14 +93,14 @@ def test_waiter_survives_a_graceful_restart(daemon: DaemonProc, tmp_path: Path) 
     """A client blocked in exec.wait rides through a daemon stop and an auto-start."""
     c = Client(daemon.home, autostart=True, reconnect=30)
     x = c.exec_start(["sh", "-c", f"while [ ! -e {tmp_path}/go ]; do sleep 0.02; done; exit 6"])
-    result: dict[str, Any] = {}
-    t = threading.Thread(target=lambda: result.update(c.exec_wait(x["id"], timeout=30)))
+    result: dict[str, ExecView] = {}
+    t = threading.Thread(target=lambda: result.update(x=c.exec_wait(x.id, timeout=30)))
     t.start()
     assert daemon.term() == 0
     wait_for(lambda: _health(daemon.home) == "SERVING", timeout=20, what="auto-started daemon")
     (tmp_path / "go").touch()
     t.join(30)
-    assert result["state"] == "FINISHED" and result["exit_code"] == 6
+    assert result["x"].state == "FINISHED" and result["x"].exit_code == 6
     c.close()
 
 
@@ -132,7 +132,7 @@ def test_autostart_outlasts_a_daemon_still_releasing_its_lock(stopped_daemon: Da
     holder = _hold_home_lock(stopped_daemon.home, 3.0)
     c = Client(stopped_daemon.home, autostart=True, reconnect=30)
     try:
-        assert c.health()["status"] == "SERVING"
+        assert c.health().status == "SERVING"
         assert holder.wait(10) == 0
         log = (stopped_daemon.home / "daemon.log").read_text()
         assert f"pid {holder.pid}) is already running" in log  # the first start lost
@@ -170,10 +170,10 @@ def test_status_reports_counts(daemon: DaemonProc) -> None:
     c = daemon.client()
     c.exec_start(["sleep", "100"])
     st = c.status()
-    assert st["pid"] == daemon.pid
-    assert st["home"] == str(daemon.home)
-    assert st["counts"]["execs"] == {"RUNNING": 1}
-    assert st["uptime"] >= 0
+    assert st.pid == daemon.pid
+    assert st.home == str(daemon.home)
+    assert st.counts.execs == {"RUNNING": 1}
+    assert st.uptime >= 0
     r = daemon.cli("status")
     assert r.returncode == 0 and b"running 1" in r.stdout
 

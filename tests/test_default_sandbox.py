@@ -58,7 +58,7 @@ def test_the_default_sandbox_is_bwrap_and_isolates_tether_run(auto_home: DaemonP
     d = auto_home
     d.start()
     c = d.client()
-    assert c.sandbox_get("default")["spec"]["runtime"] == "bwrap"
+    assert c.sandbox_get("default").spec.runtime == "bwrap"
     work, other = tmp_path / "work", tmp_path / "other"
     work.mkdir()
     other.mkdir()
@@ -101,15 +101,15 @@ def test_the_default_sandbox_is_bwrap_and_isolates_tether_run(auto_home: DaemonP
 def test_restarts_follow_the_default_runtime_and_journal_it(auto_home: DaemonProc) -> None:
     d = auto_home
     d.start()
-    assert d.client().sandbox_get("default")["spec"]["runtime"] == "bwrap"
+    assert d.client().sandbox_get("default").spec.runtime == "bwrap"
     assert d.term() == 0
     d.start(env={"TETHER_DEFAULT_RUNTIME": "process"})
     c = d.client()
-    assert c.sandbox_get("default")["spec"]["runtime"] == "process"
-    specs = [e for e in c.events_list(sandbox="default", limit=1000)["events"]
-             if e["type"] == "sandbox.spec"]
-    assert specs[-1]["data"] == {"runtime": "process"}
-    assert "process" in specs[-1]["reason"] and specs[-1]["sandbox"] == "default"
+    assert c.sandbox_get("default").spec.runtime == "process"
+    specs = [e for e in c.events_list(sandbox="default", limit=1000).events
+             if e.type == "sandbox.spec"]
+    assert specs[-1].data == {"runtime": "process"}
+    assert "process" in specs[-1].reason and specs[-1].sandbox == "default"
     # The process default really runs unsandboxed: it sees the host's /proc and home.
     r = tether(d, "run", "--", "sh", "-c", f"test -S {d.home}/tether.sock && echo sees-home")
     assert (r.returncode, r.stdout) == (0, b"sees-home\n"), r.stderr
@@ -117,8 +117,8 @@ def test_restarts_follow_the_default_runtime_and_journal_it(auto_home: DaemonPro
     assert d.term() == 0
     d.start(env={"TETHER_DEFAULT_RUNTIME": "process"})  # unchanged: nothing journaled
     c = d.client()
-    assert len([e for e in c.events_list(sandbox="default", limit=1000)["events"]
-                if e["type"] == "sandbox.spec"]) == n
+    assert len([e for e in c.events_list(sandbox="default", limit=1000).events
+                if e.type == "sandbox.spec"]) == n
     assert d.term() == 0
     # --default-runtime beats the environment.
     d.starts += 1
@@ -130,10 +130,10 @@ def test_restarts_follow_the_default_runtime_and_journal_it(auto_home: DaemonPro
     log.close()
     d.wait_serving()
     c = d.client()
-    assert c.sandbox_get("default")["spec"]["runtime"] == "bwrap"
-    specs = [e for e in c.events_list(sandbox="default", limit=1000)["events"]
-             if e["type"] == "sandbox.spec"]
-    assert len(specs) == n + 1 and specs[-1]["data"] == {"runtime": "bwrap"}
+    assert c.sandbox_get("default").spec.runtime == "bwrap"
+    specs = [e for e in c.events_list(sandbox="default", limit=1000).events
+             if e.type == "sandbox.spec"]
+    assert len(specs) == n + 1 and specs[-1].data == {"runtime": "bwrap"}
 
 
 def test_an_invalid_default_runtime_is_refused(auto_home: DaemonProc) -> None:
@@ -147,14 +147,14 @@ def test_an_invalid_default_runtime_is_refused(auto_home: DaemonProc) -> None:
     assert "Traceback" not in log
     assert not d.socket.exists()
     d.start()  # it let go of the home: a valid daemon starts on it
-    assert d.client().sandbox_get("default")["spec"]["runtime"] == "bwrap"
+    assert d.client().sandbox_get("default").spec.runtime == "bwrap"
 
 
 # ---------------------------------------------------------------------- agents
 AGENT = r'''
 import hashlib, json, os, socket, sys, time
 from tether.agent.session import Session
-from tether.client.sync import Client
+from tether.client.blocking import Client
 
 attempt = os.environ["TETHER_ATTEMPT"]
 home = os.environ["TETHER_HOME"]
@@ -209,7 +209,7 @@ def test_an_agent_in_the_default_sandbox_reaches_only_its_session(
     finally:
         srv.close()
     c = d.client()
-    assert c.exec_get(exec_id)["sandbox"] == "default"
+    assert c.exec_get(exec_id).sandbox == "default"
     assert first["socket"] == str(d.home / "agent" / "agent.sock")
     assert first["home"] == ["agent", "agents"]  # its own state dir, nothing else
     assert first["sees"] == {"tether.sock": False, "tether.db": False}
@@ -232,24 +232,23 @@ def test_an_agent_in_the_default_sandbox_reaches_only_its_session(
     assert second["home"] == ["agent", "agents", "drain"]
     assert second["sees"] == {"tether.sock": False, "tether.db": False}
     assert second["exec.start"] == [-32601, "METHOD_NOT_FOUND"]
-    rec = c._call("lineage.get", {"lineage": lineage_id})
-    assert (rec["attempt"], rec["revivals"], rec["turns"]) == (2, 1, 2)
-    assert rec["status"] == "ACTIVE" and rec["exec"] != exec_id
-    assert c.exec_get(rec["exec"])["sandbox"] == "default"
+    rec = c.lineage_get(lineage_id)
+    assert (rec.attempt, rec.revivals, rec.turns) == (2, 1, 2)
+    assert rec.status == "ACTIVE" and rec.exec != exec_id
+    assert c.exec_get(rec.exec or "").sandbox == "default"
 
 
 TURN_ON_DEMAND = r'''
 import os, time
-from tether.client.sync import Client
+from tether.client.blocking import Client
 c = Client(os.environ["TETHER_HOME"], socket=os.environ["TETHER_SOCKET"], reconnect=2)
 n = 0
 while True:
     if os.path.exists(f"go.{n + 1}"):
         n += 1
         try:
-            res = c._call("agent.turn", {"session": os.environ["TETHER_SESSION"],
-                                         "token": os.environ["TETHER_TOKEN"],
-                                         "context_pct": 10 + n})["lifecycle"]
+            res = c.agent_turn(os.environ["TETHER_SESSION"], os.environ["TETHER_TOKEN"],
+                               context_pct=10 + n).lifecycle
         except Exception as e:
             res = f"{type(e).__name__}: {e}"
         c.close()

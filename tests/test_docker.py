@@ -11,7 +11,6 @@ label (``tether.home`` of the test's own home only).
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import fcntl
 import json
@@ -31,8 +30,9 @@ from typing import Any
 import pytest
 
 from tests.harness import DaemonProc, raw_call, wait_for
+from tether.client.blocking import Client
 from tether.client.errors import TetherError
-from tether.client.sync import Client
+from tether.model.records import Event, SandboxRecord
 from tether.runtime.docker import bridge_name, home_key
 
 pytestmark = pytest.mark.xdist_group("docker")
@@ -203,7 +203,7 @@ class Dk:
         self.d.kill9()
         return mark
 
-    def start_and_reconcile(self, mark: int) -> tuple[Client, dict[str, Any]]:
+    def start_and_reconcile(self, mark: int) -> tuple[Client, Event]:
         """Start the daemon; wait for the ``docker.connected`` after ``mark``."""
         self.d.start()
         c = self.client()
@@ -218,58 +218,58 @@ def dk(daemon: DaemonProc) -> Iterator[Dk]:
     try:
         if daemon.proc is not None and daemon.proc.poll() is None:
             c = daemon.client(reconnect=2, timeout=60)
-            for sb in c.sandbox_list()["sandboxes"]:
-                if sb["spec"].get("runtime") == "docker":
-                    box.ids.add(sb["id"])
+            for sb in c.sandbox_list():
+                if sb.spec.runtime == "docker":
+                    box.ids.add(sb.id)
                     with contextlib.suppress(Exception):
-                        c.sandbox_delete(sb["id"], grace=1)
+                        c.sandbox_delete(sb.id, grace=1)
     finally:
         remove_everything_of(box.key, box.ids)
 
 
-def events(c: Client, since: int = 0, sandbox: str | None = None) -> list[dict[str, Any]]:
+def events(c: Client, since: int = 0, sandbox: str | None = None) -> list[Event]:
     """The journal (or one sandbox's) after ``since``, every page of it."""
-    out: list[dict[str, Any]] = []
+    out: list[Event] = []
     while True:
         page = c.events_list(since=since, sandbox=sandbox, limit=10_000)
-        out += page["events"]
-        if not page["events"]:
+        out += page.events
+        if not page.events:
             return out
-        since = page["next"]
+        since = page.next
 
 
 def journal_end(c: Client) -> int:
     evs = events(c)
-    return int(evs[-1]["gseq"]) if evs else 0
+    return int(evs[-1].gseq) if evs else 0
 
 
-def wait_event(c: Client, kind: str, since: int, timeout: float = 15.0) -> dict[str, Any]:
-    def find() -> dict[str, Any] | None:
-        return next((e for e in events(c, since) if e["type"] == kind), None)
-    found: dict[str, Any] = wait_for(find, timeout, interval=0.1,
+def wait_event(c: Client, kind: str, since: int, timeout: float = 15.0) -> Event:
+    def find() -> Event | None:
+        return next((e for e in events(c, since) if e.type == kind), None)
+    found: Event = wait_for(find, timeout, interval=0.1,
                                      what=f"event {kind} after gseq {since}")
     return found
 
 
-def wait_state(c: Client, sandbox: str, state: str, timeout: float = 15.0) -> dict[str, Any]:
-    def reached() -> dict[str, Any] | None:
+def wait_state(c: Client, sandbox: str, state: str, timeout: float = 15.0) -> SandboxRecord:
+    def reached() -> SandboxRecord | None:
         try:
-            sb: dict[str, Any] = c.sandbox_get(sandbox)
+            sb = c.sandbox_get(sandbox)
         except TetherError as e:
             if e.code == "SANDBOX_NOT_FOUND":  # a create not yet recorded
                 return None
             raise
-        return sb if sb["state"] == state else None
-    found: dict[str, Any] = wait_for(reached, timeout, interval=0.05,
+        return sb if sb.state == state else None
+    found: SandboxRecord = wait_for(reached, timeout, interval=0.05,
                                      what=f"sandbox {sandbox} {state}")
     return found
 
 
 def state_of(c: Client, sandbox: str) -> str:
     """A sandbox's state, also once it is DELETED (which ``sandbox.get`` no longer finds)."""
-    found = [sb for sb in c.sandbox_list(all=True)["sandboxes"] if sb["id"] == sandbox]
+    found = [sb for sb in c.sandbox_list(all=True) if sb.id == sandbox]
     assert len(found) == 1, found
-    return str(found[0]["state"])
+    return str(found[0].state)
 
 
 def logs(c: Client, exec_id: str, stream: str = "stdout") -> bytes:
@@ -278,9 +278,9 @@ def logs(c: Client, exec_id: str, stream: str = "stdout") -> bytes:
 
 def run(c: Client, sandbox: str, script: str, timeout: float = 30) -> tuple[int, bytes, bytes]:
     x = c.exec_start(["sh", "-c", script], sandbox=sandbox)
-    done = c.exec_wait(x["id"], timeout=timeout)
-    assert done["state"] in ("FINISHED", "FAILED", "CANCELLED"), done
-    return done["exit_code"], logs(c, x["id"]), logs(c, x["id"], "stderr")
+    done = c.exec_wait(x.id, timeout=timeout)
+    assert done.state in ("FINISHED", "FAILED", "CANCELLED"), done
+    return done.exit_code, logs(c, x.id), logs(c, x.id, "stderr")
 
 
 # ---------------------------------------------------------------------- 1 companions
@@ -295,8 +295,8 @@ def test_a_required_companion_holds_ready_until_healthy(dk: Dk) -> None:
     assert (code, out) == (0, b"pong\n")
     wait_event(c, "docker.connected", 0)  # the event stream has caught up, too
     time.sleep(0.3)
-    journal = [(e["type"], e["state"] or e["data"].get("health"))
-               for e in events(c, sandbox=sb["id"]) if e["type"].startswith("sandbox.")]
+    journal = [(e.type, e.state or e.data.get("health"))
+               for e in events(c, sandbox=sb["id"]) if e.type.startswith("sandbox.")]
     # Healthy before READY, and reported once: by create, not again from docker's events.
     assert journal == [("sandbox.state", "PENDING"), ("sandbox.companion", "healthy"),
                        ("sandbox.state", "READY")], journal
@@ -323,7 +323,7 @@ companions:
     assert "required companion 'db' is unhealthy" in e.value.message
     sid = e.value.data["sandbox"]
     sb = c.sandbox_get(sid)
-    assert sb["state"] == "FAILED" and sb["reason"].startswith("COMPANION_UNHEALTHY"), sb
+    assert sb.state == "FAILED" and sb.reason.startswith("COMPANION_UNHEALTHY"), sb
     assert of_sandbox(sid) == ([], [])
     assert not host_blocked(sid)
 
@@ -370,7 +370,7 @@ def test_the_private_network_reaches_companions_but_not_the_host_or_internet(dk:
     assert "host=0" not in lines and any(x.startswith("host=") for x in lines), out
     assert "inet=0" not in lines and any(x.startswith("inet=") for x in lines), out
 
-    assert c.sandbox_delete(sid)["state"] == "DELETED"
+    assert c.sandbox_delete(sid).state == "DELETED"
     assert not host_blocked(sid)
     assert of_sandbox(sid) == ([], [])
 
@@ -386,14 +386,14 @@ def test_exec_output_is_byte_exact_with_stderr_apart_and_the_exit_code(dk: Dk,
     sb = dk.create(c, "bytes", f"workspace: {ws}\nworkspace_target: /workspace\n")
     x = c.exec_start(["sh", "-c", "cat data.bin; head -c 1000 /workspace/data.bin; "
                                   "echo to-stderr >&2; exit 3"], sandbox=sb["id"], cwd=str(ws))
-    done = c.exec_wait(x["id"], timeout=60)
-    assert (done["state"], done["exit_code"]) == ("FINISHED", 3), done
+    done = c.exec_wait(x.id, timeout=60)
+    assert (done.state, done.exit_code) == ("FINISHED", 3), done
     expected = data + data[:1000]
-    got = logs(c, x["id"])
+    got = logs(c, x.id)
     assert len(got) == len(expected) and got == expected
-    assert Path(done["stdout_path"]).read_bytes() == expected
-    assert logs(c, x["id"], "stderr") == b"to-stderr\n"
-    assert base64.b64decode(c.exec_logs(x["id"], offset=len(expected) - 5)["data"]) == \
+    assert Path(done.stdout_path).read_bytes() == expected
+    assert logs(c, x.id, "stderr") == b"to-stderr\n"
+    assert c.exec_logs(x.id, offset=len(expected) - 5).data == \
         expected[-5:]
 
 
@@ -406,20 +406,20 @@ def test_a_docker_exec_survives_a_daemon_sigkill_and_is_cancelled_inside(dk: Dk)
     x = c.exec_start(["sh", "-c", script], sandbox=sid)
 
     def ticks() -> int:
-        return logs(c, x["id"]).count(b"tick ")
+        return logs(c, x.id).count(b"tick ")
 
     wait_for(lambda: ticks() >= 3, what="three ticks")
     dk.d.kill9()
     dk.d.start()
     c = dk.client()
-    assert c.exec_get(x["id"])["state"] == "RUNNING"
+    assert c.exec_get(x.id).state == "RUNNING"
     before = ticks()
     wait_for(lambda: ticks() >= before + 3, what="ticking on after the restart")
 
-    c.exec_cancel(x["id"], grace=10)
-    done = c.exec_wait(x["id"], timeout=20)
-    assert (done["state"], done["exit_code"]) == ("CANCELLED", 7), done
-    out = logs(c, x["id"])
+    c.exec_cancel(x.id, grace=10)
+    done = c.exec_wait(x.id, timeout=20)
+    assert (done.state, done.exit_code) == ("CANCELLED", 7), done
+    out = logs(c, x.id)
     assert re.fullmatch(rb"(tick \d+\n)+trapped at \d+\n", out), out[-200:]
     n = out.count(b"tick ")
     assert out.splitlines()[:n] == [f"tick {i}".encode() for i in range(n)]  # no gap, no repeat
@@ -427,7 +427,7 @@ def test_a_docker_exec_survives_a_daemon_sigkill_and_is_cancelled_inside(dk: Dk)
     environs = docker("exec", primary(sid), "sh", "-c",
                       'for d in /proc/[0-9]*; do tr "\\0" "\\n" < $d/environ 2>/dev/null | '
                       'grep -qx "TETHER_EXEC_ID=$1" && echo ${d#/proc/}; done; exit 0',
-                      "check", x["id"])
+                      "check", x.id)
     assert environs.split() == [], environs
     ps = docker("exec", primary(sid), "ps", "-o", "pid,args")
     assert "trapped" not in ps and "sleep 0.1" not in ps, ps
@@ -439,14 +439,14 @@ def test_every_reconcile_row_with_containers_changed_while_the_daemon_is_down(dk
     names = ("keep", "exited", "missing", "stopped", "stopgone", "stoprun", "failed")
     ids = {n: dk.create(c, n)["id"] for n in names}
     for n in ("stopped", "stopgone", "stoprun"):
-        assert c.sandbox_stop(ids[n], grace=1)["state"] == "STOPPED"
+        assert c.sandbox_stop(ids[n], grace=1).state == "STOPPED"
         assert status(primary(ids[n])) == "exited"
 
     # While the daemon runs, a killed primary is noticed from docker's events.
     # (Nothing else would ever look at it: there is no polling.)
     docker("kill", primary(ids["failed"]))
     failed = wait_state(c, ids["failed"], "FAILED", timeout=20)
-    assert failed["reason"] == (f"CONTAINER_EXITED: the primary container "
+    assert failed.reason == (f"CONTAINER_EXITED: the primary container "
                                 f"({primary(ids['failed'])}) is exited (exit code 137)")
 
     mark = dk.kill_daemon(c)
@@ -455,24 +455,24 @@ def test_every_reconcile_row_with_containers_changed_while_the_daemon_is_down(dk
     docker("rm", "-f", primary(ids["stopgone"]))
     docker("start", primary(ids["stoprun"]))
     c, connected = dk.start_and_reconcile(mark)
-    assert {k: connected["data"][k] for k in ("checked", "changed", "leftovers")} == \
+    assert {k: connected.data[k] for k in ("checked", "changed", "leftovers")} == \
         {"checked": 7, "changed": 3, "leftovers": 0}, connected
 
     got = {n: c.sandbox_get(ids[n]) for n in names}
-    assert {n: sb["state"] for n, sb in got.items()} == {
+    assert {n: sb.state for n, sb in got.items()} == {
         "keep": "READY", "exited": "FAILED", "missing": "FAILED", "stopped": "STOPPED",
         "stopgone": "FAILED", "stoprun": "STOPPED", "failed": "FAILED"}
-    assert got["exited"]["reason"] == (f"CONTAINER_EXITED: the primary container "
+    assert got["exited"].reason == (f"CONTAINER_EXITED: the primary container "
                                        f"({primary(ids['exited'])}) is exited (exit code 0)")
     for n in ("missing", "stopgone"):
-        assert got[n]["reason"] == (f"CONTAINER_MISSING: the primary container "
+        assert got[n].reason == (f"CONTAINER_MISSING: the primary container "
                                     f"({primary(ids[n])}) is missing")
-    assert got["failed"]["reason"] == failed["reason"]
+    assert got["failed"].reason == failed.reason
     assert status(primary(ids["stoprun"])) == "exited"  # STOPPED+running: stopped again
     assert status(primary(ids["keep"])) == "running"
     assert run(c, ids["keep"], "echo still here")[:2] == (0, b"still here\n")
     # Only the three that changed got a new state event after the restart.
-    changed = sorted(e["sandbox"] for e in events(c, mark) if e["type"] == "sandbox.state")
+    changed = sorted(e.sandbox for e in events(c, mark) if e.type == "sandbox.state")
     assert changed == sorted(ids[n] for n in ("exited", "missing", "stopgone"))
 
 
@@ -482,7 +482,7 @@ def test_pending_and_deleting_sandboxes_interrupted_by_a_sigkill(dk: Dk) -> None
     gone = dk.create(c, "gone")["id"]
     x = c.exec_start(["sh", "-c", "trap '' TERM; echo armed; while :; do sleep 0.2; done"],
                      sandbox=gone)
-    wait_for(lambda: logs(c, x["id"]) == b"armed\n", what="the exec armed")
+    wait_for(lambda: logs(c, x.id) == b"armed\n", what="the exec armed")
     # PENDING: a create waiting for a companion that is never healthy.
     slow = f"""
 companions:
@@ -509,12 +509,12 @@ companions:
     for t in threads:
         t.start()
     wait_state(c, gone, "DELETING")
-    pend = wait_state(c, "pend", "PENDING")["id"]
+    pend = wait_state(c, "pend", "PENDING").id
     dk.ids.add(pend)
     wait_for(lambda: status(f"tether-companion-{pend}-db") == "running", timeout=30,
              what="the pending sandbox's companion running")
     time.sleep(0.3)  # the delete's SIGTERM reaches the exec, which ignores it
-    assert c.exec_get(x["id"])["state"] == "RUNNING"
+    assert c.exec_get(x.id).state == "RUNNING"
 
     mark = dk.kill_daemon(c)
     for t in threads:
@@ -524,17 +524,17 @@ companions:
     assert host_blocked(pend) and host_blocked(gone)
 
     c, connected = dk.start_and_reconcile(mark)
-    assert connected["data"]["changed"] == 2, connected
+    assert connected.data["changed"] == 2, connected
     sb = c.sandbox_get(pend)
-    assert sb["state"] == "FAILED" and sb["reason"].startswith("INTERRUPTED_PENDING"), sb
+    assert sb.state == "FAILED" and sb.reason.startswith("INTERRUPTED_PENDING"), sb
     assert state_of(c, gone) == "DELETED"
     for sid in (pend, gone):
         assert of_sandbox(sid) == ([], [])
         assert not host_blocked(sid)
-    done = c.exec_wait(x["id"], timeout=15)
-    assert done["state"] in ("CANCELLED", "FAILED"), done
-    assert logs(c, x["id"]) == b"armed\n"  # logs outlive the sandbox
-    journal = [e["state"] for e in events(c, sandbox=gone) if e["type"] == "sandbox.state"]
+    done = c.exec_wait(x.id, timeout=15)
+    assert done.state in ("CANCELLED", "FAILED"), done
+    assert logs(c, x.id) == b"armed\n"  # logs outlive the sandbox
+    journal = [e.state for e in events(c, sandbox=gone) if e.type == "sandbox.state"]
     assert journal == ["PENDING", "READY", "DELETING", "DELETED"]
 
 
@@ -614,18 +614,18 @@ def test_a_dockerd_restart_is_noticed_reconciled_and_resubscribed(dk: Dk) -> Non
     mark = journal_end(c)
     with dockerd_restarted():
         down = wait_event(c, "docker.disconnected", mark, timeout=30)
-        up = wait_event(c, "docker.connected", down["gseq"], timeout=30)
-        assert up["gseq"] > down["gseq"]
-        assert up["data"]["checked"] == 1
+        up = wait_event(c, "docker.connected", down.gseq, timeout=30)
+        assert up.gseq > down.gseq
+        assert up.data["checked"] == 1
         # Without live-restore dockerd stops every container when it stops (and
         # nothing restarts them): READY+exited → FAILED. With it they live on.
         st = status(primary(before))
         sb = c.sandbox_get(before)
         if live_restore:
-            assert (st, sb["state"]) == ("running", "READY"), sb
+            assert (st, sb.state) == ("running", "READY"), sb
         else:
-            assert (st, sb["state"]) == ("exited", "FAILED"), sb
-            assert sb["reason"].startswith(f"CONTAINER_EXITED: the primary container "
+            assert (st, sb.state) == ("exited", "FAILED"), sb
+            assert sb.reason.startswith(f"CONTAINER_EXITED: the primary container "
                                            f"({primary(before)}) is exited"), sb
 
         # Still subscribed: a new sandbox's killed primary is noticed from events.
@@ -633,7 +633,7 @@ def test_a_dockerd_restart_is_noticed_reconciled_and_resubscribed(dk: Dk) -> Non
         assert run(c, after, "echo alive")[:2] == (0, b"alive\n")
         docker("kill", primary(after))
         sb = wait_state(c, after, "FAILED", timeout=10)
-        assert sb["reason"] == (f"CONTAINER_EXITED: the primary container "
+        assert sb.reason == (f"CONTAINER_EXITED: the primary container "
                                 f"({primary(after)}) is exited (exit code 137)")
 
 
@@ -656,15 +656,15 @@ def test_labelled_leftovers_of_this_home_are_removed_and_journaled(dk: Dk) -> No
            primary(other), IMAGE, "sleep", "600")
     try:
         c, connected = dk.start_and_reconcile(mark)
-        assert connected["data"]["leftovers"] == 1, connected
-        removed = [e for e in events(c, mark) if e["type"] == "docker.leftover_removed"]
-        assert len(removed) == 1 and removed[0]["sandbox"] is None, removed
-        assert removed[0]["data"] == {"sandbox": fake,
+        assert connected.data["leftovers"] == 1, connected
+        removed = [e for e in events(c, mark) if e.type == "docker.leftover_removed"]
+        assert len(removed) == 1 and removed[0].sandbox is None, removed
+        assert removed[0].data == {"sandbox": fake,
                                       "names": sorted([primary(fake), f"tether-net-{fake}"])}
-        assert removed[0]["gseq"] < connected["gseq"]
+        assert removed[0].gseq < connected.gseq
         assert of_sandbox(fake) == ([], [])
         assert status(primary(other)) == "running"  # another home's: untouched
-        assert c.sandbox_get(real)["state"] == "READY"
+        assert c.sandbox_get(real).state == "READY"
         assert status(primary(real)) == "running"
     finally:
         docker("rm", "-f", primary(other), check=False)
@@ -676,28 +676,28 @@ def test_stop_start_and_rm_of_a_docker_sandbox(dk: Dk) -> None:
     sb = dk.create(c, "life", DB)
     sid = sb["id"]
     x = c.exec_start(["sh", "-c", "echo one; echo two >&2"], sandbox=sid)
-    assert c.exec_wait(x["id"], timeout=20)["state"] == "FINISHED"
+    assert c.exec_wait(x.id, timeout=20).state == "FINISHED"
     ctrs, nets = of_sandbox(sid)
     assert ctrs == sorted([primary(sid), f"tether-companion-{sid}-db"])
     assert nets == [f"tether-net-{sid}"]
 
-    assert c.sandbox_stop(sid, grace=1)["state"] == "STOPPED"
+    assert c.sandbox_stop(sid, grace=1).state == "STOPPED"
     assert [status(n) for n in ctrs] == ["exited", "exited"]
     with pytest.raises(TetherError) as e:
         c.exec_start(["true"], sandbox=sid)
     assert e.value.code == "SANDBOX_NOT_READY"
 
-    assert c.sandbox_start(sid)["state"] == "READY"
+    assert c.sandbox_start(sid).state == "READY"
     assert [status(n) for n in ctrs] == ["running", "running"]
     assert host_blocked(sid)
     assert run(c, sid, ASK_DB)[:2] == (0, b"pong\n")
 
-    assert c.sandbox_delete(sid)["state"] == "DELETED"
+    assert c.sandbox_delete(sid).state == "DELETED"
     assert of_sandbox(sid) == ([], [])
     assert not host_blocked(sid)
-    assert logs(c, x["id"]) == b"one\n" and logs(c, x["id"], "stderr") == b"two\n"
-    assert Path(c.exec_get(x["id"])["stdout_path"]).read_bytes() == b"one\n"
-    journal = [e["state"] for e in events(c, sandbox=sid) if e["type"] == "sandbox.state"]
+    assert logs(c, x.id) == b"one\n" and logs(c, x.id, "stderr") == b"two\n"
+    assert Path(c.exec_get(x.id).stdout_path).read_bytes() == b"one\n"
+    journal = [e.state for e in events(c, sandbox=sid) if e.type == "sandbox.state"]
     assert journal == ["PENDING", "READY", "STOPPED", "READY", "DELETING", "DELETED"]
 
 
@@ -723,12 +723,12 @@ def test_restart_always_lets_dockerd_bring_containers_back(dk: Dk) -> None:
     mark = journal_end(c)
     docker("exec", primary(sid), "kill", "-TERM", "1")  # the keep-alive shell exits 0
     exited = wait_event(c, "sandbox.container_exited", mark)
-    assert exited["sandbox"] == sid and exited["data"]["role"] == "primary"
+    assert exited.sandbox == sid and exited.data["role"] == "primary"
     wait_for(lambda: status(primary(sid)) == "running", 15, what="dockerd's restart")
     time.sleep(1.5)  # longer than the reconcile's settle time
     assert state_of(c, sid) == "READY"
     assert run(c, sid, "echo alive")[:2] == (0, b"alive\n")
-    assert c.sandbox_stop(sid, grace=1)["state"] == "STOPPED"
+    assert c.sandbox_stop(sid, grace=1).state == "STOPPED"
     time.sleep(1.5)
     assert status(primary(sid)) == "exited" and state_of(c, sid) == "STOPPED"
 
@@ -740,8 +740,8 @@ def test_cancel_leaves_no_process_of_the_exec_in_the_container(dk: Dk) -> None:
     sid = dk.create(c, "leaky")["id"]
     x = c.exec_start(["sh", "-c", '(trap "" TERM; sleep 1001) & sleep 1002'], sandbox=sid)
     wait_for(lambda: "sleep 1001" in docker("exec", primary(sid), "ps"), 10)
-    done = c.exec_cancel(x["id"], grace=1)
-    assert c.exec_wait(done["id"], timeout=20)["state"] == "CANCELLED"
+    done = c.exec_cancel(x.id, grace=1)
+    assert c.exec_wait(done.id, timeout=20).state == "CANCELLED"
     wait_for(lambda: "sleep 100" not in docker("exec", primary(sid), "ps"), 10,
              what="every process of the exec to be gone")
 
@@ -756,19 +756,16 @@ def test_cp_out_keeps_absolute_symlinks_and_host_errors_are_copy_errors(
                        "ln -s /etc/passwd /data/abs")[0] == 0
     out = tmp_path / "out"
     out.mkdir()
-    c._call("sandbox.copy", {"sandbox": sid, "direction": "out", "src": "/data",
-                             "dst": str(out)})
+    c.sandbox_copy(sid, "out", "/data", str(out))
     assert (out / "data" / "sub" / "f").read_text() == "hi\n"
     assert os.readlink(out / "data" / "abs") == "/etc/passwd"
     with pytest.raises(TetherError) as e:
-        c._call("sandbox.copy", {"sandbox": sid, "direction": "in",
-                                 "src": str(tmp_path / "missing"), "dst": "/tmp"})
+        c.sandbox_copy(sid, "in", str(tmp_path / "missing"), "/tmp")
     assert e.value.code == "COPY_FAILED", e.value
     with pytest.raises(TetherError) as e:
-        c._call("sandbox.copy", {"sandbox": sid, "direction": "out", "src": "/data",
-                                 "dst": str(tmp_path / "no" / "such" / "dir")})
+        c.sandbox_copy(sid, "out", "/data", str(tmp_path / "no" / "such" / "dir"))
     assert e.value.code in ("PATH_NOT_FOUND", "COPY_FAILED"), e.value
-    assert c._call("daemon.status", {})["runtimes"]["docker"]["available"] is True
+    assert c.status().runtimes["docker"].available is True
 
 
 def test_rm_force_records_deleted_while_dockerd_is_unreachable(dk: Dk) -> None:
@@ -783,12 +780,12 @@ def test_rm_force_records_deleted_while_dockerd_is_unreachable(dk: Dk) -> None:
         c.sandbox_delete(sid, grace=1)
     assert e.value.code in ("RUNTIME_UNAVAILABLE", "DOCKER_UNAVAILABLE")
     assert "--force" in e.value.message and state_of(c, sid) == "DELETING"
-    done = c._call("sandbox.delete", {"sandbox": sid, "grace": 1, "force": True})
-    assert done["state"] == "DELETED"
+    done = c.sandbox_delete(sid, grace=1, force=True)
+    assert done.state == "DELETED"
     assert of_sandbox(sid)[0] == [primary(sid)]  # still there: nobody could remove it
     mark = dk.kill_daemon(c)
     c, connected = dk.start_and_reconcile(mark)
-    assert connected["data"]["leftovers"] == 1
+    assert connected.data["leftovers"] == 1
     assert of_sandbox(sid) == ([], []) and not host_blocked(sid)
 
 
@@ -802,10 +799,10 @@ def test_cp_out_never_makes_device_nodes_or_keeps_owners(dk: Dk, tmp_path: Path)
     out = tmp_path / "out"
     out.mkdir()
     with pytest.raises(TetherError) as e:
-        c._call("sandbox.copy", {"sandbox": sid, "direction": "out", "src": "/d",
-                                 "dst": str(out)})
+        c.sandbox_copy(sid, "out", "/d", str(out))
     assert e.value.code == "COPY_FAILED" and not (out / "d").exists()
     assert run(c, sid, "rm /d/loop")[0] == 0
-    c._call("sandbox.copy", {"sandbox": sid, "direction": "out", "src": "/d", "dst": str(out)})
+    copied = c.sandbox_copy(sid, "out", "/d", str(out))
+    assert (copied.sandbox, copied.direction, copied.src) == (sid, "out", "/d")
     assert (out / "d" / "f").read_text() == "x\n"
     assert (out / "d" / "f").stat().st_uid == os.getuid()  # not the sandbox's 1234

@@ -13,9 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from tests.harness import DaemonProc, RawConn, wait_for
+from tether.model.records import Event
 
 # ---------------------------------------------------------------------- helpers
 
@@ -543,7 +545,7 @@ def test_sequences_continue_across_daemon_sigkill(daemon: DaemonProc) -> None:
 
 def test_client_subscribe_resumes_across_sigkill(daemon: DaemonProc) -> None:
     """tether.Client.subscribe() keeps yielding across a kill -9 and restart, each event once."""
-    got: dict[str, list[dict[str, Any]]] = {"all": [], "kz": []}
+    got: dict[str, list[Event]] = {"all": [], "kz": []}
     errors: list[BaseException] = []
 
     with Conn(daemon.socket) as c:
@@ -556,8 +558,8 @@ def test_client_subscribe_resumes_across_sigkill(daemon: DaemonProc) -> None:
         try:
             for ev in gen:
                 got[key].append(ev)
-                if ev["type"] == "sandbox.state" and ev.get("state") == "STOPPED" \
-                        and ev.get("sandbox") == kz:
+                if ev.type == "sandbox.state" and ev.state == "STOPPED" \
+                        and ev.sandbox == kz:
                     return
         except BaseException as e:  # surfaced below
             errors.append(e)
@@ -568,13 +570,13 @@ def test_client_subscribe_resumes_across_sigkill(daemon: DaemonProc) -> None:
                threading.Thread(target=follow, args=("kz", kz), daemon=True)]
     for t in threads:
         t.start()
-    wait_for(lambda: len(got["kz"]) >= 5 and any(e["type"] == "daemon.started"
+    wait_for(lambda: len(got["kz"]) >= 5 and any(e.type == "daemon.started"
                                                   for e in got["all"]),
              what="the followers to catch up")
     with Conn(daemon.socket) as c:
         survivor = c.call("exec.start", {"argv": ["sh", "-c", "sleep 0.3; exit 2"],
                                          "sandbox": "kz"})
-    wait_for(lambda: any(e.get("exec") == survivor["id"] and e.get("state") == "RUNNING"
+    wait_for(lambda: any(e.exec == survivor["id"] and e.state == "RUNNING"
                          for e in got["kz"]), what="the followers to see it running")
     daemon.kill9()
     time.sleep(0.3)  # the followers are now retrying against a dead socket
@@ -590,8 +592,8 @@ def test_client_subscribe_resumes_across_sigkill(daemon: DaemonProc) -> None:
         assert not errors, errors
         everything = list_events(c)
         mine = list_events(c, sandbox="kz")
-    assert [e["gseq"] for e in got["all"]] == [e["gseq"] for e in everything]
-    assert got["all"] == everything
-    assert got["kz"] == mine
-    assert [e["seq"] for e in got["kz"]] == list(range(1, len(mine) + 1))
-    assert [e["type"] for e in got["all"]].count("daemon.started") == 2
+    assert [e.gseq for e in got["all"]] == [e["gseq"] for e in everything]
+    assert msgspec.to_builtins(got["all"]) == everything
+    assert msgspec.to_builtins(got["kz"]) == mine
+    assert [e.seq for e in got["kz"]] == list(range(1, len(mine) + 1))
+    assert [e.type for e in got["all"]].count("daemon.started") == 2

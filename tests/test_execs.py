@@ -3,7 +3,6 @@ logs from offsets and while following, addressing by id, prefix and name."""
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import signal
 import subprocess
@@ -34,11 +33,11 @@ def test_cancel_kills_grandchildren_after_grace(daemon: DaemonProc, tmp_path: Pa
     # killed grandchild's pid can come back as someone else's.
     started = {pid: proc_start_time(pid) for pid in _pids_in_file(pids)}
     t0 = time.monotonic()
-    c.exec_cancel(x["id"], grace=0.5)
-    done = c.exec_wait(x["id"], timeout=10)
+    c.exec_cancel(x.id, grace=0.5)
+    done = c.exec_wait(x.id, timeout=10)
     elapsed = time.monotonic() - t0
-    assert done["state"] == "CANCELLED"
-    assert done["signal"] == signal.SIGKILL
+    assert done.state == "CANCELLED"
+    assert done.signal == signal.SIGKILL
     assert elapsed >= 0.4
     for pid, st in started.items():
         assert st is not None
@@ -48,21 +47,21 @@ def test_cancel_kills_grandchildren_after_grace(daemon: DaemonProc, tmp_path: Pa
 def test_cancel_with_cooperative_child_ends_with_sigterm(daemon: DaemonProc) -> None:
     c = daemon.client()
     x = c.exec_start(["sleep", "100"])
-    c.exec_cancel(x["id"], grace=5)
-    done = c.exec_wait(x["id"], timeout=10)
-    assert (done["state"], done["signal"], done["exit_code"]) == ("CANCELLED", 15, None)
+    c.exec_cancel(x.id, grace=5)
+    done = c.exec_wait(x.id, timeout=10)
+    assert (done.state, done.signal, done.exit_code) == ("CANCELLED", 15, None)
     # Cancelling again is harmless and changes nothing.
-    assert c.exec_cancel(x["id"])["state"] == "CANCELLED"
+    assert c.exec_cancel(x.id).state == "CANCELLED"
 
 
 def test_cancel_with_custom_signal(daemon: DaemonProc) -> None:
     c = daemon.client()
     x = c.exec_start(["sleep", "100"])
-    c.exec_cancel(x["id"], signal="INT", grace=5)
-    done = c.exec_wait(x["id"], timeout=10)
-    assert done["signal"] == signal.SIGINT
+    c.exec_cancel(x.id, signal="INT", grace=5)
+    done = c.exec_wait(x.id, timeout=10)
+    assert done.signal == signal.SIGINT
     with pytest.raises(TetherError) as e:
-        c.exec_cancel(x["id"], signal="NOPE")
+        c.exec_cancel(x.id, signal="NOPE")
     assert e.value.rpc_code == -32602
 
 
@@ -70,18 +69,18 @@ def test_timeout_cancels_and_says_so(daemon: DaemonProc) -> None:
     c = daemon.client()
     # The timeout leaves the shell ample time to set its trap even on a loaded machine.
     x = c.exec_start(["sh", "-c", "trap '' TERM; sleep 100"], timeout=2, kill_grace=0.3)
-    done = c.exec_wait(x["id"], timeout=10)
-    assert done["state"] == "CANCELLED"
-    assert done["signal"] == signal.SIGKILL
-    assert "timeout" in done["reason"]
+    done = c.exec_wait(x.id, timeout=10)
+    assert done.state == "CANCELLED"
+    assert done.signal == signal.SIGKILL
+    assert "timeout" in done.reason
 
 
 def test_signalled_exec_is_finished_with_signal(daemon: DaemonProc) -> None:
     c = daemon.client()
     x = c.exec_start(["sh", "-c", "kill -USR1 $$"])
-    done = c.exec_wait(x["id"], timeout=10)
-    assert (done["state"], done["exit_code"], done["signal"]) == ("FINISHED", None, 10)
-    r = daemon.cli("wait", x["id"])
+    done = c.exec_wait(x.id, timeout=10)
+    assert (done.state, done.exit_code, done.signal) == ("FINISHED", None, 10)
+    r = daemon.cli("wait", x.id)
     assert r.returncode == 128 + 10 and r.stdout.strip() == b"138"
 
 
@@ -89,9 +88,9 @@ def test_env_cwd_and_tether_variables(daemon: DaemonProc, tmp_path: Path) -> Non
     c = daemon.client()
     x = c.exec_start(["sh", "-c", 'printf "%s|%s|%s" "$FOO" "$PWD" "$TETHER_EXEC_ID"'],
                      env={"FOO": "bar baz"}, cwd=str(tmp_path))
-    c.exec_wait(x["id"], timeout=10)
-    out = b"".join(c.read_logs(x["id"])).decode()
-    assert out == f"bar baz|{tmp_path}|{x['id']}"
+    c.exec_wait(x.id, timeout=10)
+    out = b"".join(c.read_logs(x.id)).decode()
+    assert out == f"bar baz|{tmp_path}|{x.id}"
 
 
 def test_start_errors(daemon: DaemonProc, tmp_path: Path) -> None:
@@ -100,7 +99,7 @@ def test_start_errors(daemon: DaemonProc, tmp_path: Path) -> None:
         c.exec_start(["definitely-not-a-command-xyz"])
     assert e.value.code == "START_FAILED" and "command not found" in e.value.message
     failed = c.exec_get(e.value.data["exec"])
-    assert failed["state"] == "FAILED"
+    assert failed.state == "FAILED"
     with pytest.raises(TetherError) as e:
         c.exec_start(["true"], cwd=str(tmp_path / "missing"))
     assert e.value.rpc_code == -32602 and "cwd" in e.value.message
@@ -112,8 +111,8 @@ def test_start_errors(daemon: DaemonProc, tmp_path: Path) -> None:
 def test_addressing_by_prefix_and_name(daemon: DaemonProc) -> None:
     c = daemon.client()
     x = c.exec_start(["sleep", "100"], name="web-1")
-    assert c.exec_get("web-1")["id"] == x["id"]
-    assert c.exec_get(x["id"][:6])["id"] == x["id"]
+    assert c.exec_get("web-1").id == x.id
+    assert c.exec_get(x.id[:6]).id == x.id
     with pytest.raises(TetherError) as e:
         c.exec_start(["true"], name="web-1")
     assert e.value.code == "NAME_IN_USE"
@@ -121,7 +120,7 @@ def test_addressing_by_prefix_and_name(daemon: DaemonProc) -> None:
     c.exec_wait("web-1", timeout=10)
     # Once the first ended, the name can be reused; it then means the newest exec.
     y = c.exec_start(["true"], name="web-1")
-    assert c.exec_get("web-1")["id"] == y["id"]
+    assert c.exec_get("web-1").id == y.id
     with pytest.raises(TetherError) as e:
         c.exec_get("zzzz")
     assert e.value.code == "EXEC_NOT_FOUND"
@@ -132,11 +131,11 @@ def test_logs_offset_and_follow(daemon: DaemonProc, tmp_path: Path) -> None:
     x = c.exec_start(["sh", "-c",
                       f"printf 0123456789; while [ ! -e {tmp_path}/go ]; do sleep 0.02; done; "
                       "printf abc"])
-    wait_for(lambda: c.exec_logs(x["id"])["size"] == 10)
-    chunk = c.exec_logs(x["id"], offset=4, limit=3)
-    assert base64.b64decode(chunk["data"]) == b"456" and chunk["offset"] == 7
+    wait_for(lambda: c.exec_logs(x.id).size == 10)
+    chunk = c.exec_logs(x.id, offset=4, limit=3)
+    assert chunk.data == b"456" and chunk.offset == 7
     got: list[bytes] = []
-    follower = threading.Thread(target=lambda: got.extend(c2.read_logs(x["id"], offset=7,
+    follower = threading.Thread(target=lambda: got.extend(c2.read_logs(x.id, offset=7,
                                                                        follow=True)))
     c2 = daemon.client()
     follower.start()
@@ -145,7 +144,7 @@ def test_logs_offset_and_follow(daemon: DaemonProc, tmp_path: Path) -> None:
     follower.join(10)
     assert not follower.is_alive()
     assert b"".join(got) == b"789abc"
-    r = daemon.cli("logs", "--offset", "3", x["id"])
+    r = daemon.cli("logs", "--offset", "3", x.id)
     assert r.stdout == b"3456789abc"
 
 
@@ -157,7 +156,7 @@ def test_cli_run_foreground_streams_and_exits_with_code(daemon: DaemonProc) -> N
     r = daemon.cli("run", "-d", "--name", "bg", "--", "sleep", "100")
     assert r.returncode == 0
     exec_id = r.stdout.decode().strip()
-    assert daemon.client().exec_get("bg")["id"] == exec_id
+    assert daemon.client().exec_get("bg").id == exec_id
     r = daemon.cli("run", "--", "no-such-command-xyz")
     assert r.returncode == 127 and b"command not found" in r.stderr
 
@@ -166,10 +165,10 @@ def test_cli_ctrl_c_cancels_foreground_exec(daemon: DaemonProc) -> None:
     p = subprocess.Popen([*TETHER, "--home", str(daemon.home), "run", "--name", "fg", "--",
                           "sleep", "100"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     c = daemon.client()
-    wait_for(lambda: any(x.get("name") == "fg" for x in c.exec_list()["execs"]))
+    wait_for(lambda: any(x.name == "fg" for x in c.exec_list()))
     p.send_signal(signal.SIGINT)
     assert p.wait(15) == 128 + signal.SIGTERM
-    assert c.exec_get("fg")["state"] == "CANCELLED"
+    assert c.exec_get("fg").state == "CANCELLED"
 
 
 def test_cli_ps_json_fields(daemon: DaemonProc) -> None:
@@ -195,20 +194,20 @@ def test_cli_ps_json_fields(daemon: DaemonProc) -> None:
 def test_sandboxes_lifecycle(daemon: DaemonProc, tmp_path: Path) -> None:
     c = daemon.client()
     sb = c.sandbox_create("work", workspace=str(tmp_path), env={"SB": "1"})
-    assert sb["state"] == "READY"
+    assert sb.state == "READY"
     x = c.exec_start(["sh", "-c", 'printf "%s %s" "$SB" "$PWD"; sleep 100'], sandbox="work")
-    wait_for(lambda: c.exec_logs(x["id"])["size"] > 0)
-    assert base64.b64decode(c.exec_logs(x["id"])["data"]) == f"1 {tmp_path}".encode()
-    assert c.sandbox_stop("work", grace=1)["state"] == "STOPPED"
-    assert c.exec_get(x["id"])["state"] == "CANCELLED"
+    wait_for(lambda: c.exec_logs(x.id).size > 0)
+    assert c.exec_logs(x.id).data == f"1 {tmp_path}".encode()
+    assert c.sandbox_stop("work", grace=1).state == "STOPPED"
+    assert c.exec_get(x.id).state == "CANCELLED"
     with pytest.raises(TetherError) as e:
         c.exec_start(["true"], sandbox="work")
     assert e.value.code == "SANDBOX_NOT_READY"
-    assert c.sandbox_start("work")["state"] == "READY"
-    assert c.sandbox_delete("work")["state"] == "DELETED"
-    assert [s["name"] for s in c.sandbox_list()["sandboxes"]] == ["default"]
+    assert c.sandbox_start("work").state == "READY"
+    assert c.sandbox_delete("work").state == "DELETED"
+    assert [s.name for s in c.sandbox_list()] == ["default"]
     # Logs outlive the sandbox.
-    assert (daemon.home / "logs" / sb["id"] / f"{x['id']}.stdout.log").exists()
+    assert (daemon.home / "logs" / sb.id / f"{x.id}.stdout.log").exists()
     with pytest.raises(TetherError) as e:
         c.sandbox_delete("default")
     assert e.value.code == "DEFAULT_SANDBOX"
@@ -220,7 +219,7 @@ def test_many_concurrent_starts(daemon: DaemonProc) -> None:
     def worker() -> None:
         with daemon.client() as c:
             for _ in range(10):
-                results.append(c.exec_start(["true"])["id"])
+                results.append(c.exec_start(["true"]).id)
 
     threads = [threading.Thread(target=worker) for _ in range(4)]
     for t in threads:
@@ -230,7 +229,7 @@ def test_many_concurrent_starts(daemon: DaemonProc) -> None:
     assert len(set(results)) == 40
     c = daemon.client()
     for x in results:
-        assert c.exec_wait(x, timeout=20)["state"] == "FINISHED"
+        assert c.exec_wait(x, timeout=20).state == "FINISHED"
 
 
 def test_command_is_found_on_the_execs_own_path(daemon: DaemonProc, tmp_path: Path) -> None:
@@ -239,8 +238,8 @@ def test_command_is_found_on_the_execs_own_path(daemon: DaemonProc, tmp_path: Pa
     tool.chmod(0o755)
     c = daemon.client()
     x = c.exec_start(["my-tool"], env={"PATH": f"{tmp_path}:/usr/bin:/bin"})
-    assert c.exec_wait(x["id"], timeout=10)["exit_code"] == 0
-    assert b"".join(c.read_logs(x["id"])) == b"from-my-tool\n"
+    assert c.exec_wait(x.id, timeout=10).exit_code == 0
+    assert b"".join(c.read_logs(x.id)) == b"from-my-tool\n"
     with pytest.raises(TetherError) as e:
         c.exec_start(["my-tool"], env={"PATH": "/usr/bin:/bin"})
     assert "command not found" in e.value.message
@@ -256,7 +255,7 @@ def test_sandbox_delete_finishes_when_the_client_goes_away(daemon: DaemonProc) -
     with RawConn(daemon.socket) as raw:
         raw.send_obj({"jsonrpc": "2.0", "id": 1, "method": "sandbox.delete",
                       "params": {"sandbox": "gone", "grace": 1}})
-    wait_for(lambda: all(s["name"] != "gone" for s in c.sandbox_list()["sandboxes"]),
+    wait_for(lambda: all(s.name != "gone" for s in c.sandbox_list()),
              what="sandbox deleted although its client left")
 
 
@@ -268,15 +267,15 @@ def test_idle_timeout_stops_and_ttl_deletes(stopped_daemon: DaemonProc) -> None:
     c = d.client()
     c.sandbox_create("short", ttl=1.5)
     x = c.exec_start(["sleep", "2"], sandbox="idle")
-    wait_for(lambda: c.sandbox_get("idle")["state"] == "STOPPED", timeout=15)
+    wait_for(lambda: c.sandbox_get("idle").state == "STOPPED", timeout=15)
     # It stayed READY while the exec ran, and stopped only 3 s after it ended. (The idle
     # clock starts at READY too: 3 s leaves a loaded machine time to start the exec.)
-    assert c.exec_get(x["id"])["state"] == "FINISHED"
-    stopped = [e for e in c.events_list(limit=10000)["events"]
-               if e["type"] == "sandbox.state" and e["state"] == "STOPPED"]
-    assert "idle_timeout" in stopped[0]["reason"]
-    assert stopped[0]["time"] >= c.exec_get(x["id"])["ended_at"] + 2.9
-    wait_for(lambda: all(s["name"] != "short" for s in c.sandbox_list()["sandboxes"]),
+    assert c.exec_get(x.id).state == "FINISHED"
+    stopped = [e for e in c.events_list(limit=10000).events
+               if e.type == "sandbox.state" and e.state == "STOPPED"]
+    assert "idle_timeout" in stopped[0].reason
+    assert stopped[0].time >= c.exec_get(x.id).ended_at + 2.9
+    wait_for(lambda: all(s.name != "short" for s in c.sandbox_list()),
              timeout=15, what="ttl deletion")
 
 
@@ -287,7 +286,7 @@ def test_hostile_values_on_the_monitor_socket_do_not_kill_it(daemon: DaemonProc)
 
     c = daemon.client()
     x = c.exec_start(["sh", "-c", "sleep 100"], tty=True)
-    sock_path = x["socket"]
+    sock_path = x.socket
     for line in (b'{"op":"attach","rows":1e400}', b'{"op":"attach","replay":-1e400}',
                  b'{"op":"signal","signal":1e400}', b'{"op":"watch","since":1e400}',
                  b"\xff\xfe not json", b'{"op":[]}', b"[" * 5000):
@@ -302,7 +301,7 @@ def test_hostile_values_on_the_monitor_socket_do_not_kill_it(daemon: DaemonProc)
         s.connect(sock_path)
         s.sendall(b'{"op":"ping"}\n')
         assert _json.loads(s.recv(4096))["ok"] is True
-    assert c.exec_get(x["id"])["state"] == "RUNNING"
+    assert c.exec_get(x.id).state == "RUNNING"
 
 
 def test_very_long_timeouts_and_graces_are_fine(daemon: DaemonProc) -> None:
@@ -310,7 +309,7 @@ def test_very_long_timeouts_and_graces_are_fine(daemon: DaemonProc) -> None:
     c = daemon.client()
     x = c.exec_start(["sleep", "100"], timeout=3e6)
     time.sleep(0.3)
-    assert c.exec_get(x["id"])["state"] == "RUNNING"
-    c.exec_cancel(x["id"], signal="INT", grace=3e6)  # sleep dies of SIGINT at once
-    done = c.exec_wait(x["id"], timeout=10)
-    assert (done["state"], done["signal"]) == ("CANCELLED", signal.SIGINT)
+    assert c.exec_get(x.id).state == "RUNNING"
+    c.exec_cancel(x.id, signal="INT", grace=3e6)  # sleep dies of SIGINT at once
+    done = c.exec_wait(x.id, timeout=10)
+    assert (done.state, done.signal) == ("CANCELLED", signal.SIGINT)

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.harness import TETHER, DaemonProc, wait_for
+from tether.client.replies import ExecView
 from tether.runtime import bwrap
 
 PROBE = bwrap.probe()
@@ -55,8 +56,8 @@ def by_name(d: DaemonProc, name: str) -> dict[str, Any] | None:
     return next((s for s in sandboxes(d) if s["name"] == name), None)
 
 
-def execs_in(d: DaemonProc, sandbox_id: str) -> list[dict[str, Any]]:
-    return [x for x in d.client().exec_list(all=True)["execs"] if x["sandbox"] == sandbox_id]
+def execs_in(d: DaemonProc, sandbox_id: str) -> list[ExecView]:
+    return [x for x in d.client().exec_list(all=True) if x.sandbox == sandbox_id]
 
 
 def mkdir(p: Path) -> Path:
@@ -84,9 +85,9 @@ def test_run_with_sandbox_flags_uses_an_ephemeral_sandbox(d: DaemonProc,
              timeout=20, what="the ephemeral sandbox deleted")
     # History stays: the exec and its logs outlive the sandbox.
     (x,) = execs_in(d, sb["id"])
-    assert (x["state"], x["exit_code"]) == ("FINISHED", 3)
-    out = tether(d, "logs", x["id"])
-    err = tether(d, "logs", "--stderr", x["id"])
+    assert (x.state, x.exit_code) == ("FINISHED", 3)
+    out = tether(d, "logs", x.id)
+    err = tether(d, "logs", "--stderr", x.id)
     assert (out.returncode, out.stdout) == (0, b"out\n"), out.stderr
     assert (err.returncode, err.stdout) == (0, b"err\n"), err.stderr
 

@@ -132,7 +132,7 @@ def finished(child: pexpect.spawn) -> tuple[int | None, bytes]:
 
 def state(daemon: DaemonProc, xid: str) -> str:
     with daemon.client(reconnect=5) as c:
-        s: str = c.exec_get(xid)["state"]
+        s: str = c.exec_get(xid).state
         return s
 
 
@@ -701,14 +701,14 @@ def test_attach_right_after_start_is_journaled(daemon: DaemonProc) -> None:
         x = c.exec_start(["sleep", "60"], tty=True)
         os.kill(daemon.pid, signal.SIGSTOP)
         try:
-            with Attachment(x["socket"]) as early:
+            with Attachment(x.socket) as early:
                 early_id = early.info["client"]
         finally:
             os.kill(daemon.pid, signal.SIGCONT)
-        wait_for(lambda i=x["id"], n=early_id: any(
+        wait_for(lambda i=x.id, n=early_id: any(
             e["type"] == "exec.detach" and e["data"]["client"] == n
             for e in events_of(daemon, i)), what="the early client's detach journaled")
-        kinds = [e["type"] for e in events_of(daemon, x["id"])
+        kinds = [e["type"] for e in events_of(daemon, x.id)
                  if e["type"].startswith("exec.") and e["data"].get("client") == early_id]
         assert kinds == ["exec.attach", "exec.detach"]
 
@@ -717,14 +717,14 @@ def test_detach_with_output_queued_is_journaled_as_a_detach(daemon: DaemonProc) 
     c = daemon.client()
     script = "read x; head -c 1000000 /dev/zero | tr '\\0' x; exec sleep 60"
     x = c.exec_start(["sh", "-c", script], tty=True)
-    att = c.attach(x["id"], replay=0)
+    att = c.attach(x.id, replay=0)
     att.write("go\r")  # then read nothing: the monitor queues the output for us
     # All of it is out ("go\r\n" echoed, then the x's) and the monitor is idle again.
-    wait_for(lambda: os.path.getsize(x["pty_path"]) == 1_000_004, what="the output")
-    with RawConn(Path(x["socket"])) as conn:
+    wait_for(lambda: os.path.getsize(x.pty_path) == 1_000_004, what="the output")
+    with RawConn(Path(x.socket)) as conn:
         conn.send_obj({"op": "ping"})
         conn.recv_obj()
-    monitor = daemon.handles(x["id"])["monitor"]["pid"]
+    monitor = daemon.handles(x.id)["monitor"]["pid"]
     os.kill(monitor, signal.SIGSTOP)  # a busy monitor: it sees the detach and the close at once
     try:
         att.detach()
@@ -732,7 +732,7 @@ def test_detach_with_output_queued_is_journaled_as_a_detach(daemon: DaemonProc) 
         os.kill(monitor, signal.SIGCONT)
 
     def detaches() -> list[dict[str, Any]]:
-        return [e for e in events_of(daemon, x["id"]) if e["type"] == "exec.detach"]
+        return [e for e in events_of(daemon, x.id) if e["type"] == "exec.detach"]
     wait_for(detaches, what="the detach event")
     assert detaches()[0]["reason"] == "detached"
 
@@ -748,9 +748,9 @@ def test_detach_while_the_program_writes_is_journaled_as_a_detach(daemon: Daemon
         script = (f"trap 'echo tick; touch {ticked}' USR1; echo ready; "
                   "while :; do sleep 1 & wait; done")
         x = c.exec_start(["sh", "-c", script], tty=True)
-        att = c.attach(x["id"])
+        att = c.attach(x.id)
         att.read_until(b"ready")
-        handles = daemon.handles(x["id"])
+        handles = daemon.handles(x.id)
         monitor = handles["monitor"]["pid"]
         os.kill(monitor, signal.SIGSTOP)
         try:
@@ -760,7 +760,7 @@ def test_detach_while_the_program_writes_is_journaled_as_a_detach(daemon: Daemon
         finally:
             os.kill(monitor, signal.SIGCONT)
 
-        def detaches(xid: str = x["id"]) -> list[dict[str, Any]]:
+        def detaches(xid: str = x.id) -> list[dict[str, Any]]:
             return [e for e in events_of(daemon, xid) if e["type"] == "exec.detach"]
         wait_for(detaches, what="the detach event")
         reasons.append(detaches()[0]["reason"])
@@ -774,7 +774,7 @@ def test_sdk_attachment_write_read_resize_detach(daemon: DaemonProc) -> None:
     c = daemon.client()
     x = c.exec_start(SHELL, tty=True, env={"PS1": "$ ", "HISTFILE": "/dev/null",
                                            "TERM": "xterm", "PATH": os.environ["PATH"]})
-    with c.attach(x["id"], rows=24, cols=80) as att:
+    with c.attach(x.id, rows=24, cols=80) as att:
         assert att.info["tty"] is True
         att.write(b"echo sdk$((40+2))\r")
         assert b"sdk42" in att.read_until(b"sdk42")
@@ -783,9 +783,9 @@ def test_sdk_attachment_write_read_resize_detach(daemon: DaemonProc) -> None:
         att.read_until(b"sz[40 120]")
         assert att.read(timeout=0.01) is not None  # nothing pending is not an error
     assert att.closed
-    assert c.exec_get(x["id"])["state"] == "RUNNING"
+    assert c.exec_get(x.id).state == "RUNNING"
 
-    att = c.attach(x["id"])
+    att = c.attach(x.id)
     att.write("exit 4\r")
     with pytest.raises(TimeoutError):
         att.read_until(b"never printed", timeout=TIMEOUT)
@@ -794,17 +794,17 @@ def test_sdk_attachment_write_read_resize_detach(daemon: DaemonProc) -> None:
     with pytest.raises(TetherError):
         att.write("too late")
     att.detach()
-    assert c.exec_wait(x["id"], timeout=10)["exit_code"] == 4
+    assert c.exec_wait(x.id, timeout=10).exit_code == 4
 
 
 def test_sdk_attach_without_terminal_or_stdin_is_a_clear_error(daemon: DaemonProc) -> None:
     c = daemon.client()
     x = c.exec_start(["sleep", "30"])
     with pytest.raises(TetherError) as e:
-        c.attach(x["id"])
+        c.attach(x.id)
     assert e.value.code == "NO_TERMINAL"
     assert "tether logs -f" in e.value.message
-    r = daemon.cli("attach", x["id"])
+    r = daemon.cli("attach", x.id)
     assert r.returncode == 1
     assert b"no terminal" in r.stderr
 
@@ -812,23 +812,23 @@ def test_sdk_attach_without_terminal_or_stdin_is_a_clear_error(daemon: DaemonPro
 def test_sdk_attach_to_an_ended_exec(daemon: DaemonProc) -> None:
     c = daemon.client()
     x = c.exec_start(["sh", "-c", "exit 0"], tty=True)
-    c.exec_wait(x["id"], timeout=10)
+    c.exec_wait(x.id, timeout=10)
     with pytest.raises(TetherError) as e:
-        c.attach(x["id"])
+        c.attach(x.id)
     assert e.value.code == "NOT_RUNNING"
 
 
 def test_sdk_stdin_without_terminal(daemon: DaemonProc) -> None:
     c = daemon.client()
     x = c.exec_start(["cat"], stdin=True)
-    with c.attach(x["id"]) as att:
+    with c.attach(x.id) as att:
         assert att.info["tty"] is False
         att.write(b"piped ")
         att.write(b"bytes\n")
         att.close_stdin()
-        done = c.exec_wait(x["id"], timeout=10)
-    assert done["exit_code"] == 0
-    assert b"".join(c.read_logs(x["id"])) == b"piped bytes\n"
+        done = c.exec_wait(x.id, timeout=10)
+    assert done.exit_code == 0
+    assert b"".join(c.read_logs(x.id)) == b"piped bytes\n"
 
 
 def test_run_i_forwards_piped_stdin(daemon: DaemonProc) -> None:

@@ -17,15 +17,15 @@ if TYPE_CHECKING:
     from typing import Any
 
     from tether.client.aio import AsyncClient
+    from tether.client.blocking import Client
     from tether.client.errors import TetherError
-    from tether.client.sync import Client
 
 __all__ = ["AsyncClient", "Client", "TetherError", "__version__"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "Client":
-        from tether.client.sync import Client
+        from tether.client.blocking import Client
 
         return Client
     if name == "AsyncClient":

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from tether.model.records import AGING_PCT, DYING_PCT
+
 
 class Lifecycle(StrEnum):
     HEALTHY = "HEALTHY"
@@ -39,8 +41,8 @@ def can_transition_to(current: str, wanted: str) -> bool:
 
 @dataclass(frozen=True)
 class Thresholds:
-    aging_pct: float = 70.0
-    dying_pct: float = 90.0
+    aging_pct: float = AGING_PCT
+    dying_pct: float = DYING_PCT
 
     def __post_init__(self) -> None:
         if not 0 < self.aging_pct <= self.dying_pct <= 100:

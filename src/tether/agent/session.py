@@ -21,7 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tether.client.sync import Client
+import msgspec
+
+from tether.client.blocking import Client
 from tether.model.layout import HomeLayout
 
 
@@ -59,32 +61,25 @@ class Session:
                                   self.socket)
         return self._client
 
-    def _call(self, method: str, **params: Any) -> Any:
-        return self.client._call(method, {"session": self.session, "token": self.token,
-                                          **{k: v for k, v in params.items()
-                                             if v is not None}})
-
     def turn(self, *, context_pct: float | None = None, usage: dict[str, int] | None = None,
              model: str | None = None, messages: list[dict[str, Any]] | None = None,
              config: dict[str, Any] | None = None) -> dict[str, Any]:
         """Report a completed turn; the reply carries the lifecycle and instructions."""
-        result: dict[str, Any] = self._call("agent.turn", context_pct=context_pct,
-                                            usage=usage, model=model,
-                                            messages=messages or [], config=config)
-        return result
+        return _plain(self.client.agent_turn(self.session, self.token,
+                                             context_pct=context_pct, usage=usage,
+                                             model=model, messages=messages, config=config))
 
     def heartbeat(self, activity: str | None = None) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("agent.heartbeat", activity=activity)
-        return result
+        return _plain(self.client.agent_heartbeat(self.session, self.token,
+                                                  activity=activity))
 
     def authorize_tool(self, tool: str, input: Any = None) -> dict[str, Any]:
         """``{"allowed": bool, "reason": str, "lifecycle": str}``."""
-        result: dict[str, Any] = self._call("agent.authorize_tool", tool=tool, input=input)
-        return result
+        return _plain(self.client.agent_authorize_tool(self.session, self.token, tool,
+                                                       input))
 
     def handoff(self, text: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._call("agent.handoff", text=text)
-        return result
+        return _plain(self.client.agent_handoff(self.session, self.token, text))
 
     def restored_messages(self) -> list[dict[str, Any]]:
         """The conversation from the drain snapshot this attempt was revived from."""
@@ -105,6 +100,13 @@ class Session:
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
+
+
+def _plain(reply: msgspec.Struct) -> dict[str, Any]:
+    """Replies stay dicts here while the CLI's ``tether agent`` commands index them so;
+    ``Session.client`` has the typed methods."""
+    out: dict[str, Any] = msgspec.to_builtins(reply)
+    return out
 
 
 __all__ = ["NotAnAgent", "Session"]

@@ -1,2 +1,4 @@
-"""The Python SDK: :class:`~tether.client.sync.Client` and
-:class:`~tether.client.aio.AsyncClient`. The CLI is built on ``Client``."""
+"""The Python SDK: :class:`~tether.client.blocking.Client` and
+:class:`~tether.client.aio.AsyncClient`, one method per daemon method, replies decoded
+into typed records (:mod:`tether.client.replies`). ``sync.Client`` is the CLI's
+transitional view of the same client with plain-JSON replies."""

@@ -1,99 +1,246 @@
 """The SDK's method table, written once for both clients.
 
-``_Api[R]`` turns keyword arguments into JSON-RPC params and hands them to
-``_call``; the blocking client's ``_call`` returns the result, the asyncio
-client's returns an awaitable of it.
+Each method of :class:`_Api` builds a :class:`~tether.client.core.Request` (the params,
+and the type its result decodes into); the ``rpc`` descriptor hands it to the client's
+``_invoke``. Its overloaded ``__get__`` gives each client its own signature for mypy:
+``Client.exec_get`` returns an ``ExecView``, ``AsyncClient.exec_get`` an awaitable of
+one, with the same parameters.
 """
 
 from __future__ import annotations
 
+import functools
 import uuid
-from collections.abc import Sequence
-from typing import Any, Generic, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
-R = TypeVar("R")
+from tether.client import replies as r
+from tether.client.core import Awaiting, Blocking, RawBlocking, Request
+from tether.model import records as rec
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
-def _clean(params: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in params.items() if v is not None}
+class rpc(Generic[P, T]):
+    """A table method: ``build`` returns the request; the client sends it."""
+
+    def __init__(self, build: Callable[Concatenate[Any, P], Request[T]]) -> None:
+        self.build = build
+        functools.update_wrapper(self, build)  # type: ignore[arg-type]
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> rpc[P, T]: ...
+    @overload
+    def __get__(self, obj: RawBlocking, owner: type) -> Callable[P, Any]: ...
+    @overload
+    def __get__(self, obj: Blocking, owner: type) -> Callable[P, T]: ...
+    @overload
+    def __get__(self, obj: Awaiting, owner: type) -> Callable[P, Awaitable[T]]: ...
+
+    def __get__(self, obj: Any, owner: type) -> Any:
+        if obj is None:
+            return self
+        build = self.build
+
+        @functools.wraps(build)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return obj._invoke(build(obj, *args, **kwargs))
+        return call
+
+    def request(self, client: Any, *args: P.args, **kwargs: P.kwargs) -> Request[T]:
+        """The request a call would send (for the clients' own conveniences)."""
+        return self.build(client, *args, **kwargs)
 
 
-class _Api(Generic[R]):
-    def _call(self, method: str, params: dict[str, Any]) -> R:
-        raise NotImplementedError
-
+class _Api:
     # daemon
-    def health(self) -> R:
-        return self._call("daemon.health", {})
+    @rpc
+    def health(self) -> Request[r.Health]:
+        return Request("daemon.health", {}, r.Health)
 
-    def status(self) -> R:
-        return self._call("daemon.status", {})
+    @rpc
+    def status(self) -> Request[r.Status]:
+        return Request("daemon.status", {}, r.Status)
 
     # sandboxes
-    def sandbox_create(self, name: str, *, runtime: str = "process", workspace: str | None = None,
-                       env: dict[str, str] | None = None, labels: dict[str, str] | None = None,
-                       network: str | None = None, idle_timeout: float | None = None,
-                       ttl: float | None = None) -> R:
-        return self._call("sandbox.create", _clean({
+    @rpc
+    def sandbox_create(self, name: str, *, runtime: str = "process",
+                       workspace: str | None = None, env: dict[str, str] | None = None,
+                       labels: dict[str, str] | None = None, network: str | None = None,
+                       idle_timeout: float | None = None, ttl: float | None = None,
+                       spec: str | None = None, set: Sequence[str] | None = None,
+                       spec_name: str | None = None, base_dir: str | None = None,
+                       ephemeral: bool = False) -> Request[rec.SandboxRecord]:
+        """From flags, or from a YAML ``spec`` text (with ``set`` overrides, relative
+        paths against ``base_dir``); ``ephemeral``: deleted once its execs have ended."""
+        return Request("sandbox.create", {
             "name": name, "runtime": runtime, "workspace": workspace, "env": env,
-            "labels": labels, "network": network, "idle_timeout": idle_timeout, "ttl": ttl}))
+            "labels": labels, "network": network, "idle_timeout": idle_timeout, "ttl": ttl,
+            "spec": spec, "set": list(set) if set else None, "spec_name": spec_name,
+            "base_dir": base_dir, "ephemeral": ephemeral or None}, rec.SandboxRecord)
 
-    def sandbox_get(self, sandbox: str) -> R:
-        return self._call("sandbox.get", {"sandbox": sandbox})
+    @rpc
+    def sandbox_get(self, sandbox: str) -> Request[rec.SandboxRecord]:
+        return Request("sandbox.get", {"sandbox": sandbox}, rec.SandboxRecord)
 
-    def sandbox_list(self, *, all: bool = False) -> R:
-        return self._call("sandbox.list", {"all": all})
+    @rpc
+    def sandbox_list(self, *, all: bool = False) -> Request[list[rec.SandboxRecord]]:
+        return Request("sandbox.list", {"all": all}, r.SandboxList, lambda x: x.sandboxes)
 
-    def sandbox_stop(self, sandbox: str, *, grace: float = 5.0) -> R:
-        return self._call("sandbox.stop", {"sandbox": sandbox, "grace": grace})
+    @rpc
+    def sandbox_stop(self, sandbox: str, *, grace: float = 5.0) -> Request[rec.SandboxRecord]:
+        return Request("sandbox.stop", {"sandbox": sandbox, "grace": grace},
+                       rec.SandboxRecord)
 
-    def sandbox_start(self, sandbox: str) -> R:
-        return self._call("sandbox.start", {"sandbox": sandbox})
+    @rpc
+    def sandbox_start(self, sandbox: str) -> Request[rec.SandboxRecord]:
+        return Request("sandbox.start", {"sandbox": sandbox}, rec.SandboxRecord)
 
-    def sandbox_delete(self, sandbox: str, *, grace: float = 5.0) -> R:
-        return self._call("sandbox.delete", {"sandbox": sandbox, "grace": grace})
+    @rpc
+    def sandbox_delete(self, sandbox: str, *, grace: float = 5.0,
+                       force: bool = False) -> Request[rec.SandboxRecord]:
+        """``force`` records it DELETED even when dockerd cannot remove its containers now."""
+        return Request("sandbox.delete", {"sandbox": sandbox, "grace": grace,
+                                          "force": force or None}, rec.SandboxRecord)
+
+    @rpc
+    def sandbox_copy(self, sandbox: str, direction: Literal["in", "out"], src: str,
+                     dst: str) -> Request[r.CopyReport]:
+        """Copy between the host and a sandbox (``tether cp``); host paths are absolute."""
+        return Request("sandbox.copy", {"sandbox": sandbox, "direction": direction,
+                                        "src": src, "dst": dst}, r.CopyReport)
 
     # execs
+    @rpc
     def exec_start(self, argv: Sequence[str], *, sandbox: str = "default",
                    env: dict[str, str] | None = None, cwd: str | None = None,
                    timeout: float | None = None, name: str | None = None,
                    kill_grace: float | None = None, request_key: str | None = None,
                    tty: bool = False, stdin: bool = False, rows: int | None = None,
-                   cols: int | None = None) -> R:
+                   cols: int | None = None) -> Request[r.ExecView]:
         """Start ``argv``. A request key makes retries (after a reconnect) start it once.
 
         ``tty`` gives it a terminal (attach with ``Client.attach``); ``stdin`` keeps
         its input open for attached clients.
         """
-        return self._call("exec.start", _clean({
+        return Request("exec.start", {
             "argv": list(argv), "sandbox": sandbox, "env": env, "cwd": cwd,
             "timeout": timeout, "name": name, "kill_grace": kill_grace,
             "request_key": request_key or uuid.uuid4().hex,
-            "tty": tty or None, "stdin": stdin or None, "rows": rows, "cols": cols}))
+            "tty": tty or None, "stdin": stdin or None, "rows": rows, "cols": cols},
+            r.ExecView)
 
-    def exec_get(self, exec: str) -> R:
-        return self._call("exec.get", {"exec": exec})
+    @rpc
+    def exec_get(self, exec: str) -> Request[r.ExecView]:
+        return Request("exec.get", {"exec": exec}, r.ExecView)
 
-    def exec_list(self, *, sandbox: str | None = None, all: bool = False) -> R:
-        return self._call("exec.list", _clean({"sandbox": sandbox, "all": all}))
+    @rpc
+    def exec_list(self, *, sandbox: str | None = None,
+                  all: bool = False) -> Request[list[r.ExecView]]:
+        return Request("exec.list", {"sandbox": sandbox, "all": all}, r.ExecList,
+                       lambda x: x.execs)
 
-    def exec_wait(self, exec: str, *, timeout: float | None = None) -> R:
-        return self._call("exec.wait", _clean({"exec": exec, "timeout": timeout}))
+    @rpc
+    def exec_wait(self, exec: str, *, timeout: float | None = None) -> Request[r.ExecView]:
+        """The exec once it has ended, or as it is after ``timeout`` seconds."""
+        return Request("exec.wait", {"exec": exec, "timeout": timeout}, r.ExecView)
 
+    @rpc
     def exec_cancel(self, exec: str, *, signal: int | str = "TERM", grace: float = 5.0,
-                    reason: str | None = None) -> R:
-        return self._call("exec.cancel", _clean({"exec": exec, "signal": signal,
-                                                 "grace": grace, "reason": reason}))
+                    reason: str | None = None) -> Request[r.ExecView]:
+        return Request("exec.cancel", {"exec": exec, "signal": signal, "grace": grace,
+                                       "reason": reason}, r.ExecView)
 
+    @rpc
     def exec_logs(self, exec: str, *, stream: str = "stdout", offset: int = 0,
-                  limit: int | None = None, wait: float | None = None) -> R:
-        """One chunk of a log from ``offset``; ``data`` is base64 on the wire."""
-        return self._call("exec.logs", _clean({"exec": exec, "stream": stream,
-                                               "offset": offset, "limit": limit,
-                                               "wait": wait}))
+                  limit: int | None = None, wait: float | None = None) -> Request[r.LogChunk]:
+        """One chunk of a log from ``offset`` (``read_logs`` iterates over them)."""
+        return Request("exec.logs", {"exec": exec, "stream": stream, "offset": offset,
+                                     "limit": limit, "wait": wait}, r.LogChunk)
 
-    # events
+    # events (events.subscribe and events.unsubscribe: ``subscribe()``)
+    @rpc
     def events_list(self, *, since: int = 0, sandbox: str | None = None,
-                    limit: int | None = None) -> R:
-        return self._call("events.list", _clean({"since": since, "sandbox": sandbox,
-                                                  "limit": limit}))
+                    limit: int | None = None) -> Request[r.EventPage]:
+        return Request("events.list", {"since": since, "sandbox": sandbox, "limit": limit},
+                       r.EventPage)
+
+    # agents: supervising them
+    @rpc
+    def agent_start(self, argv: Sequence[str], *, provider: str | None = None,
+                    name: str | None = None, sandbox: str = "default",
+                    env: dict[str, str] | None = None, cwd: str | None = None,
+                    tty: bool = False, revival: str | None = None,
+                    max_revivals: int | None = None, crash_loop_seconds: float | None = None,
+                    successor: str | None = None, aging_pct: float | None = None,
+                    dying_pct: float | None = None, stale_after: float | None = None,
+                    crashed_after: float | None = None, worktree: str | None = None,
+                    issue: str | None = None, force: bool = False,
+                    request_key: str | None = None) -> Request[r.AgentStarted]:
+        """Start an agent lineage; unset options take the daemon's defaults
+        (``tether.model.records.AgentConfig``). A request key makes retries start it once."""
+        return Request("agent.start", {
+            "argv": list(argv), "provider": provider, "name": name, "sandbox": sandbox,
+            "env": env, "cwd": cwd, "tty": tty or None, "revival": revival,
+            "max_revivals": max_revivals, "crash_loop_seconds": crash_loop_seconds,
+            "successor": successor, "aging_pct": aging_pct, "dying_pct": dying_pct,
+            "stale_after": stale_after, "crashed_after": crashed_after,
+            "worktree": worktree, "issue": issue, "force": force or None,
+            "request_key": request_key or uuid.uuid4().hex}, r.AgentStarted)
+
+    @rpc
+    def agent_reap(self) -> Request[r.ReapReport]:
+        """Settle dead sessions and drop stale heartbeat files, without signalling."""
+        return Request("agent.reap", {}, r.ReapReport)
+
+    @rpc
+    def lineage_list(self, *, all: bool = False) -> Request[list[r.LineageView]]:
+        return Request("lineage.list", {"all": all}, r.LineageList, lambda x: x.lineages)
+
+    @rpc
+    def lineage_get(self, lineage: str) -> Request[r.LineageView]:
+        return Request("lineage.get", {"lineage": lineage}, r.LineageView)
+
+    @rpc
+    def lineage_resolve(self, lineage: str,
+                        action: Literal["revive", "reap"]) -> Request[r.LineageView]:
+        """Decide for a lineage waiting under the ``ask`` revival policy."""
+        return Request("lineage.resolve", {"lineage": lineage, "action": action},
+                       r.LineageView)
+
+    # agents: the agent's own reports, authenticated by its session and token
+    @rpc
+    def agent_turn(self, session: str, token: str, *, context_pct: float | None = None,
+                   usage: dict[str, int] | None = None, model: str | None = None,
+                   messages: list[dict[str, Any]] | None = None,
+                   config: dict[str, Any] | None = None) -> Request[r.TurnReply]:
+        return Request("agent.turn", {
+            "session": session, "token": token, "context_pct": context_pct, "usage": usage,
+            "model": model, "messages": messages or [], "config": config}, r.TurnReply)
+
+    @rpc
+    def agent_heartbeat(self, session: str, token: str, *,
+                        activity: str | None = None) -> Request[r.Heartbeat]:
+        return Request("agent.heartbeat", {"session": session, "token": token,
+                                           "activity": activity}, r.Heartbeat)
+
+    @rpc
+    def agent_authorize_tool(self, session: str, token: str, tool: str,
+                             input: Any = None) -> Request[r.ToolDecision]:
+        return Request("agent.authorize_tool", {"session": session, "token": token,
+                                                "tool": tool, "input": input},
+                       r.ToolDecision)
+
+    @rpc
+    def agent_handoff(self, session: str, token: str, text: str) -> Request[r.Handoff]:
+        return Request("agent.handoff", {"session": session, "token": token, "text": text},
+                       r.Handoff)
+
+    @rpc
+    def agent_hook(self, session: str, token: str, provider: str, event: str,
+                   payload: dict[str, Any] | None = None) -> Request[r.HookReply]:
+        """A provider hook's event; the reply is what the hook program prints and exits."""
+        return Request("agent.hook", {"session": session, "token": token,
+                                      "provider": provider, "event": event,
+                                      "payload": payload or {}}, r.HookReply)

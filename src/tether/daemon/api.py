@@ -10,6 +10,8 @@ import os
 import time
 from typing import Any, Protocol, cast
 
+import msgspec
+
 from tether import __version__
 from tether.agent.lifecycle import Thresholds
 from tether.agent.providers import for_command
@@ -198,9 +200,8 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
 
     async def exec_start(p: m.ExecStart, c: Connection) -> Any:
         sb = sandboxes.resolve(p.sandbox)
-        spec = ExecSpec(argv=p.argv, env=p.env, cwd=p.cwd, timeout=p.timeout, name=p.name,
-                        kill_grace=p.kill_grace, tty=p.tty, stdin=p.stdin or p.tty,
-                        rows=p.rows, cols=p.cols)
+        spec = msgspec.convert(p, ExecSpec, from_attributes=True)  # the params are one
+        spec.stdin = p.stdin or p.tty
         return xview(await execs.start(sb, spec, p.request_key))
 
     async def exec_get(p: m.ExecRef, c: Connection) -> Any:
@@ -255,12 +256,8 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         if p.cwd is not None and not os.path.isdir(p.cwd):
             raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
                               f"cwd {p.cwd!r} is not an existing directory")
-        cfg = AgentConfig(provider=provider, argv=p.argv, sandbox=p.sandbox, cwd=p.cwd,
-                          env=p.env, tty=p.tty, revival=p.revival, max_revivals=p.max_revivals,
-                          crash_loop_seconds=p.crash_loop_seconds, successor=p.successor,
-                          aging_pct=p.aging_pct, dying_pct=p.dying_pct,
-                          stale_after=p.stale_after, crashed_after=p.crashed_after,
-                          worktree=p.worktree, issue=p.issue)
+        cfg = msgspec.convert(msgspec.structs.replace(p, provider=provider), AgentConfig,
+                              from_attributes=True)  # the params are an AgentOptions
         try:
             get_provider(provider)
             Thresholds(p.aging_pct, p.dying_pct)

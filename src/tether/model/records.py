@@ -15,6 +15,16 @@ from msgspec import Meta
 
 DEFAULT_SANDBOX = "default"
 
+# The defaults of an exec and of an agent, written once: the records below, the wire
+# params (rpc/messages.py), the lifecycle thresholds and the CLI's flags use these.
+KILL_GRACE = 5.0  # seconds between SIGTERM and SIGKILL
+AGING_PCT = 70.0  # context % from which a turn reply asks for a handoff
+DYING_PCT = 90.0  # context % from which only finalization tools are allowed
+STALE_AFTER = 30.0  # seconds without a sign of life before the heartbeat is STALE
+CRASHED_AFTER = 90.0  # ... and before it is CRASHED
+MAX_REVIVALS = 3
+CRASH_LOOP_SECONDS = 10.0
+
 # The sandbox spec records below are also the schema of spec files and of
 # ``sandbox.create``'s spec object (tether.sandbox.spec converts them with msgspec).
 # Constraints hold for every stored row too (the store decodes with them), so only
@@ -133,7 +143,7 @@ class ExecSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     timeout: float | None = None
     name: str | None = None
     # Seconds between SIGTERM and SIGKILL when a timeout fires.
-    kill_grace: float = 5.0
+    kill_grace: float = KILL_GRACE
     # A PTY (``tether run -t``): output goes to ``pty.log`` and attached clients.
     tty: bool = False
     # Keep stdin open for attached clients (``-i``); implied by ``tty``.
@@ -178,25 +188,30 @@ class Event(msgspec.Struct, kw_only=True):
     data: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
-class AgentConfig(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """How a lineage is run and revived; fixed for the lineage's life."""
+class AgentOptions(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What ``agent.start`` chooses about a lineage (its params refine these fields)."""
 
     provider: str = "generic"
     argv: list[str]
-    sandbox: str = "default"
+    sandbox: str = DEFAULT_SANDBOX
     cwd: str | None = None
     env: dict[str, str] = msgspec.field(default_factory=dict)
     tty: bool = False
     revival: str = "revive"  # revive | reap | ask
-    max_revivals: int = 3
-    crash_loop_seconds: float = 10.0
+    max_revivals: int = MAX_REVIVALS
+    crash_loop_seconds: float = CRASH_LOOP_SECONDS
     successor: str = "none"  # none | auto
-    aging_pct: float = 70.0
-    dying_pct: float = 90.0
-    stale_after: float = 30.0
-    crashed_after: float = 90.0
+    aging_pct: float = AGING_PCT
+    dying_pct: float = DYING_PCT
+    stale_after: float = STALE_AFTER
+    crashed_after: float = CRASHED_AFTER
     worktree: str | None = None
     issue: str | None = None
+
+
+class AgentConfig(AgentOptions, kw_only=True, omit_defaults=True):
+    """How a lineage is run and revived; fixed for the lineage's life."""
+
     # The worktree's git common dir, found once at start (a sandboxed agent's commits
     # write there; its worktree's .git file is the agent's to rewrite).
     git_dir: str | None = None

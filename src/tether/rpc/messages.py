@@ -1,7 +1,9 @@
 """Typed params of every JSON-RPC method (docs/PROTOCOL.md mirrors this file).
 
 Unknown fields are refused (``forbid_unknown_fields``) so that a typo in a param
-name is an error, not a silently ignored option.
+name is an error, not a silently ignored option. Where params carry a record
+(``exec.start`` an ``ExecSpec``, ``agent.start`` an ``AgentOptions``) they subclass
+it: the record gives the fields and their defaults, the params add the checks.
 """
 
 from __future__ import annotations
@@ -10,6 +12,19 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
+
+from tether.model.records import (
+    AGING_PCT,
+    CRASH_LOOP_SECONDS,
+    CRASHED_AFTER,
+    DEFAULT_SANDBOX,
+    DYING_PCT,
+    KILL_GRACE,
+    MAX_REVIVALS,
+    STALE_AFTER,
+    AgentOptions,
+    ExecSpec,
+)
 
 NonEmpty = Annotated[str, Meta(min_length=1, max_length=4096)]
 Name = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")]
@@ -76,19 +91,21 @@ class SandboxList(_P):
     all: bool = False
 
 
-class ExecStart(_P):
-    argv: Annotated[list[Annotated[str, Meta(max_length=131072)]], Meta(min_length=1)]
-    sandbox: NonEmpty = "default"
-    env: dict[str, str] = msgspec.field(default_factory=dict)
-    cwd: str | None = None
+Argv = Annotated[list[Annotated[str, Meta(max_length=131072)]], Meta(min_length=1)]
+RequestKey = Annotated[str, Meta(min_length=8, max_length=128)]
+
+
+class ExecStart(_P, ExecSpec, kw_only=True):
+    """An ``ExecSpec`` (env, cwd, tty, stdin as it has them), where, and a request key."""
+
+    argv: Argv
     timeout: Annotated[float, Meta(gt=0, le=10 * 365 * 86400)] | None = None
     name: Name | None = None
-    kill_grace: Seconds = 5.0
-    request_key: Annotated[str, Meta(min_length=8, max_length=128)] | None = None
-    tty: bool = False
-    stdin: bool = False
+    kill_grace: Seconds = KILL_GRACE
     rows: Annotated[int, Meta(ge=1, le=10000)] | None = None
     cols: Annotated[int, Meta(ge=1, le=10000)] | None = None
+    sandbox: NonEmpty = DEFAULT_SANDBOX
+    request_key: RequestKey | None = None
 
 
 class ExecRef(_P):
@@ -138,27 +155,26 @@ class EventsUnsubscribe(_P):
 Pct = Annotated[float, Meta(ge=0, le=100)]
 
 
-class AgentStart(_P):
-    argv: Annotated[list[Annotated[str, Meta(max_length=131072)]], Meta(min_length=1)]
-    provider: str | None = None  # default: from argv[0] (claude, codex), else generic
-    name: Name | None = None
-    sandbox: NonEmpty = "default"
-    env: dict[str, str] = msgspec.field(default_factory=dict)
-    cwd: str | None = None
-    tty: bool = False
+class AgentStart(_P, AgentOptions, kw_only=True):
+    """An ``AgentOptions`` (env, cwd, tty, worktree as it has them), a name, and a
+    request key: a retried agent.start with the same key returns the same lineage."""
+
+    argv: Argv
+    # None: from argv[0] (claude, codex), else generic.
+    provider: str | None = None  # type: ignore[assignment]
+    sandbox: NonEmpty = DEFAULT_SANDBOX
     revival: Literal["revive", "reap", "ask"] = "revive"
-    max_revivals: Annotated[int, Meta(ge=0, le=1000)] = 3
-    crash_loop_seconds: Annotated[float, Meta(ge=0, le=86400)] = 10.0
+    max_revivals: Annotated[int, Meta(ge=0, le=1000)] = MAX_REVIVALS
+    crash_loop_seconds: Annotated[float, Meta(ge=0, le=86400)] = CRASH_LOOP_SECONDS
     successor: Literal["none", "auto"] = "none"
-    aging_pct: Pct = 70.0
-    dying_pct: Pct = 90.0
-    stale_after: Annotated[float, Meta(gt=0, le=86400)] = 30.0
-    crashed_after: Annotated[float, Meta(gt=0, le=86400)] = 90.0
-    worktree: str | None = None
+    aging_pct: Pct = AGING_PCT
+    dying_pct: Pct = DYING_PCT
+    stale_after: Annotated[float, Meta(gt=0, le=86400)] = STALE_AFTER
+    crashed_after: Annotated[float, Meta(gt=0, le=86400)] = CRASHED_AFTER
     issue: Annotated[str, Meta(max_length=256)] | None = None
+    name: Name | None = None
     force: bool = False
-    # Client-chosen; a retried agent.start with the same key returns the same lineage.
-    request_key: Annotated[str, Meta(min_length=8, max_length=128)] | None = None
+    request_key: RequestKey | None = None
 
 
 class _Auth(_P):

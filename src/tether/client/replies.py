@@ -1,0 +1,188 @@
+"""Typed replies of the daemon's methods, where a reply is more than a stored record.
+
+Where a reply *is* a record (``sandbox.get``, ``events.list``'s events) the SDK decodes
+it into :mod:`tether.model.records` itself. Decoding ignores fields it does not know,
+so a newer daemon may add fields without breaking an older SDK; the fields a daemon
+adds to a record have defaults, so an older daemon's reply decodes too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from tether.model.records import Event, ExecRecord, SandboxRecord
+
+
+class _Reply(msgspec.Struct, kw_only=True):
+    pass
+
+
+class Health(_Reply):
+    status: str  # SERVING | NOT_SERVING
+    state: str
+
+
+class RuntimeStatus(_Reply):
+    available: bool | None = None  # None: docker not probed yet
+    version: str | None = None
+    reason: str | None = None
+    connected: bool | None = None  # docker only
+    reconciles: int | None = None  # docker only
+
+
+class StatusCounts(_Reply):
+    sandboxes: int = 0
+    execs: dict[str, int] = msgspec.field(default_factory=dict)  # by state
+    watched: int = 0
+    connections: int = 0
+    subscriptions: int = 0
+
+
+class Status(_Reply):
+    pid: int
+    version: str
+    state: str
+    home: str
+    instance: str | None = None
+    started_at: float = 0.0
+    uptime: float = 0.0
+    runtime: str = "process"
+    runtimes: dict[str, RuntimeStatus] = msgspec.field(default_factory=dict)
+    recovery: dict[str, Any] = msgspec.field(default_factory=dict)
+    counts: StatusCounts = msgspec.field(default_factory=StatusCounts)
+
+
+class AgentSummary(_Reply):
+    """The agent an exec is an attempt of, as ``exec.*`` replies show it."""
+
+    lineage: str
+    status: str
+    lifecycle: str
+    heartbeat: str | None = None  # only for the lineage's current exec
+    context_pct: float | None = None
+    turns: int = 0
+    revivals: int = 0
+
+
+class ExecView(ExecRecord, kw_only=True):
+    """An exec record plus what the daemon knows beside it."""
+
+    pid: int | None = None  # while RUNNING
+    stdout_path: str | None = None
+    stderr_path: str | None = None
+    pty_path: str | None = None  # terminal execs only
+    socket: str | None = None  # the exec's monitor socket (attach)
+    agent: AgentSummary | None = None
+
+
+class LogChunk(_Reply):
+    """One ``exec.logs`` chunk; ``offset`` is where the next read starts."""
+
+    data: bytes  # base64 on the wire
+    offset: int
+    size: int = 0
+    eof: bool = False
+    state: str | None = None
+
+
+class EventPage(_Reply):
+    events: list[Event]
+    next: int  # the cursor to pass as ``since`` for the page after this one
+
+
+class CopyReport(_Reply):
+    sandbox: str
+    direction: str
+    src: str
+    dst: str
+    bytes: int = 0
+
+
+class LineageView(_Reply):
+    """A lineage as ``lineage.*`` show it (no token, no config beyond these fields)."""
+
+    id: str
+    name: str | None = None
+    provider: str = "generic"
+    status: str = "ACTIVE"
+    lifecycle: str = "HEALTHY"
+    exec: str | None = None  # the current attempt
+    attempt: int = 0
+    revivals: int = 0
+    turns: int = 0
+    context_pct: float | None = None
+    model: str | None = None
+    usage: dict[str, int] = msgspec.field(default_factory=dict)
+    provider_session_id: str | None = None
+    reason: str | None = None
+    revival: str = "revive"
+    heartbeat: str | None = None
+    revive_at: float | None = None
+    has_handoff: bool = False
+    snapshot: str | None = None
+    worktree: str | None = None
+    created_at: float = 0.0
+    predecessor: str | None = None
+
+
+class AgentStarted(LineageView, kw_only=True):
+    exec_view: ExecView | None = None  # None: the first attempt did not start (see reason)
+
+
+class TurnReply(_Reply):
+    lineage: str
+    turn: int
+    lifecycle: str
+    context_pct: float | None = None
+    instructions: str | None = None
+    snapshot: str | None = None
+
+
+class Heartbeat(_Reply):
+    lifecycle: str
+    heartbeat: str
+
+
+class ToolDecision(_Reply):
+    allowed: bool
+    reason: str
+    lifecycle: str
+
+
+class Handoff(_Reply):
+    ok: bool
+    path: str
+
+
+class HookReply(_Reply):
+    """What a provider's hook program prints (``stdout``) and exits with."""
+
+    kind: str
+    allowed: bool = True
+    reason: str = "ok"
+    stdout: bytes = b""  # base64 on the wire
+    exit_code: int = 0
+
+
+class ReapReport(_Reply):
+    swept: int = 0
+    heartbeat_files_removed: int = 0
+
+
+class ExecList(_Reply):
+    execs: list[ExecView]
+
+
+class SandboxList(_Reply):
+    sandboxes: list[SandboxRecord]
+
+
+class LineageList(_Reply):
+    lineages: list[LineageView]
+
+
+__all__ = ["AgentStarted", "AgentSummary", "CopyReport", "EventPage", "ExecView", "Handoff",
+           "Health", "Heartbeat", "HookReply", "LineageView", "LogChunk", "ReapReport",
+           "RuntimeStatus", "Status", "StatusCounts", "ToolDecision", "TurnReply"]
