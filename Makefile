@@ -6,7 +6,7 @@ BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test test-fast lint typecheck unit bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "tether needs Python 3.11+"'
@@ -19,6 +19,10 @@ demo: $(STAMP)
 	$(BIN)/python demo/story.py
 
 test: lint typecheck unit
+
+# The inner loop: the pure tests (no daemon, no processes), in seconds.
+test-fast: $(STAMP)
+	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench demo

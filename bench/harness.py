@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import os
 import platform
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -26,8 +23,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from tests.homes import kill_strays as _kill_strays
+from tests.homes import new_home as _new_home
+from tests.homes import read_handles as read_handles
+from tests.rawrpc import RawConn as RawConn
+from tests.rawrpc import RpcFailed as RpcFailed
+from tests.rawrpc import health as health
 from tether import __version__ as tether_version
-from tether.hostio.proc import is_same_process
 
 REPO = Path(__file__).resolve().parent.parent
 TETHER = [sys.executable, "-m", "tether.cli.main"]
@@ -255,125 +257,16 @@ def finish(proc: subprocess.Popen[bytes], timeout: float = 30.0) -> int | None:
         _owned.discard(proc.pid)
 
 
-def read_handles(home: Path) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    run = home / "run"
-    if not run.exists():
-        return out
-    for h in run.glob("*.handles.json"):
-        try:
-            data = json.loads(h.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict):
-            out.append(data)
-    return out
-
-
 def kill_strays(home: Path, timeout: float = 30.0) -> int:
-    """SIGKILL every command (its whole process group) and monitor a home's handles
-    files name, identities verified by start time; wait for them to be gone; reap."""
-    victims: list[tuple[int, int]] = []
-    for data in read_handles(home):
-        for who in ("child", "monitor"):
-            ent = data.get(who) or {}
-            pid, st = ent.get("pid"), ent.get("start_time")
-            if not (isinstance(pid, int) and isinstance(st, int) and is_same_process(pid, st)):
-                continue
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                if who == "child":
-                    os.killpg(pid, signal.SIGKILL)
-                else:
-                    os.kill(pid, signal.SIGKILL)
-            victims.append((pid, st))
-    deadline = time.monotonic() + timeout
-    alive = victims
-    while alive and time.monotonic() < deadline:
-        reap_orphans()
-        alive = [(p, s) for p, s in alive if is_same_process(p, s)]
-        if alive:
-            time.sleep(0.02)
-    reap_orphans()
-    return len(victims)
+    """SIGKILL what a home's handles name and wait (up to ``timeout``) until it is gone,
+    reaping as the subreaper we are."""
+    return _kill_strays(home, wait=timeout, reap=reap_orphans)
 
 
 def new_home() -> Path:
-    # Short on purpose: the socket paths under it must fit in 108 bytes.
-    return Path(tempfile.mkdtemp(prefix="tb", dir="/tmp"))
+    return _new_home("tb")
 
 
-# ---------------------------------------------------------------------- wire
-class RawConn:
-    """A plain blocking socket speaking newline-delimited JSON-RPC."""
-
-    def __init__(self, path: Path, timeout: float | None = 30.0) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        try:
-            self.sock.connect(str(path))
-        except OSError:
-            self.sock.close()
-            raise
-        self.buf = b""
-        self.ids = 0
-
-    def __enter__(self) -> RawConn:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def send_line(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def recv_line(self) -> bytes:
-        while b"\n" not in self.buf:
-            chunk = self.sock.recv(1 << 16)
-            if not chunk:
-                raise ConnectionError("the daemon closed the connection")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return line
-
-    def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
-        """One request, one reply. Returns the whole response object."""
-        self.ids += 1
-        msg: dict[str, Any] = {"jsonrpc": "2.0", "id": self.ids, "method": method}
-        if params is not None:
-            msg["params"] = params
-        self.sock.sendall(json.dumps(msg).encode() + b"\n")
-        while True:
-            reply = json.loads(self.recv_line())
-            if isinstance(reply, dict) and reply.get("id") == self.ids:
-                return reply
-
-    def result(self, method: str, params: dict[str, Any] | None = None) -> Any:
-        reply = self.call(method, params)
-        if "error" in reply:
-            raise RpcFailed(method, reply["error"])
-        return reply["result"]
-
-
-class RpcFailed(Exception):
-    def __init__(self, method: str, error: dict[str, Any]) -> None:
-        super().__init__(f"{method}: {error.get('message')} ({error.get('code')})")
-        self.error = error
-
-
-def health(sock: Path, timeout: float = 2.0) -> str | None:
-    """daemon.health's status on a fresh connection, or None if nobody answers."""
-    try:
-        with RawConn(sock, timeout) as c:
-            status: str = c.result("daemon.health")["status"]
-            return status
-    except (OSError, ValueError, KeyError, RpcFailed):
-        return None
-
-
-# ---------------------------------------------------------------------- daemon
 class Daemon:
     """One tether home and the daemon processes started on it."""
 

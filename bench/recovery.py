@@ -101,14 +101,14 @@ def run_one(n: int, opts: Options) -> dict[str, Any]:
         for _ in range(BASELINE_RESTARTS):
             d.kill9()
             baseline_s.append(d.start())
-            with RawConn(d.socket) as c:
+            with RawConn(d.socket, timeout=30.0) as c:
                 baseline_rec_ms.append(float(c.result("daemon.status")["recovery"]["ms"]))
         idle_daemon = memory_of(d.pid)
 
         t0 = time.perf_counter()
         started, errors = start_many(d, n, opts.threads)
         start_s = time.perf_counter() - t0
-        with RawConn(d.socket) as c:
+        with RawConn(d.socket, timeout=30.0) as c:
             before = c.result("daemon.status")
         daemon_before = memory_of(d.pid)
         monitors = sample_monitors(d)
@@ -116,7 +116,7 @@ def run_one(n: int, opts: Options) -> dict[str, Any]:
 
         d.kill9()
         serving_s = d.start()
-        with RawConn(d.socket) as c:
+        with RawConn(d.socket, timeout=30.0) as c:
             after = c.result("daemon.status")
         daemon_after = memory_of(d.pid)
         alive_after = live_monitors(d)

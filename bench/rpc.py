@@ -60,7 +60,7 @@ def raw_loop(sock: Path, seconds: float) -> Series:
     """Sequential daemon.health calls for ``seconds`` on one raw connection."""
     with RawConn(sock, timeout=10) as c:
         for i in range(WARMUP):
-            c.send_line(b'{"jsonrpc":"2.0","id":%d,"method":"daemon.health"}\n' % i)
+            c.send_raw(b'{"jsonrpc":"2.0","id":%d,"method":"daemon.health"}\n' % i)
             c.recv_line()
         lat: list[float] = []
         clock = time.perf_counter
@@ -70,7 +70,7 @@ def raw_loop(sock: Path, seconds: float) -> Series:
         while True:
             i += 1
             t0 = clock()
-            c.send_line(b'{"jsonrpc":"2.0","id":%d,"method":"daemon.health"}\n' % i)
+            c.send_raw(b'{"jsonrpc":"2.0","id":%d,"method":"daemon.health"}\n' % i)
             reply = json.loads(c.recv_line())
             t1 = clock()
             if reply.get("id") != i or reply["result"]["status"] != "SERVING":

@@ -38,7 +38,10 @@ except ImportError:  # pragma: no cover - only without the venv
 
 TETHER = [sys.executable, "-m", "tether.cli.main"]
 REPO = Path(__file__).resolve().parent.parent
-SCRIPTED_AGENT = REPO / "tests" / "agents" / "scripted_agent.py"
+sys.path.insert(0, str(REPO))  # the harness shared with the tests and benchmarks
+from tests.harness import SCRIPTED_AGENT  # noqa: E402
+from tests.homes import kill_strays  # noqa: E402
+
 CMD_TIMEOUT = 30.0
 TERMINAL = ("FINISHED", "FAILED", "CANCELLED")
 
@@ -611,22 +614,7 @@ class Story:
                                cwd=self.root, capture_output=True, timeout=15, check=False)
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
-        for h in (self.home / "run").glob("*.handles.json"):
-            try:
-                data = json.loads(h.read_text())
-            except (OSError, ValueError):
-                continue
-            for who in ("child", "monitor"):
-                ent = data.get(who) or {}
-                p, st = ent.get("pid"), ent.get("start_time")
-                if isinstance(p, int) and isinstance(st, int) and alive(p, st):
-                    try:
-                        if who == "child":
-                            os.killpg(ent.get("pgid") or p, signal.SIGKILL)
-                        else:
-                            os.kill(p, signal.SIGKILL)
-                    except OSError:
-                        pass
+        kill_strays(self.home)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def dump_daemon_log(self) -> None:

@@ -1,27 +1,32 @@
 """Test harness: the real daemon as a subprocess, the real socket, real SIGKILLs.
 
-Homes live under /tmp with short names because a Unix socket path must fit in
-108 bytes.
+The hand-spoken socket (:mod:`tests.rawrpc`) and throw-away homes (:mod:`tests.homes`)
+are shared with ``bench`` and ``demo``.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from tests.homes import kill_strays, new_home, read_handles, remove_home
+from tests.rawrpc import RawConn, RpcFailed, raw_call
 from tether.client.blocking import Client
-from tether.hostio.proc import is_same_process
+
+__all__ = ["FIXTURES", "SCRIPTED_AGENT", "TETHER", "Client", "DaemonProc", "RawConn",
+           "RpcFailed", "kill_strays", "new_home", "raw_call", "read_handles", "remove_home",
+           "wait_for"]
 
 REPO = Path(__file__).resolve().parent.parent
+TESTS = REPO / "tests"
+FIXTURES = TESTS / "fixtures"  # recorded provider payloads (tests/fixtures/README.md)
+SCRIPTED_AGENT = TESTS / "agents" / "scripted_agent.py"
 TETHER = [sys.executable, "-m", "tether.cli.main"]
 
 
@@ -130,81 +135,3 @@ class DaemonProc:
         except (OSError, ProcessLookupError):
             pass
         kill_strays(self.home)
-
-
-def kill_strays(home: Path) -> None:
-    """Kill every monitor and command a test left behind (verified identities only)."""
-    run = home / "run"
-    if not run.exists():
-        return
-    for h in run.glob("*.handles.json"):
-        try:
-            data = json.loads(h.read_text())
-        except (OSError, ValueError):
-            continue
-        for who in ("child", "monitor"):
-            ent = data.get(who) or {}
-            pid, st = ent.get("pid"), ent.get("start_time")
-            if isinstance(pid, int) and isinstance(st, int) and is_same_process(pid, st):
-                try:
-                    if who == "child":
-                        os.killpg(pid, signal.SIGKILL)
-                    else:
-                        os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-
-
-def raw_call(sock_path: Path, method: str, params: Any = None, rid: Any = 1,
-             timeout: float = 5.0) -> dict[str, Any]:
-    msg: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
-    if params is not None:
-        msg["params"] = params
-    with RawConn(sock_path, timeout) as c:
-        c.send_obj(msg)
-        return c.recv_obj()
-
-
-class RawConn:
-    """A bare socket speaking newline-delimited JSON, for protocol tests."""
-
-    def __init__(self, path: Path, timeout: float = 5.0) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(timeout)
-        self.sock.connect(str(path))
-        self.buf = b""
-
-    def __enter__(self) -> RawConn:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def send_obj(self, obj: Any) -> None:
-        self.sock.sendall(json.dumps(obj).encode() + b"\n")
-
-    def recv_line(self) -> bytes:
-        while b"\n" not in self.buf:
-            chunk = self.sock.recv(1 << 16)
-            if not chunk:
-                raise ConnectionError("closed")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\n", 1)
-        return line
-
-    def recv_obj(self) -> Any:
-        return json.loads(self.recv_line())
-
-
-def new_home() -> Path:
-    return Path(tempfile.mkdtemp(prefix="tt", dir="/tmp"))
-
-
-def remove_home(home: Path) -> None:
-    shutil.rmtree(home, ignore_errors=True)

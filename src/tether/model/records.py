@@ -3,7 +3,7 @@
 Every struct here is encoded with msgspec JSON into the store. Decoding ignores
 fields it does not know (written by a newer tether) and fills defaults for fields
 that are absent (written by an older one), so the store never has to rewrite old
-rows to add a field. ``tests/test_store.py`` proves both directions.
+rows to add a field. ``tests/unit/test_store.py`` proves both directions.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ from tether.agent.providers.claude import (
 from tether.agent.providers.codex import CodexProvider, notify_override
 from tether.agent.providers.generic import GenericProvider
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CLAUDE = FIXTURES / "claude"
 CODEX = FIXTURES / "codex"
 SESSION_ID = "8f14e45f-ceea-467f-a0e6-7c1c7a2b9d31"

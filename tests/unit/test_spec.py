@@ -27,7 +27,7 @@ from tether.sandbox.spec import (
     parse_spec_object,
 )
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "sandbox.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "sandbox.yaml"
 DOCKER = "runtime: docker\nimage: busybox\n"
 
 

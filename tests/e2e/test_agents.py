@@ -14,14 +14,13 @@ from typing import Any
 
 import pytest
 
-from tests.harness import DaemonProc, wait_for
-from tether.agent import lifecycle as lc
+from tests.harness import FIXTURES, SCRIPTED_AGENT, DaemonProc, wait_for
 from tether.agent import snapshot
 from tether.client.blocking import Client
 from tether.client.errors import TetherError
 from tether.client.replies import AgentStarted, LineageView
 
-AGENT = str(Path(__file__).parent / "agents" / "scripted_agent.py")
+AGENT = str(SCRIPTED_AGENT)
 FAST = {"TETHER_AGENT_TICK": "0.2"}
 
 
@@ -48,40 +47,6 @@ def lineage(c: Client, ident: str) -> LineageView:
 def fast_daemon(stopped_daemon: DaemonProc) -> DaemonProc:
     stopped_daemon.start(env=FAST)
     return stopped_daemon
-
-
-# ---------------------------------------------------------------------- pure parts
-def test_lifecycle_is_monotonic_and_jumps_skip_states() -> None:
-    th = lc.Thresholds()
-    assert lc.on_turn_end("HEALTHY", 60, th) == "HEALTHY"
-    assert lc.on_turn_end("HEALTHY", 92, th) == "DYING"  # the jump skips AGING
-    assert lc.on_turn_end("AGING", 10, th) == "AGING"  # never regresses
-    assert lc.on_turn_end("DYING", 10, th) == "DEAD"  # the finalization turn ended
-    for a in lc.ORDER:
-        for b in lc.ORDER:
-            assert lc.can_transition_to(a, b) == (lc.ORDER.index(b) > lc.ORDER.index(a))
-    assert lc.authorize_tool("DYING").allowed and lc.authorize_tool("DYING").next_state == \
-        "DRAINING"
-    assert not lc.authorize_tool("DRAINING").allowed
-    assert not lc.authorize_tool("DEAD").allowed
-    with pytest.raises(ValueError):
-        lc.Thresholds(95, 90)
-
-
-def test_snapshot_v1_upgrades_on_read(tmp_path: Path) -> None:
-    v1 = {"version": 1, "lineage": "abc", "daemon": "d1", "written_at": "2026-01-01T00:00:00Z",
-          "model": "m", "tokens": 1234, "session_id": "s-1",
-          "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
-          "config": {"provider": "claude", "revival": "ask"}}
-    p = tmp_path / "abc.json"
-    p.write_text(json.dumps(v1))
-    snap = snapshot.read(p)
-    assert snap["version"] == snapshot.VERSION
-    assert snap["lineage_id"] == "abc" and snap["anchor_id"] == "d1"
-    assert snap["usage"]["input_tokens"] == 1234
-    assert snap["provider"] == "claude" and snap["provider_session_id"] == "s-1"
-    assert snap["turn"] == 1 and snap["messages"] == v1["messages"]
-    assert snap["loop_config"] == {"revival": "ask"}
 
 
 # ---------------------------------------------------------------------- lifecycle
@@ -297,7 +262,7 @@ def test_claude_provider_end_to_end_with_recorded_hooks(daemon: DaemonProc,
     bindir.mkdir()
     fake = bindir / "claude"
     fake.write_text(FAKE_CLAUDE.format(
-        python=sys.executable, fixtures=str(Path(__file__).parent / "fixtures" / "claude")))
+        python=sys.executable, fixtures=str(FIXTURES / "claude")))
     fake.chmod(0o755)
     log = tmp_path / "hooks.log"
     c = daemon.client()
@@ -492,69 +457,3 @@ def test_a_revival_whose_sandbox_is_gone_fails_the_lineage_not_the_daemon(
     assert lineage(fast_daemon.client(), lin.id).status == "FAILED"
 
 
-def test_provider_files_are_never_written_through_a_planted_symlink(tmp_path: Path) -> None:
-    """Review finding: a sandboxed agent could swap its settings file for a symlink
-    and have a root daemon overwrite the target at the next revival."""
-    from tether.daemon.agents import _write_private
-
-    state = tmp_path / "state"
-    state.mkdir()
-    victim = tmp_path / "victim"
-    victim.write_text("precious\n")
-    (state / "claude-settings.json").symlink_to(victim)
-    _write_private(state, str(state / "claude-settings.json"), b"{}\n")
-    assert victim.read_text() == "precious\n"
-    assert not (state / "claude-settings.json").is_symlink()
-    assert (state / "claude-settings.json").read_bytes() == b"{}\n"
-    assert sorted(p.name for p in state.iterdir()) == ["claude-settings.json"]
-
-
-def test_a_transcript_path_that_is_a_fifo_is_not_read(tmp_path: Path) -> None:
-    """Review finding: a hook could name a FIFO as its transcript and freeze the daemon."""
-    from tether.agent.providers.claude import read_transcript
-
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    t0 = time.monotonic()
-    assert read_transcript(str(fifo)) == (None, None, [])
-    assert read_transcript("/dev/zero") == (None, None, [])
-    assert time.monotonic() - t0 < 2.0
-
-
-def test_the_toolchain_never_shows_a_whole_home_or_tmp(tmp_path: Path) -> None:
-    """Second review: ~/bin/claude made the whole home visible; a PATH entry in /tmp
-    all of /tmp (other homes' sockets)."""
-    from tether.daemon.agents import _toolchain
-
-    home = os.path.expanduser("~")
-    found = _toolchain(os.path.join(home, "bin", "claude"), f"/tmp:{home}:/usr/bin")
-    assert home not in found and "/tmp" not in found and "/" not in found
-    assert all(p != "/root" and p != "/home" for p in found)
-
-
-def test_the_git_dir_of_a_worktree_is_read_and_checked_both_ways(tmp_path: Path) -> None:
-    """Third review: `git rev-parse` as root refuses a user's repository (so agents could
-    not commit) and trusted the agent-writable `.git` file; the files are now read
-    directly and a forged pointer to another repository gives nothing."""
-    import subprocess
-
-    from tether.daemon.agents import git_common_dir
-
-    repo, wt, other = tmp_path / "repo", tmp_path / "wt", tmp_path / "other"
-    repo.mkdir()
-    other.mkdir()
-    git = ["git", "-c", "user.email=t@t", "-c", "user.name=t"]
-    subprocess.run([*git, "-C", str(repo), "init", "-q"], check=True)
-    subprocess.run([*git, "-C", str(repo), "commit", "-q", "--allow-empty", "-m", "x"],
-                   check=True)
-    subprocess.run([*git, "-C", str(repo), "worktree", "add", "-q", str(wt)], check=True)
-    subprocess.run([*git, "-C", str(other), "init", "-q"], check=True)
-    common = str((repo / ".git").resolve())
-    assert git_common_dir(str(repo)) == common
-    assert git_common_dir(str(wt)) == common
-    forged = wt / "evilgd"
-    forged.mkdir()
-    (forged / "commondir").write_text(str(other / ".git"))
-    (forged / "gitdir").write_text(str(wt / ".git"))
-    (wt / ".git").write_text("gitdir: evilgd\n")
-    assert git_common_dir(str(wt)) is None
