@@ -182,11 +182,6 @@ class _Auth(_P):
     token: NonEmpty
 
 
-class Message(msgspec.Struct, kw_only=True):
-    role: Annotated[str, Meta(max_length=64)]
-    content: Any = None
-
-
 class AgentTurn(_Auth):
     context_pct: Pct | None = None
     usage: dict[str, Annotated[int, Meta(ge=0)]] | None = None
