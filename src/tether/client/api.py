@@ -69,11 +69,13 @@ class _Api:
                        workspace: str | None = None, env: dict[str, str] | None = None,
                        labels: dict[str, str] | None = None, network: str | None = None,
                        idle_timeout: float | None = None, ttl: float | None = None,
-                       spec: str | None = None, set: Sequence[str] | None = None,
+                       spec: str | dict[str, Any] | None = None,
+                       set: Sequence[str] | None = None,
                        spec_name: str | None = None, base_dir: str | None = None,
                        ephemeral: bool = False) -> Request[rec.SandboxRecord]:
-        """From flags, or from a YAML ``spec`` text (with ``set`` overrides, relative
-        paths against ``base_dir``); ``ephemeral``: deleted once its execs have ended."""
+        """From flags, or from a ``spec``: a YAML text, or the spec as an object (with
+        ``set`` overrides, relative paths against ``base_dir``); ``ephemeral``: deleted
+        once its execs have ended."""
         return Request("sandbox.create", {
             "name": name, "runtime": runtime, "workspace": workspace, "env": env,
             "labels": labels, "network": network, "idle_timeout": idle_timeout, "ttl": ttl,
