@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from tether.client import replies as r
-from tether.client.core import Awaiting, Blocking, RawBlocking, Request
+from tether.client.core import Awaiting, Blocking, Request
 from tether.model import records as rec
 
 P = ParamSpec("P")
@@ -31,8 +31,6 @@ class rpc(Generic[P, T]):
 
     @overload
     def __get__(self, obj: None, owner: type) -> rpc[P, T]: ...
-    @overload
-    def __get__(self, obj: RawBlocking, owner: type) -> Callable[P, Any]: ...
     @overload
     def __get__(self, obj: Blocking, owner: type) -> Callable[P, T]: ...
     @overload
