@@ -53,11 +53,11 @@ def main() -> int:
                        usage={"input_tokens": 100 * n, "output_tokens": 10},
                        messages=[{"role": "user", "content": f"task {n}"},
                                  {"role": "assistant", "content": f"did {n}"}])
-        if reply["lifecycle"] in ("AGING", "DYING", "DRAINING"):
+        if reply.lifecycle in ("AGING", "DYING", "DRAINING"):
             s.handoff(f"handoff after turn {n}")
-        log(event="turn", turn=n, allowed=[d["allowed"] for d in decisions],
-            lifecycle=reply["lifecycle"], instructions=reply.get("instructions"))
-        print(f"turn {n} {reply['lifecycle']}", flush=True)
+        log(event="turn", turn=n, allowed=[d.allowed for d in decisions],
+            lifecycle=reply.lifecycle, instructions=reply.instructions)
+        print(f"turn {n} {reply.lifecycle}", flush=True)
     log(event="done")
     time.sleep(args.linger)
     return 0

@@ -166,7 +166,7 @@ out = {"socket": os.environ.get("TETHER_SOCKET"), "home": sorted(os.listdir(home
 reply = s.turn(context_pct=10 * int(attempt), messages=[
     {"role": "user", "content": f"task {attempt}"},
     {"role": "assistant", "content": f"did {attempt}"}])
-out["lifecycle"] = reply["lifecycle"]
+out["lifecycle"] = reply.lifecycle
 c = Client(home, socket=os.environ["TETHER_SOCKET"], reconnect=1)
 for method, params in (("exec.start", {"argv": ["true"]}), ("exec.list", {}),
                        ("sandbox.list", {}), ("daemon.health", {})):

@@ -12,7 +12,6 @@ session's ``TETHER_HOME`` decides. ``tether agent hook …`` runs the same code.
 
 from __future__ import annotations
 
-import base64
 import json
 import sys
 
@@ -40,15 +39,13 @@ def run(provider: str, event: str, payload_arg: str | None) -> int:
     if not isinstance(payload, dict):
         payload = {"value": payload}
     try:
-        r = s.client._call("agent.hook", {"session": s.session, "token": s.token,
-                                          "provider": provider, "event": event,
-                                          "payload": payload})
+        r = s.client.agent_hook(s.session, s.token, provider, event, payload)
     except TetherError as e:
         print(f"tether: hook {event} not delivered: {e.message}", file=sys.stderr)
         return 0
-    sys.stdout.buffer.write(base64.b64decode(r["stdout"]))
+    sys.stdout.buffer.write(r.stdout)
     sys.stdout.flush()
-    return int(r["exit_code"])
+    return r.exit_code
 
 
 def main(argv: list[str] | None = None) -> int:

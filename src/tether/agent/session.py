@@ -8,9 +8,9 @@ An agent started by tether finds ``TETHER_HOME``, ``TETHER_SESSION`` and
     s = Session.from_env()
     previous = s.restored_messages()          # after a revival: the conversation so far
     reply = s.turn(context_pct=72.5, messages=[{"role": "assistant", "content": "..."}])
-    if reply["lifecycle"] == "AGING":
+    if reply.lifecycle == "AGING":
         s.handoff("what my successor needs to know")
-    if not s.authorize_tool("Bash")["allowed"]:
+    if not s.authorize_tool("Bash").allowed:
         ...                                   # fenced: the context is nearly full
 """
 
@@ -21,9 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from tether.client.blocking import Client
+from tether.client.replies import Handoff, Heartbeat, ToolDecision, TurnReply
 from tether.model.layout import HomeLayout
 
 
@@ -63,23 +62,21 @@ class Session:
 
     def turn(self, *, context_pct: float | None = None, usage: dict[str, int] | None = None,
              model: str | None = None, messages: list[dict[str, Any]] | None = None,
-             config: dict[str, Any] | None = None) -> dict[str, Any]:
+             config: dict[str, Any] | None = None) -> TurnReply:
         """Report a completed turn; the reply carries the lifecycle and instructions."""
-        return _plain(self.client.agent_turn(self.session, self.token,
-                                             context_pct=context_pct, usage=usage,
-                                             model=model, messages=messages, config=config))
+        return self.client.agent_turn(self.session, self.token, context_pct=context_pct,
+                                      usage=usage, model=model, messages=messages,
+                                      config=config)
 
-    def heartbeat(self, activity: str | None = None) -> dict[str, Any]:
-        return _plain(self.client.agent_heartbeat(self.session, self.token,
-                                                  activity=activity))
+    def heartbeat(self, activity: str | None = None) -> Heartbeat:
+        return self.client.agent_heartbeat(self.session, self.token, activity=activity)
 
-    def authorize_tool(self, tool: str, input: Any = None) -> dict[str, Any]:
-        """``{"allowed": bool, "reason": str, "lifecycle": str}``."""
-        return _plain(self.client.agent_authorize_tool(self.session, self.token, tool,
-                                                       input))
+    def authorize_tool(self, tool: str, input: Any = None) -> ToolDecision:
+        """Whether the tool call is allowed (``allowed``), why, and the lifecycle."""
+        return self.client.agent_authorize_tool(self.session, self.token, tool, input)
 
-    def handoff(self, text: str) -> dict[str, Any]:
-        return _plain(self.client.agent_handoff(self.session, self.token, text))
+    def handoff(self, text: str) -> Handoff:
+        return self.client.agent_handoff(self.session, self.token, text)
 
     def restored_messages(self) -> list[dict[str, Any]]:
         """The conversation from the drain snapshot this attempt was revived from."""
@@ -100,13 +97,6 @@ class Session:
     def close(self) -> None:
         if self._client is not None:
             self._client.close()
-
-
-def _plain(reply: msgspec.Struct) -> dict[str, Any]:
-    """Replies stay dicts here while the CLI's ``tether agent`` commands index them so;
-    ``Session.client`` has the typed methods."""
-    out: dict[str, Any] = msgspec.to_builtins(reply)
-    return out
 
 
 __all__ = ["NotAnAgent", "Session"]

@@ -11,7 +11,7 @@ from typing import NoReturn
 import click
 
 from tether.cli import output as out
-from tether.client.sync import Client
+from tether.client.blocking import Client
 
 
 class Ctx:

@@ -14,8 +14,10 @@ from typing import Any
 import click
 
 from tether.cli import output as out
+from tether.client.blocking import Client
 from tether.client.errors import TetherError
-from tether.client.sync import Client
+from tether.client.replies import ExecView
+from tether.model.records import KILL_GRACE
 
 
 def detach_keys(spec: str | None) -> bytes:
@@ -63,7 +65,8 @@ def attach_terminal(c: Client, ref: str, keys: bytes, *, read_only: bool = False
         sys.stderr.write(f"\r\ntether: lost the connection to {exec_id}'s monitor; "
                          f"see `tether ps -a` for what happened\n")
         return 1
-    code = exit_code({"state": "FINISHED", **result.exit})
+    code = exit_code(result.exit.get("state", "FINISHED"), result.exit.get("exit_code"),
+                     result.exit.get("signal"))
     what = (f"killed by signal {result.exit['signal']}" if result.exit.get("signal")
             else f"exited with code {result.exit.get('exit_code')}")
     sys.stderr.write(f"\r\n[{exec_id} {what}]\n")
@@ -104,23 +107,28 @@ def _pump(home: Path, exec_id: str, stream: str, sink: Any) -> None:
 def _print_ended(c: Client, ref: str) -> int:
     """An exec that ended before the attach: show its terminal output and its status."""
     x = c.exec_wait(ref, timeout=30.0)
-    stream = "pty" if x["spec"].get("tty") else "stdout"
-    for data in c.read_logs(x["id"], stream=stream):
+    stream = "pty" if x.spec.tty else "stdout"
+    for data in c.read_logs(x.id, stream=stream):
         sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
-    code = exit_code(x)
-    what = (f"killed by signal {x['signal']}" if x.get("signal")
-            else f"exited with code {x.get('exit_code')}")
-    sys.stderr.write(f"\r\n[{x['id']} {what}]\n")
+    code = exec_exit_code(x)
+    what = (f"killed by signal {x.signal}" if x.signal
+            else f"exited with code {x.exit_code}")
+    sys.stderr.write(f"\r\n[{x.id} {what}]\n")
     return code
 
 
-def exit_code(x: dict[str, Any]) -> int:
-    if x.get("exit_code") is not None:
-        return int(x["exit_code"])
-    if x.get("signal"):
-        return 128 + int(x["signal"])
-    return 1 if x["state"] == "FAILED" else 0
+def exit_code(state: str, code: Any, sig: Any) -> int:
+    if code is not None:
+        return int(code)
+    if sig:
+        return 128 + int(sig)
+    return 1 if state == "FAILED" else 0
+
+
+def exec_exit_code(x: ExecView) -> int:
+    """The CLI's exit code for an ended exec (128+N when killed by signal N)."""
+    return exit_code(x.state, x.exit_code, x.signal)
 
 
 def attach_output(c: Client, exec_id: str, interrupts: Interrupts) -> int:
@@ -134,18 +142,18 @@ def attach_output(c: Client, exec_id: str, interrupts: Interrupts) -> int:
             interrupts.handled = interrupts.count
             sig = "TERM" if interrupts.handled == 1 else "KILL"
             c.close()  # an interrupted call may have left a half-read reply behind
-            c.exec_cancel(exec_id, signal=sig, grace=5.0, reason="interrupted (Ctrl-C)")
+            c.exec_cancel(exec_id, signal=sig, grace=KILL_GRACE, reason="interrupted (Ctrl-C)")
         try:
             interrupts.armed = True
             x = c.exec_wait(exec_id, timeout=5.0)
             interrupts.armed = False
         except _Interrupted:
             continue
-        if x["state"] in ("FINISHED", "FAILED", "CANCELLED"):
+        if x.state in ("FINISHED", "FAILED", "CANCELLED"):
             break
     for t in threads:
         t.join(timeout=10)
-    if x["state"] == "FAILED" and x.get("reason"):
-        out.fail(f"exec {exec_id} failed: {x['reason']}")
-    return exit_code(x)
+    if x.state == "FAILED" and x.reason:
+        out.fail(f"exec {exec_id} failed: {x.reason}")
+    return exec_exit_code(x)
 

@@ -9,8 +9,12 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
+import msgspec
 from rich.console import Console
 from rich.table import Table
+
+from tether.client.replies import ExecView, LineageView
+from tether.model.records import Event, SandboxRecord
 
 err_console = Console(stderr=True, highlight=False)
 
@@ -27,7 +31,9 @@ def when(ts: float | None) -> str:
 
 
 def emit_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, indent=None, sort_keys=False) + "\n")
+    """``obj``'s JSON on one line; a reply struct as the daemon sent it (its fields in
+    order, none left out: the reply structs round-trip)."""
+    sys.stdout.write(json.dumps(msgspec.to_builtins(obj), indent=None, sort_keys=False) + "\n")
 
 
 def fail(message: str, hint: str | None = None) -> None:
@@ -40,19 +46,19 @@ def note(message: str) -> None:
     err_console.print(f"[dim]tether:[/] {message}", markup=True, soft_wrap=True)
 
 
-def exec_row(x: dict[str, Any]) -> dict[str, Any]:
+def exec_row(x: ExecView) -> dict[str, Any]:
     """The fields `tether ps --json` promises."""
     return {
-        "id": x["id"], "name": x.get("name"), "sandbox": x["sandbox"], "state": x["state"],
-        "exit_code": x.get("exit_code"), "signal": x.get("signal"), "pid": x.get("pid"),
-        "started_at": x.get("started_at"), "ended_at": x.get("ended_at"),
-        "reason": x.get("reason"), "argv": x["spec"]["argv"], "agent": x.get("agent"),
+        "id": x.id, "name": x.name, "sandbox": x.sandbox, "state": x.state,
+        "exit_code": x.exit_code, "signal": x.signal, "pid": x.pid,
+        "started_at": x.started_at, "ended_at": x.ended_at,
+        "reason": x.reason, "argv": x.spec.argv, "agent": x.agent,
     }
 
 
-def exec_table(execs: Iterable[dict[str, Any]]) -> None:
+def exec_table(execs: Iterable[ExecView]) -> None:
     rows = list(execs)
-    agents = any(x.get("agent") for x in rows)
+    agents = any(x.agent for x in rows)
     t = Table(box=None, pad_edge=False, header_style="bold")
     cols = ["ID", "NAME", "SANDBOX", "STATE", "EXIT", "PID", "STARTED"]
     if agents:
@@ -60,54 +66,55 @@ def exec_table(execs: Iterable[dict[str, Any]]) -> None:
     for col in [*cols, "COMMAND"]:
         t.add_column(col, overflow="fold" if col == "COMMAND" else "ellipsis", no_wrap=True)
     for x in rows:
-        code = x.get("exit_code")
-        sig = x.get("signal")
+        code = x.exit_code
+        sig = x.signal
         exit_s = str(code) if code is not None else (f"sig{sig}" if sig else "-")
-        cells = [x["id"], x.get("name") or "-", x["sandbox"], x["state"], exit_s,
-                 str(x.get("pid") or "-"), when(x.get("started_at"))]
+        cells = [x.id, x.name or "-", x.sandbox, x.state, exit_s,
+                 str(x.pid or "-"), when(x.started_at)]
         if agents:
-            a = x.get("agent") or {}
-            pct = a.get("context_pct")
-            cells += [a.get("lineage") or "-", a.get("lifecycle") or "-",
-                      a.get("heartbeat") or "-", f"{pct:.0f}%" if pct is not None else "-",
-                      str(a.get("turns", "-")), str(a.get("revivals", "-"))]
-        t.add_row(*cells, shlex.join(x["spec"]["argv"])[:60])
+            a = x.agent
+            if a is None:
+                cells += ["-", "-", "-", "-", "-", "-"]
+            else:
+                pct = a.context_pct
+                cells += [a.lineage or "-", a.lifecycle or "-", a.heartbeat or "-",
+                          f"{pct:.0f}%" if pct is not None else "-",
+                          str(a.turns), str(a.revivals)]
+        t.add_row(*cells, shlex.join(x.spec.argv)[:60])
     _console().print(t)
 
 
-def lineage_table(rows: Iterable[dict[str, Any]]) -> None:
+def lineage_table(rows: Iterable[LineageView]) -> None:
     t = Table(box=None, pad_edge=False, header_style="bold")
     for col in ("LINEAGE", "NAME", "PROVIDER", "STATUS", "LIFECYCLE", "HEARTBEAT", "CTX",
                 "TURNS", "REVIVALS", "EXEC", "REASON"):
         t.add_column(col, no_wrap=col != "REASON")
     for r in rows:
-        pct = r.get("context_pct")
-        t.add_row(r["id"], r.get("name") or "-", r["provider"], r["status"], r["lifecycle"],
-                  r.get("heartbeat") or "-", f"{pct:.0f}%" if pct is not None else "-",
-                  str(r["turns"]), str(r["revivals"]), r.get("exec") or "-",
-                  (r.get("reason") or "")[:70])
+        pct = r.context_pct
+        t.add_row(r.id, r.name or "-", r.provider, r.status, r.lifecycle,
+                  r.heartbeat or "-", f"{pct:.0f}%" if pct is not None else "-",
+                  str(r.turns), str(r.revivals), r.exec or "-", (r.reason or "")[:70])
     _console().print(t)
 
 
-def sandbox_table(sbs: Iterable[dict[str, Any]]) -> None:
+def sandbox_table(sbs: Iterable[SandboxRecord]) -> None:
     t = Table(box=None, pad_edge=False, header_style="bold")
     for col in ("ID", "NAME", "STATE", "RUNTIME", "WORKSPACE", "CREATED"):
         t.add_column(col, no_wrap=True)
     for s in sbs:
-        t.add_row(s["id"], s["name"], s["state"], s["spec"].get("runtime", "process"),
-                  s["spec"].get("workspace") or "-", when(s.get("created_at")))
+        t.add_row(s.id, s.name, s.state, s.spec.runtime, s.spec.workspace or "-",
+                  when(s.created_at))
     _console().print(t)
 
 
-def event_line(ev: dict[str, Any]) -> str:
-    parts = [f"{ev['gseq']:>6}", f"{ev.get('sandbox') or '(daemon)'}#{ev['seq']}",
-             when(ev["time"]), ev["type"]]
-    if ev.get("exec"):
-        parts.append(ev["exec"])
-    if ev.get("state"):
-        parts.append(ev["state"])
-    data = ev.get("data") or {}
-    if ev["type"].startswith("daemon."):
+def event_line(ev: Event) -> str:
+    parts = [f"{ev.gseq:>6}", f"{ev.sandbox or '(daemon)'}#{ev.seq}", when(ev.time), ev.type]
+    if ev.exec:
+        parts.append(ev.exec)
+    if ev.state:
+        parts.append(ev.state)
+    data = ev.data or {}
+    if ev.type.startswith("daemon."):
         rec = data.get("recovery", data)
         parts += [f"{k}={rec[k]}" for k in ("adopted", "finished", "failed", "ms") if k in rec]
         if "pid" in data:
@@ -116,6 +123,6 @@ def event_line(ev: dict[str, Any]) -> str:
         parts.append(f"exit={data['exit_code']}")
     if "signal" in data:
         parts.append(f"signal={data['signal']}")
-    if ev.get("reason"):
-        parts.append(f"({ev['reason']})")
+    if ev.reason:
+        parts.append(f"({ev.reason})")
     return "  ".join(parts)

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
 from tether.client import replies as r
-from tether.client.core import Awaiting, Blocking, RawBlocking, Request
+from tether.client.core import Awaiting, Blocking, Request
 from tether.model import records as rec
 
 P = ParamSpec("P")
@@ -31,8 +31,6 @@ class rpc(Generic[P, T]):
 
     @overload
     def __get__(self, obj: None, owner: type) -> rpc[P, T]: ...
-    @overload
-    def __get__(self, obj: RawBlocking, owner: type) -> Callable[P, Any]: ...
     @overload
     def __get__(self, obj: Blocking, owner: type) -> Callable[P, T]: ...
     @overload
@@ -69,11 +67,13 @@ class _Api:
                        workspace: str | None = None, env: dict[str, str] | None = None,
                        labels: dict[str, str] | None = None, network: str | None = None,
                        idle_timeout: float | None = None, ttl: float | None = None,
-                       spec: str | None = None, set: Sequence[str] | None = None,
+                       spec: str | dict[str, Any] | None = None,
+                       set: Sequence[str] | None = None,
                        spec_name: str | None = None, base_dir: str | None = None,
                        ephemeral: bool = False) -> Request[rec.SandboxRecord]:
-        """From flags, or from a YAML ``spec`` text (with ``set`` overrides, relative
-        paths against ``base_dir``); ``ephemeral``: deleted once its execs have ended."""
+        """From flags, or from a ``spec``: a YAML text, or the spec as an object (with
+        ``set`` overrides, relative paths against ``base_dir``); ``ephemeral``: deleted
+        once its execs have ended."""
         return Request("sandbox.create", {
             "name": name, "runtime": runtime, "workspace": workspace, "env": env,
             "labels": labels, "network": network, "idle_timeout": idle_timeout, "ttl": ttl,

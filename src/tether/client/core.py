@@ -53,10 +53,6 @@ class Blocking:
         raise NotImplementedError
 
 
-class RawBlocking(Blocking):
-    """A blocking client whose table methods return the undecoded JSON result."""
-
-
 class Awaiting:
     """A client whose methods return an awaitable of their result."""
 

@@ -25,11 +25,15 @@ class Health(_Reply):
 
 
 class RuntimeStatus(_Reply):
-    available: bool | None = None  # None: docker not probed yet
-    version: str | None = None
-    reason: str | None = None
-    connected: bool | None = None  # docker only
-    reconciles: int | None = None  # docker only
+    """A runtime's own fields: which it sends differs by runtime (``process``: only
+    ``available``, and ``reason`` when it is not); a field it did not send is ``UNSET``,
+    so the struct encodes back to the daemon's object."""
+
+    available: bool | None  # None: docker not probed yet
+    version: str | msgspec.UnsetType | None = msgspec.UNSET
+    reason: str | msgspec.UnsetType | None = msgspec.UNSET
+    connected: bool | msgspec.UnsetType | None = msgspec.UNSET  # docker only
+    reconciles: int | msgspec.UnsetType | None = msgspec.UNSET  # docker only
 
 
 class StatusCounts(_Reply):

@@ -5,12 +5,15 @@ with ``TETHER_SESSION``/``TETHER_TOKEN``)."""
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from tether.cli import output as out
 from tether.cli.context import client, die
+
+if TYPE_CHECKING:
+    from tether.agent.session import Session
 
 
 @click.group()
@@ -24,7 +27,7 @@ def lineage() -> None:
 @click.pass_context
 def lineage_ls(ctx: click.Context, all_: bool, as_json: bool) -> None:
     """List lineages with their state."""
-    rows = client(ctx)._call("lineage.list", {"all": all_})["lineages"]
+    rows = client(ctx).lineage_list(all=all_)
     if as_json:
         out.emit_json(rows)
     else:
@@ -36,7 +39,7 @@ def lineage_ls(ctx: click.Context, all_: bool, as_json: bool) -> None:
 @click.pass_context
 def lineage_inspect(ctx: click.Context, ref: str) -> None:
     """Show one lineage as JSON."""
-    out.emit_json(client(ctx)._call("lineage.get", {"lineage": ref}))
+    out.emit_json(client(ctx).lineage_get(ref))
 
 
 @lineage.command("resolve")
@@ -48,17 +51,17 @@ def lineage_resolve(ctx: click.Context, action: str | None, ref: str) -> None:
     """Decide what happens to a lineage waiting under the `ask` revival policy."""
     if action is None:
         raise click.UsageError("say --revive or --reap")
-    rec = client(ctx)._call("lineage.resolve", {"lineage": ref, "action": action})
-    click.echo(f"{rec['id']} {rec['status']}" + (f" (exec {rec['exec']})"
-                                                  if rec["status"] == "ACTIVE" else ""))
+    rec = client(ctx).lineage_resolve(ref, "revive" if action == "revive" else "reap")
+    click.echo(f"{rec.id} {rec.status}" + (f" (exec {rec.exec})"
+                                          if rec.status == "ACTIVE" else ""))
 
 
 @click.command()
 @click.pass_context
 def reap(ctx: click.Context) -> None:
     """Sweep agent sessions without signalling: settle the dead, drop stale heartbeats."""
-    r = client(ctx)._call("agent.reap", {})
-    click.echo(f"swept {r['swept']} dead sessions, removed {r['heartbeat_files_removed']} "
+    r = client(ctx).agent_reap()
+    click.echo(f"swept {r.swept} dead sessions, removed {r.heartbeat_files_removed} "
                "stale heartbeat files")
 
 
@@ -67,7 +70,7 @@ def agent() -> None:
     """Speak the agent protocol from a shell agent (uses TETHER_SESSION/TETHER_TOKEN)."""
 
 
-def _session() -> Any:
+def _session() -> Session:
     from tether.agent.session import NotAnAgent, Session
 
     try:
@@ -95,13 +98,13 @@ def agent_turn(context_pct: float | None, model: str | None, input_tokens: int |
     if as_json:
         out.emit_json(r)
     else:
-        click.echo(r["lifecycle"] + (f": {r['instructions']}" if r.get("instructions") else ""))
+        click.echo(r.lifecycle + (f": {r.instructions}" if r.instructions else ""))
 
 
 @agent.command("heartbeat")
 def agent_heartbeat() -> None:
     """Refresh this session's heartbeat."""
-    click.echo(_session().heartbeat()["heartbeat"])
+    click.echo(_session().heartbeat().heartbeat)
 
 
 @agent.command("authorize")
@@ -109,8 +112,8 @@ def agent_heartbeat() -> None:
 def agent_authorize(tool: str) -> None:
     """Ask whether a tool call is allowed: exit 0 and 'allowed', or exit 1 and why not."""
     r = _session().authorize_tool(tool)
-    click.echo(r["reason"] if r["allowed"] else f"fenced: {r['reason']}")
-    sys.exit(0 if r["allowed"] else 1)
+    click.echo(r.reason if r.allowed else f"fenced: {r.reason}")
+    sys.exit(0 if r.allowed else 1)
 
 
 @agent.command("handoff")
@@ -118,7 +121,7 @@ def agent_authorize(tool: str) -> None:
 def agent_handoff(text: str | None) -> None:
     """Record a handoff for a successor (TEXT, or stdin)."""
     body = text if text is not None else sys.stdin.read()
-    click.echo(_session().handoff(body)["path"])
+    click.echo(_session().handoff(body).path)
 
 
 @agent.command("hook", hidden=True)

@@ -22,20 +22,20 @@ def status(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         out.emit_json(st)
         return
-    counts = st["counts"]
-    execs = ", ".join(f"{k.lower()} {v}" for k, v in sorted(counts["execs"].items())) or "none"
-    click.echo(f"daemon   pid {st['pid']}, {st['state']}, up {st['uptime']:.0f}s, "
-               f"version {st['version']}")
-    click.echo(f"home     {st['home']}")
-    for name, rt in st.get("runtimes", {}).items():
-        ok = rt.get("available")
-        detail = rt.get("version") or ""
-        if not ok and rt.get("reason"):
-            detail = rt["reason"]
+    counts = st.counts
+    execs = ", ".join(f"{k.lower()} {v}" for k, v in sorted(counts.execs.items())) or "none"
+    click.echo(f"daemon   pid {st.pid}, {st.state}, up {st.uptime:.0f}s, "
+               f"version {st.version}")
+    click.echo(f"home     {st.home}")
+    for name, rt in st.runtimes.items():
+        ok = rt.available
+        detail = rt.version or ""
+        if not ok and rt.reason:
+            detail = rt.reason
         mark = {True: "available", False: "unavailable", None: "not probed"}[ok]
         click.echo(f"{name:<8} {mark}" + (f" ({detail})" if detail else ""))
-    click.echo(f"execs    {execs} (watched {counts['watched']})")
-    click.echo(f"sandboxes {counts['sandboxes']}, clients {counts['connections']}")
+    click.echo(f"execs    {execs} (watched {counts.watched})")
+    click.echo(f"sandboxes {counts.sandboxes}, clients {counts.connections}")
 
 
 @click.group(invoke_without_command=True)

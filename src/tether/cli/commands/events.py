@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 import click
 
 from tether.cli import output as out
 from tether.cli.context import client
+from tether.model.records import Event
 
 
 @click.command()
@@ -23,7 +23,7 @@ def events(ctx: click.Context, follow: bool, since: int, sandbox: str | None,
     """Print the event journal (resumable with --since)."""
     c = client(ctx)
 
-    def show(ev: dict[str, Any]) -> None:
+    def show(ev: Event) -> None:
         if as_json:
             out.emit_json(ev)
         else:
@@ -38,10 +38,10 @@ def events(ctx: click.Context, follow: bool, since: int, sandbox: str | None,
             cursor = since
             while True:
                 page = c.events_list(since=cursor, sandbox=sandbox, limit=1000)
-                for ev in page["events"]:
+                for ev in page.events:
                     show(ev)
-                if len(page["events"]) < 1000:
+                if len(page.events) < 1000:
                     break
-                cursor = page["next"]
+                cursor = page.next
     except KeyboardInterrupt:
         pass

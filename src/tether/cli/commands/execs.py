@@ -17,6 +17,15 @@ from tether.cli import output as out
 from tether.cli.context import client, die, kv
 from tether.cli.sandboxflags import create_params, sandbox_flags, wants_sandbox
 from tether.client.errors import TetherError
+from tether.client.replies import ExecView
+from tether.model.records import (
+    AGING_PCT,
+    CRASHED_AFTER,
+    DYING_PCT,
+    KILL_GRACE,
+    MAX_REVIVALS,
+    STALE_AFTER,
+)
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -37,12 +46,15 @@ from tether.client.errors import TetherError
 @click.option("--no-agent", is_flag=True, help="run claude/codex as a plain command")
 @click.option("--revival", type=click.Choice(["revive", "reap", "ask"]), default="revive",
               show_default=True, help="agents: what happens when the agent dies")
-@click.option("--max-revivals", type=click.IntRange(0, 1000), default=3, show_default=True)
-@click.option("--aging-pct", type=click.FloatRange(0, 100), default=70.0, show_default=True)
-@click.option("--dying-pct", type=click.FloatRange(0, 100), default=90.0, show_default=True)
-@click.option("--stale-after", type=float, default=30.0, show_default=True,
+@click.option("--max-revivals", type=click.IntRange(0, 1000), default=MAX_REVIVALS,
+              show_default=True)
+@click.option("--aging-pct", type=click.FloatRange(0, 100), default=AGING_PCT,
+              show_default=True)
+@click.option("--dying-pct", type=click.FloatRange(0, 100), default=DYING_PCT,
+              show_default=True)
+@click.option("--stale-after", type=float, default=STALE_AFTER, show_default=True,
               help="agents: seconds of silence before STALE")
-@click.option("--crashed-after", type=float, default=90.0, show_default=True,
+@click.option("--crashed-after", type=float, default=CRASHED_AFTER, show_default=True,
               help="agents: seconds of silence before CRASHED (then killed and revived)")
 @click.option("--successor", type=click.Choice(["none", "auto"]), default="none",
               show_default=True, help="agents: start a fresh session from the handoff at DEAD")
@@ -86,9 +98,8 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
         ephemeral = provider is None and not flags.get("keep_sandbox")
         params = create_params(sandbox if sandbox != "default"
                                else f"run-{uuid.uuid4().hex[:8]}", flags)
-        params["ephemeral"] = ephemeral
         try:
-            made = sandbox = c._call("sandbox.create", params)["id"]
+            made = sandbox = c.sandbox_create(**params, ephemeral=ephemeral).id
         except TetherError as e:
             die(e.message, 2 if e.code in ("INVALID_SPEC", "INVALID_PARAMS") else 1)
         if not ephemeral:
@@ -97,19 +108,17 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
     try:
         if provider is not None:
             wt_path = _prepare_worktree(worktree, workdir) if worktree else None
-            lin = c._call("agent.start", {k: v for k, v in {
-                "argv": list(argv), "provider": provider, "name": name, "sandbox": sandbox,
-                "env": env, "cwd": wt_path or workdir, "tty": use_tty, "revival": revival,
-                "max_revivals": max_revivals, "aging_pct": aging_pct, "dying_pct": dying_pct,
-                "stale_after": stale_after, "crashed_after": crashed_after,
-                "successor": successor, "worktree": wt_path, "issue": issue, "force": force,
-                "request_key": uuid.uuid4().hex,
-            }.items() if v is not None})
-            if lin["exec_view"] is None:
-                die(f"agent lineage {lin['id']} did not start: {lin['reason']}", 1)
-            x = lin["exec_view"]
+            lin = c.agent_start(
+                list(argv), provider=provider, name=name, sandbox=sandbox, env=env,
+                cwd=wt_path or workdir, tty=use_tty, revival=revival,
+                max_revivals=max_revivals, aging_pct=aging_pct, dying_pct=dying_pct,
+                stale_after=stale_after, crashed_after=crashed_after, successor=successor,
+                worktree=wt_path, issue=issue, force=force)
+            if lin.exec_view is None:
+                die(f"agent lineage {lin.id} did not start: {lin.reason}", 1)
+            x: ExecView = lin.exec_view
             if detach:
-                click.echo(f"{x['id']}  (lineage {lin['id']})")
+                click.echo(f"{x.id}  (lineage {lin.id})")
                 return
         else:
             x = c.exec_start(list(argv), sandbox=sandbox, env=env, cwd=workdir,
@@ -119,20 +128,20 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
     except TetherError as e:
         if made is not None:
             with contextlib.suppress(TetherError):
-                c._call("sandbox.delete", {"sandbox": made, "grace": 1.0})
+                c.sandbox_delete(made, grace=1.0)
         if e.code == "START_FAILED":
             die(e.message, 127 if "not found" in e.message else 126)
         raise
     if detach:
-        click.echo(x["id"])
+        click.echo(x.id)
         return
     if use_tty:
-        sys.exit(fg.attach_terminal(c, x["id"], keys, read_only=not interactive,
+        sys.exit(fg.attach_terminal(c, x.id, keys, read_only=not interactive,
                                     replay=16 * 1024 * 1024))
     assert interrupts is not None
     if interactive:
-        threading.Thread(target=fg.forward_stdin, args=(c.home, x["id"]), daemon=True).start()
-    sys.exit(fg.attach_output(c, x["id"], interrupts))
+        threading.Thread(target=fg.forward_stdin, args=(c.home, x.id), daemon=True).start()
+    sys.exit(fg.attach_output(c, x.id, interrupts))
 
 
 def _prepare_worktree(branch: str, cwd: str) -> str:
@@ -187,7 +196,7 @@ def attach(ctx: click.Context, detach_keys: str | None, read_only: bool, replay:
 @click.pass_context
 def ps(ctx: click.Context, all_: bool, sandbox: str | None, as_json: bool) -> None:
     """List execs (running ones; -a for all)."""
-    execs = client(ctx).exec_list(sandbox=sandbox, all=all_)["execs"]
+    execs = client(ctx).exec_list(sandbox=sandbox, all=all_)
     if as_json:
         out.emit_json([out.exec_row(x) for x in execs])
     else:
@@ -208,11 +217,11 @@ def logs(ctx: click.Context, follow: bool, use_stderr: bool, offset: int, plain:
 
     c = client(ctx)
     x = c.exec_get(exec_ref)
-    stream = "stderr" if use_stderr else ("pty" if x["spec"].get("tty") else "stdout")
+    stream = "stderr" if use_stderr else ("pty" if x.spec.tty else "stdout")
     sink = sys.stdout.buffer
     strip = EscapeStripper() if plain else None
     try:
-        for data in c.read_logs(x["id"], stream=stream, offset=offset, follow=follow):
+        for data in c.read_logs(x.id, stream=stream, offset=offset, follow=follow):
             sink.write(strip.feed(data) if strip else data)
             sink.flush()
         if strip:
@@ -232,9 +241,9 @@ def wait(ctx: click.Context, exec_ref: str) -> None:
     c = client(ctx)
     while True:
         x = c.exec_wait(exec_ref, timeout=30.0)
-        if x["state"] in ("FINISHED", "FAILED", "CANCELLED"):
+        if x.state in ("FINISHED", "FAILED", "CANCELLED"):
             break
-    code = fg.exit_code(x)
+    code = fg.exec_exit_code(x)
     click.echo(code)
     sys.exit(code)
 
@@ -242,7 +251,7 @@ def wait(ctx: click.Context, exec_ref: str) -> None:
 @click.command()
 @click.option("-s", "--signal", "sig", default="TERM", show_default=True,
               help="first signal (name or number)")
-@click.option("--grace", type=float, default=5.0, show_default=True,
+@click.option("--grace", type=float, default=KILL_GRACE, show_default=True,
               help="seconds before SIGKILL")
 @click.argument("exec_refs", nargs=-1, required=True)
 @click.pass_context
@@ -253,7 +262,7 @@ def kill(ctx: click.Context, sig: str, grace: float, exec_refs: tuple[str, ...])
     for ref in exec_refs:
         try:
             x = c.exec_cancel(ref, signal=sig, grace=grace, reason="tether kill")
-            click.echo(x["id"])
+            click.echo(x.id)
         except TetherError as e:
             out.fail(e.message)
             status = 1

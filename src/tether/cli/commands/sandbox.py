@@ -11,6 +11,7 @@ from tether.cli import output as out
 from tether.cli.context import client, die, kv
 from tether.cli.sandboxflags import create_params, sandbox_flags
 from tether.client.errors import TetherError
+from tether.model.records import KILL_GRACE
 
 
 @click.group()
@@ -28,11 +29,11 @@ def sandbox_create(ctx: click.Context, /, envs: tuple[str, ...], name: str,
     """Create a sandbox, from flags or from a spec file (-f spec.yaml --set k=v)."""
     c = client(ctx)
     try:
-        sb = c._call("sandbox.create", create_params(name, flags, kv(envs, "env")))
+        sb = c.sandbox_create(**create_params(name, flags, kv(envs, "env")))
     except TetherError as e:
         die(e.message, 2 if e.code in ("INVALID_SPEC", "INVALID_PARAMS") else 1)
-    click.echo(sb["id"])
-    reason = sb.get("reason") or ""
+    click.echo(sb.id)
+    reason = sb.reason or ""
     if "fell back" in reason:
         out.fail(reason)
 
@@ -43,7 +44,7 @@ def sandbox_create(ctx: click.Context, /, envs: tuple[str, ...], name: str,
 @click.pass_context
 def sandbox_ls(ctx: click.Context, all_: bool, as_json: bool) -> None:
     """List sandboxes."""
-    sbs = client(ctx).sandbox_list(all=all_)["sandboxes"]
+    sbs = client(ctx).sandbox_list(all=all_)
     if as_json:
         out.emit_json(sbs)
     else:
@@ -59,12 +60,12 @@ def sandbox_inspect(ctx: click.Context, ref: str) -> None:
 
 
 @sandbox.command("stop")
-@click.option("--grace", type=float, default=5.0, show_default=True)
+@click.option("--grace", type=float, default=KILL_GRACE, show_default=True)
 @click.argument("ref")
 @click.pass_context
 def sandbox_stop(ctx: click.Context, grace: float, ref: str) -> None:
     """Stop a sandbox (cancels its execs)."""
-    click.echo(client(ctx).sandbox_stop(ref, grace=grace)["state"])
+    click.echo(client(ctx).sandbox_stop(ref, grace=grace).state)
 
 
 @sandbox.command("start")
@@ -72,11 +73,11 @@ def sandbox_stop(ctx: click.Context, grace: float, ref: str) -> None:
 @click.pass_context
 def sandbox_start(ctx: click.Context, ref: str) -> None:
     """Start a stopped sandbox again."""
-    click.echo(client(ctx).sandbox_start(ref)["state"])
+    click.echo(client(ctx).sandbox_start(ref).state)
 
 
 @sandbox.command("rm")
-@click.option("--grace", type=float, default=5.0, show_default=True)
+@click.option("--grace", type=float, default=KILL_GRACE, show_default=True)
 @click.option("--force", is_flag=True,
               help="docker: record it deleted even if dockerd cannot remove its containers "
                    "now (they are removed when it answers again)")
@@ -84,8 +85,7 @@ def sandbox_start(ctx: click.Context, ref: str) -> None:
 @click.pass_context
 def sandbox_rm(ctx: click.Context, grace: float, force: bool, ref: str) -> None:
     """Delete a sandbox (cancels its execs; keeps their logs)."""
-    click.echo(client(ctx)._call("sandbox.delete", {"sandbox": ref, "grace": grace,
-                                                     "force": force})["state"])
+    click.echo(client(ctx).sandbox_delete(ref, grace=grace, force=force).state)
 
 
 @click.command("cp")
@@ -99,20 +99,18 @@ def cp(ctx: click.Context, src: str, dst: str) -> None:
     d_sb, d_path = _sandbox_path(dst)
     if (s_sb is None) == (d_sb is None):
         raise click.UsageError("exactly one of SRC and DST must be SANDBOX:PATH")
-    if d_sb is not None:
-        params = {"sandbox": d_sb, "direction": "in", "src": os.path.abspath(src),
-                  "dst": d_path}
-    else:
-        assert s_sb is not None
-        params = {"sandbox": s_sb, "direction": "out", "src": s_path,
-                  "dst": os.path.abspath(dst)}
+    c = client(ctx)
     try:
-        r = client(ctx)._call("sandbox.copy", params)
+        if d_sb is not None:
+            r = c.sandbox_copy(d_sb, "in", os.path.abspath(src), d_path)
+        else:
+            assert s_sb is not None
+            r = c.sandbox_copy(s_sb, "out", s_path, os.path.abspath(dst))
     except TetherError as e:
         # A path that cannot be used is a bad invocation (2); the copy failing is 1.
         die(e.message, 1 if e.code in ("COPY_FAILED", "SANDBOX_NOT_READY", "SANDBOX_NOT_FOUND",
                                          "DOCKER_UNAVAILABLE", "RUNTIME_UNAVAILABLE") else 2)
-    click.echo(f"copied {r['bytes']} bytes")
+    click.echo(f"copied {r.bytes} bytes")
 
 
 def _sandbox_path(arg: str) -> tuple[str | None, str]:
