@@ -102,9 +102,11 @@ class ContainerService:
         p = self.probe_result
         if p is None:
             installed = self.docker_cli is not None
-            return {"available": None if installed else False, "connected": False,
+            # Keys in the same order as a probed engine's (the SDK's RuntimeStatus).
+            return {"available": None if installed else False,
                     "reason": "not probed yet (no docker sandbox so far)" if installed
-                    else "the docker CLI is not installed (apt-get install docker.io)"}
+                    else "the docker CLI is not installed (apt-get install docker.io)",
+                    "connected": False}
         return {"available": p.available, "version": p.version, "reason": p.reason,
                 "connected": self.connected, "reconciles": self.reconciles}
 
