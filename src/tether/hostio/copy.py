@@ -18,14 +18,13 @@ import stat
 from collections.abc import Iterator
 from typing import BinaryIO
 
+from tether.hostio.beneath import open_dir_beneath
+from tether.hostio.copyout import CopyError, fd_path, open_destination, write_tree
 from tether.hostio.paths import is_within
 from tether.hostio.untrusted import NotRegular, open_regular
 
-
-class CopyError(Exception):
-    def __init__(self, message: str, code: str = "INVALID_PATH") -> None:
-        super().__init__(message)
-        self.code = code
+__all__ = ["CopyError", "check_write", "copy_into", "copy_out_of", "copy_path",
+           "final_destination"]
 
 
 def final_destination(src: str, dst: str) -> str:
@@ -37,7 +36,7 @@ def final_destination(src: str, dst: str) -> str:
 
 def check_write(dst: str, root: str | None, forbidden: str) -> None:
     """Refuse a write that a symlink would carry out of ``root`` or into ``forbidden``
-    (tether's home)."""
+    (tether's home). By path: for docker's extraction, which moves one entry in."""
     parent = os.path.realpath(os.path.dirname(os.path.abspath(dst)) or "/")
     if not os.path.isdir(parent):
         raise CopyError(f"{os.path.dirname(dst)} does not exist", "PATH_NOT_FOUND")
@@ -53,17 +52,29 @@ def check_write(dst: str, root: str | None, forbidden: str) -> None:
 def copy_path(src: str, dst: str, *, forbidden: str) -> int:
     """``cp -a`` of ``src`` to ``dst`` (into it if it is a directory) for the process
     runtime, whose paths are the host's own; never into ``forbidden`` (tether's home).
-    Returns the bytes copied."""
+    Both given paths are resolved once; below them nothing is followed through a
+    symlink (a process of the sandbox may have planted one). Returns the bytes copied."""
+    src = os.path.abspath(src)
+    sparent, sname = os.path.split(src)
+    if not sname:
+        raise CopyError("tether cp does not copy /")
     if not os.path.lexists(src):
         raise CopyError(f"{src} does not exist", "PATH_NOT_FOUND")
-    dst = final_destination(src, dst)
-    check_write(dst, None, forbidden)
-    if os.path.isdir(src) and not os.path.islink(src):
-        shutil.copytree(src, dst, symlinks=True, dirs_exist_ok=True)
-        return sum(os.lstat(os.path.join(d, f)).st_size for d, _, fs in os.walk(src)
-                   for f in fs)
-    shutil.copy2(src, dst, follow_symlinks=False)
-    return os.lstat(src).st_size
+    sfd = os.open(sparent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        return _write_out(sfd, sname, sname, dst, forbidden, src)
+    finally:
+        os.close(sfd)
+
+
+def _write_out(sfd: int, sname: str, base: str, dst: str, forbidden: str,
+               what: str) -> int:
+    dfd, name = open_destination(base, dst, forbidden)
+    try:
+        with _not_too_deep(what):
+            return write_tree(sfd, sname, dfd, name, os.path.join(fd_path(dfd), name))
+    finally:
+        os.close(dfd)
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -79,10 +90,8 @@ def copy_into(src: str, root: str, rel: str) -> int:
     parts = _parts(rel)
     if not os.path.isdir(root):  # a single-file mount: written in place (a rename would
         return _overwrite_file_mount(src, root)  # leave the sandbox the old inode)
-    fd = os.open(root, _DIR_FLAGS)
+    fd = _walk(root, parts[:-1])
     try:
-        for p in parts[:-1]:
-            fd = _descend(fd, p)
         name = parts[-1] if parts else None
         if name is not None:
             try:
@@ -191,50 +200,38 @@ def _copy_one(src: str, dfd: int, name: str) -> int:
 def copy_out_of(root: str, rel: str, dst: str, *, forbidden: str) -> int:
     """Copy ``root/rel`` (in a running sandbox) to host ``dst`` (into it if that is a
     directory), reading by directory descriptors: a swapped symlink cannot make the
-    daemon read host files, nor a swapped FIFO or device hang or fill the disk."""
+    daemon read host files, nor a swapped FIFO or device hang or fill the disk; and
+    writing the same way below ``dst`` (``copyout``), which may lie in the workspace."""
     parts = _parts(rel)
     if not os.path.isdir(root):  # a single-file mount
-        final = final_destination(root, dst)
-        check_write(final, None, forbidden)
         parent = os.open(os.path.dirname(root) or "/", _DIR_FLAGS)
         try:
-            return _read_one(parent, os.path.basename(root), final)
+            base = os.path.basename(root)
+            return _write_out(parent, base, base, dst, forbidden, root)
         finally:
             os.close(parent)
-    fd = os.open(root, _DIR_FLAGS)
+    fd = _walk(root, parts[:-1])
     try:
-        for p in parts[:-1]:
-            fd = _descend(fd, p)
         name = parts[-1] if parts else "."
-        final = final_destination(name if name != "." else os.path.basename(root), dst)
-        check_write(final, None, forbidden)
-        with _not_too_deep(rel):
-            return _read_one(fd, name, final)
+        return _write_out(fd, name, name if name != "." else os.path.basename(root), dst,
+                          forbidden, rel)
     finally:
         os.close(fd)
 
 
-def _read_one(dfd: int, name: str, out: str) -> int:
+def _walk(root: str, parts: list[str]) -> int:
+    """The directory ``root/parts``, no symlink followed on the way (openat2 where the
+    kernel has it, else one ``O_NOFOLLOW`` step at a time: ``hostio.beneath``)."""
+    fd = os.open(root, _DIR_FLAGS)
     try:
-        st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+        sub = open_dir_beneath(fd, "/".join(parts))
     except FileNotFoundError:
-        raise CopyError(f"{name} does not exist in the sandbox", "PATH_NOT_FOUND") from None
-    if stat.S_ISLNK(st.st_mode):
-        os.symlink(os.readlink(name, dir_fd=dfd), out)
-        return 0
-    if stat.S_ISDIR(st.st_mode):
-        sub = os.open(name, _DIR_FLAGS, dir_fd=dfd)
-        try:
-            os.makedirs(out, exist_ok=True)
-            return sum(_read_one(sub, e, os.path.join(out, e)) for e in sorted(os.listdir(sub)))
-        finally:
-            os.close(sub)
-    if not stat.S_ISREG(st.st_mode):
-        raise CopyError(f"{name} in the sandbox is not a regular file, a directory or a "
-                        "symlink")
-    with _open_source(name, dfd) as i:
-        fout = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-                       | os.O_CLOEXEC, stat.S_IMODE(st.st_mode) & 0o777)
-        with os.fdopen(fout, "wb") as o:
-            shutil.copyfileobj(i, o)
-            return o.tell()
+        raise CopyError(f"{'/'.join(parts)} does not exist in the sandbox",
+                        "PATH_NOT_FOUND") from None
+    except OSError as e:  # ELOOP or ENOTDIR: a symlink or a file where a directory was
+        raise CopyError(f"{'/'.join(parts)} is not a directory of the sandbox "
+                        f"({e.strerror}); tether cp does not follow symlinks into one"
+                        ) from None
+    finally:
+        os.close(fd)
+    return sub
