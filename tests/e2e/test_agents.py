@@ -408,9 +408,9 @@ def test_a_first_attempt_interrupted_by_a_crash_is_adopted_not_duplicated(
     starts = [x for x in log_lines(tmp_path) if x["event"] == "start"]
     running = [x for x in c.exec_list() if x.agent]
     assert len(running) == 1 and len(starts) == 1  # one process, never two
-    # after_commit: attempt 1 never ran and was revived as attempt 2; after_handoff:
-    # attempt 1 ran and was adopted.
-    assert lineage(c, lin.id).attempt == (2 if point == "exec.after_commit" else 1)
+    # after_commit: attempt 1's exec never ran and attempt 1 was started again (not
+    # revived); after_handoff: attempt 1 ran and was adopted.
+    assert lineage(c, lin.id).attempt == 1 and lineage(c, lin.id).revivals == 0
 
 
 def test_hook_program_outside_an_agent_never_blocks(daemon: DaemonProc) -> None:
@@ -457,3 +457,89 @@ def test_a_revival_whose_sandbox_is_gone_fails_the_lineage_not_the_daemon(
     assert lineage(fast_daemon.client(), lin.id).status == "FAILED"
 
 
+
+
+# ---------------------------------------------------------------------- attempts that never ran
+def agent_execs(c: Client, lineage_id: str) -> list[Any]:
+    return [x for x in c.exec_list(all=True) if x.lineage == lineage_id]
+
+
+@pytest.mark.parametrize("policy", ["revive", "reap", "ask"])
+def test_a_first_attempt_whose_exec_never_started_runs_once_whatever_the_policy(
+        stopped_daemon: DaemonProc, tmp_path: Path, policy: str) -> None:
+    """Issue 11 #8: the daemon dies after committing attempt 1's exec, before any monitor
+    had it. That exec never ran: not a death, so no policy, no revival; the same attempt
+    runs once, and a retried agent.start with the same key returns it running."""
+    from tether.client.errors import DaemonUnavailable
+
+    d = stopped_daemon
+    d.start(env={**FAST, "TETHER_FAULT": "exec.after_commit"})
+    c = d.client(reconnect=0.5)
+    key = f"first-attempt-{policy}"
+    with contextlib.suppress(DaemonUnavailable):
+        start_agent(c, tmp_path, "--pcts", "10", "--linger", "60", revival=policy,
+                    max_revivals=0, request_key=key)
+    assert d.proc is not None
+    d.proc.wait(20)
+    assert d.proc.returncode == -signal.SIGKILL
+    d.start(env=FAST)
+    c = d.client()
+    again = start_agent(c, tmp_path, "--pcts", "10", "--linger", "60", revival=policy,
+                        max_revivals=0, request_key=key)
+    assert again.status == "ACTIVE" and again.attempt == 1 and again.revivals == 0, again
+    assert again.exec_view is not None and again.exec_view.state == "RUNNING"
+    (lin,) = c.lineage_list(all=True)
+    assert lin.id == again.id
+    wait_for(lambda: any(x["event"] == "turn" for x in log_lines(tmp_path)),
+             what="the agent ran and its token was accepted")
+    execs = agent_execs(c, lin.id)
+    assert sorted(x.state for x in execs) == ["FAILED", "RUNNING"]
+    (unstarted,) = [x for x in execs if x.state == "FAILED"]
+    assert unstarted.never_started and unstarted.started_at is None
+    # Exactly once: another crash and restart starts nothing again.
+    d.kill9()
+    d.start(env=FAST)
+    c = d.client()
+    assert lineage(c, lin.id).status == "ACTIVE" and lineage(c, lin.id).attempt == 1
+    assert len(agent_execs(c, lin.id)) == 2
+    assert [x["event"] for x in log_lines(tmp_path)].count("start") == 1
+
+
+def test_a_revival_whose_exec_never_started_does_not_spend_the_budget(
+        stopped_daemon: DaemonProc, tmp_path: Path) -> None:
+    """A revival (max_revivals 1) whose exec the daemon committed and then died: attempt 2
+    still runs, once; it is not a second death nor a second revival."""
+    d = stopped_daemon
+    d.start(env=FAST)
+    c = d.client()
+    lin = start_agent(c, tmp_path, "--pcts", "10,20", "--wait-file", str(tmp_path / "go"),
+                      max_revivals=1)
+    (tmp_path / "go.1").touch()
+    wait_for(lambda: any(x["event"] == "turn" for x in log_lines(tmp_path)))
+    d.kill9()
+    d.start(env={**FAST, "TETHER_FAULT": "exec.after_commit"})  # attempt 1 is adopted
+    pid = d.handles(lin.exec)["child"]["pid"]
+    os.kill(pid, signal.SIGKILL)  # its revival commits attempt 2's exec, then dies
+    assert d.proc is not None
+    d.proc.wait(20)
+    assert d.proc.returncode == -signal.SIGKILL
+    d.start(env=FAST)
+    c = d.client()
+    now = lineage(c, lin.id)
+    assert now.status == "ACTIVE" and now.attempt == 2 and now.revivals == 1, now
+    wait_for(lambda: [s["attempt"] for s in log_lines(tmp_path) if s["event"] == "start"]
+             == ["1", "2"], what="attempt 2 logged its start")
+    execs = agent_execs(c, lin.id)
+    assert len(execs) == 3 and [x.never_started for x in execs].count(True) == 1
+
+
+def test_an_agent_command_that_cannot_start_is_not_restarted(daemon: DaemonProc,
+                                                             tmp_path: Path) -> None:
+    """A genuine start failure is the agent's: the lineage fails as before, no retries."""
+    c = daemon.client()
+    lin = c.agent_start([str(tmp_path / "no-such-agent")], provider="generic",
+                        revival="revive")
+    assert lin.status == "FAILED" and "command not found" in (lin.reason or ""), lin
+    assert lin.attempt == 1
+    (x,) = agent_execs(c, lin.id)
+    assert x.state == "FAILED" and x.exit_code == 127 and not x.never_started

@@ -187,9 +187,11 @@ class ExecService:
                                  "MONITOR_FAILED") from e
         except StartError as e:
             self._pending_cancel.pop(exec_id, None)
+            unstarted = self.monitors.never_started(paths)
             failed = self._commit(self.store.transition_exec(
                 exec_id, ExecState.FAILED, reason=str(e), ended_at=time.time(),
-                exit_code=127 if e.code == "START_FAILED" else None))
+                exit_code=127 if e.code == "START_FAILED" else None,
+                never_started=unstarted, data={"never_started": True} if unstarted else None))
             raise TetherError(RpcCode.START_FAILED, e.code, str(e),
                               {"exec": failed.id}) from None
         finally:
@@ -328,8 +330,11 @@ class ExecService:
             return "starting"
         reason = insp.reason or ("INTERRUPTED: the daemon stopped after accepting this exec "
                                  "and before starting it; it was never started")
-        self._commit(self.store.transition_exec(rec.id, ExecState.FAILED, reason=reason,
-                                                ended_at=time.time()))
+        unstarted = rec.state == ExecState.PENDING and self.monitors.never_started(
+            self.paths(rec))
+        self._commit(self.store.transition_exec(
+            rec.id, ExecState.FAILED, reason=reason, ended_at=time.time(),
+            never_started=unstarted, data={"never_started": True} if unstarted else None))
         self._pids.pop(rec.id, None)
         return "failed"
 

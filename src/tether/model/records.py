@@ -168,6 +168,9 @@ class ExecRecord(msgspec.Struct, kw_only=True):
     request_key: str | None = None
     # The agent lineage this exec is an attempt of, if any.
     lineage: str | None = None
+    # FAILED before its command was ever spawned, through no fault of the command (the
+    # daemon or its monitor died or failed first): an agent attempt is started again.
+    never_started: bool = False
 
 
 class Event(msgspec.Struct, kw_only=True):
@@ -232,6 +235,9 @@ class LineageRecord(msgspec.Struct, kw_only=True):
     exec_id: str | None = None
     attempt: int = 0  # execs started so far; revivals = attempt - 1
     token: str = ""  # the current attempt's TETHER_TOKEN; rotated at every revival
+    # Times the current attempt was started again because its exec never started (not a
+    # death: no revival, no crash-loop start); 0 at every new attempt.
+    restarts: int = 0
     provider_session_id: str | None = None
     turns: int = 0
     context_pct: float | None = None

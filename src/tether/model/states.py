@@ -76,8 +76,10 @@ class LineageStatus(StrEnum):
 
 
 LINEAGE_TRANSITIONS: dict[LineageStatus, frozenset[LineageStatus]] = {
+    # ACTIVE -> REVIVING: the attempt's exec never started; the same attempt starts again.
     LineageStatus.ACTIVE: frozenset({LineageStatus.ORPHANED, LineageStatus.FINISHED,
-                                     LineageStatus.REAPED, LineageStatus.FAILED}),
+                                     LineageStatus.REAPED, LineageStatus.FAILED,
+                                     LineageStatus.REVIVING}),
     LineageStatus.ORPHANED: frozenset({LineageStatus.REVIVING, LineageStatus.ASK_PENDING,
                                        LineageStatus.REAPED, LineageStatus.FAILED}),
     LineageStatus.ASK_PENDING: frozenset({LineageStatus.REVIVING, LineageStatus.REAPED}),

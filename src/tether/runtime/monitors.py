@@ -290,6 +290,12 @@ class MonitorPool:
         return Inspection("lost", reason=why)
 
     @staticmethod
+    def never_started(paths: ExecPaths) -> bool:
+        """No exit file and no handles file: no monitor ever spawned the command, or it
+        could not (a command that cannot be spawned gets an exit file saying so)."""
+        return not paths.exit.exists() and not paths.handles.exists()
+
+    @staticmethod
     def claim_for_failure(paths: ExecPaths) -> bool:
         """Claim an unstarted exec so that no late monitor can start it."""
         paths.claim.parent.mkdir(parents=True, exist_ok=True)

@@ -10,8 +10,9 @@ Exactly once: an attempt's intent (its number and token) is committed before
 its exec is started, and the exec carries the request key
 ``lineage-<id>-<attempt>``. A daemon that crashes anywhere in between finds the
 lineage REVIVING and starts the same attempt again with the same key, which
-the exec store turns into a no-op if the first try got through. Two daemons
-never act at once: the home lock.
+the exec store turns into a no-op if the first try got through. An exec that never
+started is no death: the same attempt is started again under the next key. Two
+daemons never act at once: the home lock.
 
 The parts, around one shared :class:`~.core.AgentCore`: :mod:`.attempts`
 (starting, ending and reviving attempts, successors, the sweep), :mod:`.protocol`

@@ -3,7 +3,9 @@ means (FINISHED or ORPHANED, then the revival policy), successors, and the sweep
 
 Exactly once: an attempt's intent (its number and token) is committed before its
 exec is started, and the exec carries the request key ``lineage-<id>-<attempt>``,
-which the exec store turns into a no-op if an earlier try got through.
+which the exec store turns into a no-op if an earlier try got through. An exec that
+never started (the daemon or its monitor failed first) is not a death: the same
+attempt is started again under the next key, ``lineage-<id>-<attempt>-r<restarts>``.
 """
 
 from __future__ import annotations
@@ -32,6 +34,15 @@ from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE, ExecState, LineageS
 log = logging.getLogger("tether.agents")
 
 CRASH_LOOP_LIMIT = 3  # consecutive attempts that die within crash_loop_seconds
+# An attempt whose exec never started is started again at most this many times: a
+# monitor that can never start anything must not make the lineage spin forever.
+MAX_RESTARTS = 3
+
+
+def attempt_key(rec: LineageRecord) -> str:
+    """The request key of the current attempt's current try."""
+    key = f"lineage-{rec.id}-{rec.attempt}"
+    return f"{key}-r{rec.restarts}" if rec.restarts else key
 
 
 def backoff(attempt: int) -> float:
@@ -92,7 +103,7 @@ class Attempts:
         """Commit the next attempt's intent, then run it."""
         rec = self.core.commit(self.core.store.update_lineage(
             rec.id, status=LineageStatus.REVIVING if resume else None,
-            attempt=rec.attempt + 1, token=secrets.token_hex(16), revive_at=None,
+            attempt=rec.attempt + 1, token=secrets.token_hex(16), revive_at=None, restarts=0,
             event="lineage.attempt" if not resume else None,
             reason=f"reviving (attempt {rec.attempt + 1})" if resume else None))
         if resume:
@@ -139,23 +150,33 @@ class Attempts:
                 env["TETHER_HANDOFF"] = str(handoff)
         spec = ExecSpec(argv=plan.argv, env=env, cwd=cfg.cwd, name=rec.name, tty=cfg.tty,
                         stdin=cfg.tty)
-        return await core.execs.start(sandbox, spec, f"lineage-{rec.id}-{rec.attempt}",
-                                      lineage=rec.id, agent_view=view)
+        return await core.execs.start(sandbox, spec, attempt_key(rec), lineage=rec.id,
+                                      agent_view=view)
 
     async def run(self, rec: LineageRecord, *, resume: bool) -> LineageRecord:
-        """Start attempt ``rec.attempt``; idempotent thanks to its request key."""
+        """Start attempt ``rec.attempt``; idempotent thanks to its request key. An exec
+        that never started is tried again (``restart``), as the same attempt."""
         core = self.core
-        try:
-            # Everything that can refuse (its sandbox gone, say) fails the lineage, never
-            # the daemon (this also runs inside recovery).
-            x = await self._start_exec(rec, resume=resume)
-        except Exception as e:  # TetherError, or the agent broke its state dir (OSError)
-            why = e.message if isinstance(e, TetherError) else f"{type(e).__name__}: {e}"
-            if not isinstance(e, TetherError):
-                log.warning("lineage %s attempt %s: %s", rec.id, rec.attempt, why)
-            return core.commit(core.store.update_lineage(
-                rec.id, status=LineageStatus.FAILED, reason=f"could not start attempt "
-                f"{rec.attempt}: {why}"))
+        while True:
+            try:
+                # Everything that can refuse (its sandbox gone, say) fails the lineage,
+                # never the daemon (this also runs inside recovery).
+                x = await self._start_exec(rec, resume=resume)
+            except Exception as e:  # TetherError, or the agent broke its state dir (OSError)
+                unstarted = self._unstarted(e)
+                if unstarted is None:
+                    why = e.message if isinstance(e, TetherError) else f"{type(e).__name__}: {e}"
+                    if not isinstance(e, TetherError):
+                        log.warning("lineage %s attempt %s: %s", rec.id, rec.attempt, why)
+                    return core.commit(core.store.update_lineage(
+                        rec.id, status=LineageStatus.FAILED, reason=f"could not start attempt "
+                        f"{rec.attempt}: {why}"))
+                x = unstarted
+            if not x.never_started:
+                break
+            rec = self.restart(rec, x)
+            if rec.status != LineageStatus.REVIVING:
+                return rec  # gave up
         core.touch(rec)
         starts = [*rec.recent_starts, x.started_at or time.time()][-5:]
         rec = core.commit(core.store.update_lineage(
@@ -167,6 +188,43 @@ class Attempts:
             self.on_exec_terminal(x)
         return core.store.get_lineage(rec.id) or rec
 
+    def _unstarted(self, e: Exception) -> ExecRecord | None:
+        """The exec a failed start left behind, if it never started (not the agent's
+        fault); ``None`` for every other failure."""
+        exec_id = e.data.get("exec") if isinstance(e, TetherError) else None
+        x = self.core.store.get_exec(exec_id) if isinstance(exec_id, str) else None
+        return x if x is not None and x.never_started else None
+
+    def restart(self, rec: LineageRecord, x: ExecRecord) -> LineageRecord:
+        """The current attempt's exec ``x`` never started: not a death, so no revival
+        policy, budget or crash-loop start. Commit the intent to start the same attempt
+        again (REVIVING, same number and token, ``restarts`` + 1: the next request key),
+        or give up after ``MAX_RESTARTS``. The caller then runs it."""
+        core = self.core
+        if rec.restarts >= MAX_RESTARTS:
+            rec = core.commit(core.store.update_lineage(
+                rec.id, status=LineageStatus.FAILED,
+                reason=f"could not start attempt {rec.attempt}: its exec never started "
+                       f"{rec.restarts + 1} times; last: {x.reason}"))
+            core.forget(rec.id)
+            return rec
+        return core.commit(core.store.update_lineage(
+            rec.id, status=LineageStatus.REVIVING, restarts=rec.restarts + 1,
+            event="lineage.state",  # journaled even when it was REVIVING already
+            reason=f"starting attempt {rec.attempt} again: exec {x.id} never started "
+                   f"({x.reason})"))
+
+    async def run_restart(self, lineage: str) -> None:
+        """Carry out a restart committed outside ``run`` (an exec end): in the daemon's
+        group, under the lineage's lock, only if the lineage is still REVIVING."""
+        try:
+            async with self.core.lock(lineage):
+                fresh = self.core.store.get_lineage(lineage)
+                if fresh is not None and fresh.status == LineageStatus.REVIVING:
+                    await self.run(fresh, resume=fresh.attempt > 1)
+        except Exception:  # never into the daemon's TaskGroup
+            log.exception("restarting lineage %s failed", lineage)
+
     # ------------------------------------------------------------------ exec ends
     def on_exec_terminal(self, x: ExecRecord) -> None:
         """``ExecService.on_terminal``: called synchronously with every exec that ends."""
@@ -175,6 +233,11 @@ class Attempts:
         rec = self.core.store.get_lineage(x.lineage)
         if rec is None or rec.exec_id != x.id or rec.status != LineageStatus.ACTIVE:
             return
+        if x.never_started:
+            rec = self.restart(rec, x)
+            if rec.status == LineageStatus.REVIVING and self.core.tasks.open:
+                self.core.tasks.spawn(self.run_restart(rec.id), name=f"restart-{rec.id}")
+            return  # (before the group opens, recovery runs it: it is REVIVING)
         # A hung kill from before a restart is recognised by its recorded reason.
         hung = x.id in self.core.hung_kills or (x.reason or "").startswith("hung:")
         self.core.hung_kills.discard(x.id)
@@ -241,8 +304,8 @@ class Attempts:
     def _crash_looping(self, rec: LineageRecord, x: ExecRecord | None) -> bool:
         if len(rec.recent_starts) < CRASH_LOOP_LIMIT:
             return False
-        ends = [e.ended_at or 0.0 for e in self.core.store.list_execs_of_lineage(rec.id)][
-            -CRASH_LOOP_LIMIT:]
+        ends = [e.ended_at or 0.0 for e in self.core.store.list_execs_of_lineage(rec.id)
+                if not e.never_started][-CRASH_LOOP_LIMIT:]
         starts = rec.recent_starts[-CRASH_LOOP_LIMIT:]
         return len(ends) == CRASH_LOOP_LIMIT and all(
             0 <= end - start < rec.config.crash_loop_seconds

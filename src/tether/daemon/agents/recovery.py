@@ -1,13 +1,14 @@
 """Recovery after a daemon restart, run after the exec and sandbox recovery: every
 live lineage without a live process is ORPHANED, an interrupted attempt is started
-again with the same request key, and a successor that was due is due again."""
+again with the same request key (or, if its exec never started, the next one), and a
+successor that was due is due again."""
 
 from __future__ import annotations
 
 import logging
 
 from tether.agent import lifecycle as lc
-from tether.daemon.agents.attempts import Attempts
+from tether.daemon.agents.attempts import Attempts, attempt_key
 from tether.daemon.agents.core import AgentCore
 from tether.model.records import LineageRecord
 from tether.model.states import LINEAGE_LIVE, ExecState, LineageStatus
@@ -19,7 +20,8 @@ async def recover(core: AgentCore, attempts: Attempts) -> dict[str, int]:
     summary = {"running": 0, "orphaned": 0, "resumed": 0}
     for rec in core.store.list_lineages(tuple(LINEAGE_LIVE)):
         try:
-            await _recover_one(core, attempts, rec, summary)
+            async with core.lock(rec.id):  # a restart spawned meanwhile waits
+                await _recover_one(core, attempts, rec, summary)
         except Exception:  # one broken lineage must not keep the daemon from starting
             log.exception("recovering lineage %s failed", rec.id)
     # A successor that was due when the daemon died.
@@ -37,9 +39,9 @@ async def _recover_one(core: AgentCore, attempts: Attempts, rec: LineageRecord,
     if rec.status == LineageStatus.ACTIVE and rec.exec_id is None and rec.attempt:
         # The daemon died between committing this attempt and recording its
         # exec: the request key finds it if it was started; else start it now.
-        summary["resumed"] += 1
-        x = core.store.exec_by_request_key(f"lineage-{rec.id}-{rec.attempt}")
+        x = core.store.exec_by_request_key(attempt_key(rec))
         if x is None:
+            summary["resumed"] += 1
             await attempts.run(rec, resume=rec.attempt > 1)
             return
         rec = core.commit(core.store.update_lineage(
@@ -51,6 +53,11 @@ async def _recover_one(core: AgentCore, attempts: Attempts, rec: LineageRecord,
             summary["running"] += 1
         elif x is not None and x.state == ExecState.PENDING:
             summary["running"] += 1
+        elif x is not None and x.never_started:  # not a death: the same attempt again
+            summary["resumed"] += 1
+            rec = attempts.restart(rec, x)
+            if rec.status == LineageStatus.REVIVING:
+                await attempts.run(rec, resume=rec.attempt > 1)
         else:
             summary["orphaned"] += 1
             if x is not None:
@@ -58,7 +65,9 @@ async def _recover_one(core: AgentCore, attempts: Attempts, rec: LineageRecord,
             else:
                 attempts.orphan(rec, "no process after a daemon restart", None)
     elif rec.status == LineageStatus.REVIVING:
-        summary["resumed"] += 1  # an interrupted revival: same attempt, same key
-        await attempts.run(rec, resume=True)
+        # An interrupted revival or restart: same attempt, same key. (A restarted first
+        # attempt is launched, not resumed.)
+        summary["resumed"] += 1
+        await attempts.run(rec, resume=rec.attempt > 1)
     elif rec.status == LineageStatus.ORPHANED and rec.revive_at is None:
         attempts.apply_policy(rec, None)
