@@ -38,7 +38,7 @@ from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
 from tether.daemon.sandboxes import SandboxService
 from tether.daemon.tasks import Tasks
-from tether.model.errors import TetherError
+from tether.model.errors import TetherError, as_disk_full
 from tether.model.layout import HOME_LOCKED_EXIT, MAX_SOCKET_PATH, HomeLayout
 from tether.model.states import DaemonState, check_transition
 from tether.rpc.server import RpcServer
@@ -99,26 +99,48 @@ class Daemon:
                 pass
         return asyncio.run(self._main())
 
+    def disk_full(self, e: BaseException) -> TetherError | None:
+        """DISK_FULL for an exception that means the home's disk is full, else None."""
+        return as_disk_full(e, str(self.layout.db))
+
+    def _startup_error(self, e: Exception) -> StartupError | None:
+        full = self.disk_full(e)
+        return None if full is None else StartupError(f"cannot start: {full.message}")
+
     async def _main(self) -> int:
         self._to(DaemonState.STARTING)
         try:
-            self._start_infrastructure()
+            try:
+                self._start_infrastructure()
+            except StartupError:
+                raise
+            except Exception as e:
+                self._lock.release()
+                if (err := self._startup_error(e)) is None:
+                    raise
+                raise err from None
         except StartupError as e:
             print(f"tether: {e}", file=sys.stderr)
             self._to(DaemonState.STOPPED)
             return e.exit_code
+        failed: StartupError | None = None
         try:
             async with asyncio.TaskGroup() as tg:
                 self.tasks.bind(tg)
-                await self._recover()
-                await self._bind()
-                self._to(DaemonState.RUNNING)
-                homes.write_pid_file(self.layout)
-                self.journal.record(
-                    None, "daemon.started", state=str(self.state),
-                    reason=f"daemon pid {os.getpid()} serving",
-                    data={"pid": os.getpid(), "version": __version__,
-                          "instance": self.instance, "recovery": self.recovery_summary})
+                try:
+                    await self._recover()
+                    await self._bind()
+                    self._to(DaemonState.RUNNING)
+                    homes.write_pid_file(self.layout)
+                    self.journal.record(
+                        None, "daemon.started", state=str(self.state),
+                        reason=f"daemon pid {os.getpid()} serving",
+                        data={"pid": os.getpid(), "version": __version__,
+                              "instance": self.instance, "recovery": self.recovery_summary})
+                except Exception as e:  # a full disk: one clear line, not a traceback
+                    if (err := self._startup_error(e)) is None:
+                        raise
+                    raise err from None
                 _sd_notify("READY=1")
                 tg.create_task(self._pool_loop(), name="monitor-pool")
                 tg.create_task(self._sweep_loop(), name="sweep")
@@ -130,9 +152,16 @@ class Daemon:
                 raise _Stopped
         except* _Stopped:
             pass
+        except* StartupError as eg:
+            failed = eg.exceptions[0]  # type: ignore[assignment]
+            if self.state == DaemonState.RUNNING:
+                self._to(DaemonState.STOPPING)
         finally:
             self._close_infrastructure()
         self._to(DaemonState.STOPPED)
+        if failed is not None:
+            print(f"tether: {failed}", file=sys.stderr)
+            return failed.exit_code
         return 0
 
     def _start_infrastructure(self) -> None:
@@ -155,7 +184,8 @@ class Daemon:
             raise StartupError(str(e)) from None
         except Exception as e:
             self._lock.release()
-            raise StartupError(f"cannot open the store {self.layout.db}: {e}") from None
+            raise self._startup_error(e) or StartupError(
+                f"cannot open the store {self.layout.db}: {e}") from None
         try:
             faults = Faults(self.config.faults)
         except ValueError as e:
@@ -201,10 +231,11 @@ class Daemon:
         log.info("recovery: %s", summary)
 
     async def _bind(self) -> None:
-        self._rpc = RpcServer(build_router(self))
+        self._rpc = RpcServer(build_router(self), translate=self.disk_full)
         self._server = await self._listen(self._rpc, self.layout.socket)
         # Sandboxed agents get this one: their own session's methods and nothing else.
-        self._agent_rpc = RpcServer(build_router(self, only=AGENT_METHODS))
+        self._agent_rpc = RpcServer(build_router(self, only=AGENT_METHODS),
+                                    translate=self.disk_full)
         self.layout.agent_dir.mkdir(mode=0o700, exist_ok=True)
         self._agent_server = await self._listen(self._agent_rpc, self.layout.agent_socket)
 

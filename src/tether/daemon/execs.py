@@ -1,8 +1,9 @@
 """Execs: accept (intent first), hand to a monitor, watch, cancel, wait, read logs,
 and re-adopt after a crash.
 
-In-memory state here is category C only — pidfd watches, wait events and
-pending cancels — and :meth:`ExecService.recover` rebuilds it from the store
+In-memory state here is category C only — pidfd watches, wait events,
+pending cancels and execs whose settlement the store refused (a full disk;
+the sweep retries them) — and :meth:`ExecService.recover` rebuilds it from the store
 (A), the monitor files (D) and the process table (B).
 """
 
@@ -24,7 +25,14 @@ from tether.daemon.journal import Journal
 from tether.daemon.tasks import Tasks
 from tether.hostio.pidfd import signal_verified_group
 from tether.hostio.proc import is_same_process
-from tether.model.errors import RpcCode, TetherError, invalid_params, not_found
+from tether.model.errors import (
+    RpcCode,
+    TetherError,
+    as_disk_full,
+    disk_full,
+    invalid_params,
+    not_found,
+)
 from tether.model.layout import ExecPaths, HomeLayout
 from tether.model.records import Event, ExecRecord, ExecSpec, SandboxRecord, to_builtins
 from tether.model.states import EXEC_TERMINAL, ExecState, SandboxState
@@ -90,6 +98,9 @@ class ExecService:
         self._done: dict[str, asyncio.Event] = {}
         self._pending_cancel: dict[str, tuple[int, float, str]] = {}
         self._pids: dict[str, int] = {}
+        # Execs whose monitor is gone (or state unknown) but whose new state could not be
+        # committed (e.g. the disk is full): the sweep settles them again.
+        self._unsettled: set[str] = set()
         self._terminal_watchers: dict[str, asyncio.Task[None]] = {}
         self.pool_wanted = asyncio.Event()
         # The daemon's group: owner of the long-lived per-exec tasks.
@@ -188,18 +199,31 @@ class ExecService:
         except StartError as e:
             self._pending_cancel.pop(exec_id, None)
             unstarted = self.monitors.never_started(paths)
-            failed = self._commit(self.store.transition_exec(
-                exec_id, ExecState.FAILED, reason=str(e), ended_at=time.time(),
-                exit_code=127 if e.code == "START_FAILED" else None,
-                never_started=unstarted, data={"never_started": True} if unstarted else None))
+            try:
+                failed = self._commit(self.store.transition_exec(
+                    exec_id, ExecState.FAILED, reason=str(e), ended_at=time.time(),
+                    exit_code=127 if e.code == "START_FAILED" else None,
+                    never_started=unstarted,
+                    data={"never_started": True} if unstarted else None))
+            except Exception:
+                self._unsettled.add(exec_id)  # its claim stops any monitor: fail it later
+                raise
+            if e.code == "DISK_FULL":
+                full = disk_full(str(paths.exit), str(e))
+                full.data["exec"] = failed.id
+                raise full from None
             raise TetherError(RpcCode.START_FAILED, e.code, str(e),
                               {"exec": failed.id}) from None
         finally:
             self.pool_wanted.set()
         self.faults.hit("exec.after_handoff")
-        rec = self._commit(self.store.transition_exec(
-            exec_id, ExecState.RUNNING, reason=f"started as pid {started.pid}",
-            started_at=started.started_at))
+        try:
+            rec = self._commit(self.store.transition_exec(
+                exec_id, ExecState.RUNNING, reason=f"started as pid {started.pid}",
+                started_at=started.started_at))
+        except Exception:
+            self._unsettled.add(exec_id)  # it runs: the sweep adopts it once it can
+            raise
         handles = {"monitor": {"pid": started.monitor_pid,
                                "start_time": started.monitor_start_time},
                    "child": {"pid": started.pid, "start_time": started.start_time}}
@@ -274,17 +298,45 @@ class ExecService:
     def _on_monitor_exit(self, exec_id: str) -> None:
         self._unwatch(exec_id)
         self.monitors.reap_children()
-        try:
-            self._settle(exec_id)
-        except Exception:
-            log.exception("settling exec %s failed", exec_id)
+        self._settle(exec_id)
 
     def _settle(self, exec_id: str) -> None:
         """The monitor is gone (or never came): record what really happened."""
-        rec = self.store.get_exec(exec_id)
-        if rec is None or rec.state in EXEC_TERMINAL:
+        try:
+            rec = self.store.get_exec(exec_id)
+        except Exception as e:
+            self._retry_later(exec_id, e)
             return
-        self._apply(rec, self.monitors.inspect(self.paths(rec)))
+        if rec is None or rec.state in EXEC_TERMINAL:
+            self._unsettled.discard(exec_id)
+            return
+        self._apply_or_retry(rec, self.monitors.inspect(self.paths(rec)))
+
+    def _apply_or_retry(self, rec: ExecRecord, insp: Inspection) -> str:
+        """:meth:`_apply`; if the store refuses (a full disk), the sweep tries again."""
+        try:
+            done = self._apply(rec, insp)
+        except Exception as e:
+            w = self._watches.get(rec.id)
+            if insp.pidfd is not None and (w is None or w.pidfd != insp.pidfd):
+                os.close(insp.pidfd)  # not handed to a watch: ours to close
+            self._retry_later(rec.id, e)
+            return "retry"
+        self._unsettled.discard(rec.id)
+        return done
+
+    def _retry_later(self, exec_id: str, e: Exception) -> None:
+        first = exec_id not in self._unsettled
+        self._unsettled.add(exec_id)
+        full = as_disk_full(e, str(self.store.path))
+        if full is not None:
+            if first:
+                log.warning("exec %s: %s; settling it again at every sweep", exec_id,
+                            full.message)
+        elif first:
+            log.exception("settling exec %s failed; trying again at every sweep", exec_id)
+        else:
+            log.debug("settling exec %s failed again: %r", exec_id, e)
 
     def _apply(self, rec: ExecRecord, insp: Inspection) -> str:
         """Bring the record in line with an inspection. Returns what was done."""
@@ -363,8 +415,12 @@ class ExecService:
         return summary
 
     def sweep(self) -> None:
-        """Poll the execs watched without a pidfd; reap exited monitors."""
+        """Settle again what the store refused; poll the execs watched without a pidfd;
+        reap exited monitors."""
         self.monitors.reap_children()
+        for exec_id in sorted(self._unsettled):
+            if exec_id not in self._watches:
+                self._settle(exec_id)
         for exec_id, w in list(self._watches.items()):
             rec = self.store.get_exec(exec_id)
             if w.pidfd is not None or rec is None:
@@ -373,7 +429,7 @@ class ExecService:
             if insp.kind == "alive" and insp.pidfd is None:
                 continue  # still alive, still no pidfd: keep polling
             self._unwatch(exec_id)
-            if self._apply(rec, insp) == "starting":
+            if self._apply_or_retry(rec, insp) == "starting":
                 self._watch(rec, None, None)
 
     def detach_all(self) -> None:

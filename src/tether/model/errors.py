@@ -7,6 +7,7 @@ programs should match on; the message is for people and says what to do next.
 
 from __future__ import annotations
 
+import errno
 from enum import IntEnum
 from typing import Any
 
@@ -26,6 +27,7 @@ class RpcCode(IntEnum):
     START_FAILED = 1006
     SUBSCRIPTION_OVERFLOW = 1007
     UNAVAILABLE = 1008
+    DISK_FULL = 1009
 
 
 class TetherError(Exception):
@@ -63,3 +65,24 @@ def not_found(kind: str, ref: str) -> TetherError:
 
 def invalid_params(message: str, **data: Any) -> TetherError:
     return TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS", message, data)
+
+
+def disk_full(path: str, detail: str) -> TetherError:
+    return TetherError(RpcCode.DISK_FULL, "DISK_FULL",
+                       f"the disk holding {path} is full ({detail}); free space there and "
+                       "retry. Running execs keep their exit status and settle once there "
+                       "is room", {"path": path})
+
+
+def as_disk_full(exc: BaseException, db: str) -> TetherError | None:
+    """The DISK_FULL error for an exception that means "no space left", else None.
+
+    SQLite says it with SQLITE_FULL (no file name: it is ``db``); the OS with ENOSPC or
+    EDQUOT. Checked by name, not type, so that the model need not import sqlite3."""
+    if getattr(exc, "sqlite_errorname", None) == "SQLITE_FULL" or (
+            type(exc).__name__ == "OperationalError"
+            and "database or disk is full" in str(exc)):
+        return disk_full(db, "database or disk is full")
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return disk_full(str(exc.filename or db), exc.strerror or "no space left")
+    return None

@@ -2,7 +2,9 @@
 
 * handles file — pid and kernel start time of the monitor and of the child,
   written atomically once the child runs (momentary reality, like a VM manager's handles);
-* exit file — how the child ended, written atomically *and durably*;
+* exit file — how the child ended, written atomically *and durably* into blocks
+  reserved before the command starts (``<exit>.reserve``), so a disk that fills up
+  meanwhile cannot cost the exit status;
 * claim file — created with ``O_EXCL`` by whoever decides an exec's fate first
   (a monitor that will start it, or a recovering daemon that fails it), and
   ``flock``-ed by the monitor for its whole life.
@@ -13,9 +15,10 @@ Process identity lives in :mod:`tether.hostio.proc`; durable replacement in
 
 from __future__ import annotations
 
+import errno
 import os
 
-from tether.hostio.atomic import atomic_write
+from tether.hostio.atomic import atomic_write, fsync_dir, write_all
 from tether.monitor import tinyjson
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see tether/__init__.py
@@ -24,6 +27,8 @@ if TYPE_CHECKING:
 
 HANDLES_VERSION = 1
 EXIT_VERSION = 1
+EXIT_RESERVE = 16384  # bytes kept for the exit record: many times what one takes
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
 
 
 class FileCorrupt(Exception):
@@ -75,9 +80,43 @@ def read_handles(path: str) -> dict[str, Any] | None:
     return obj
 
 
+def reserve_exit(path: str) -> None:
+    """Allocate the exit file's blocks now, under ``<exit>.reserve``: writing the status
+    then needs no new block. Raises OSError (ENOSPC) when there is no room even for that."""
+    reserve = path + ".reserve"
+    fd = os.open(reserve, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, EXIT_RESERVE)
+        except OSError as e:
+            if e.errno in NO_ROOM:
+                raise
+            write_all(fd, bytes(EXIT_RESERVE), 0)  # a filesystem without fallocate
+    except BaseException:
+        os.close(fd)
+        os.unlink(reserve)
+        raise
+    os.close(fd)
+
+
 def write_exit(path: str, status: dict[str, Any]) -> None:
-    atomic_write(path, tinyjson.dumps({"version": EXIT_VERSION, **status}).encode(),
-                 durable=True)
+    """Write the exit file into its reservation (or, without one, atomically anew):
+    fsynced, then renamed into place, so readers see no file or the whole one."""
+    data = tinyjson.dumps({"version": EXIT_VERSION, **status}).encode()
+    reserve = path + ".reserve"
+    try:
+        fd = os.open(reserve, os.O_WRONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        atomic_write(path, data, durable=True)
+        return
+    try:
+        write_all(fd, data, 0)
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(reserve, path)
+    fsync_dir(os.path.dirname(path) or ".")
 
 
 def read_exit(path: str) -> dict[str, Any] | None:

@@ -15,7 +15,8 @@ Life of a monitor (no asyncio; one ``epoll`` loop):
    from here on the daemon may die at any moment without affecting us.
 5. Serve the socket (control commands, attach clients, daemon watchers),
    enforce the timeout, and when the child ends write the exit file (atomic,
-   fsynced) and exit.
+   fsynced, into blocks reserved at start; on a full disk, retried with backoff
+   for as long as we live) and exit.
 
 The socket speaks JSON lines until a client sends ``{"op": "attach"}``; from
 then on both directions are frames: 1 type byte, 4-byte big-endian length,
@@ -52,7 +53,13 @@ from tether.monitor import tinyjson as json  # noqa: E402
 from tether.monitor.child import Child  # noqa: E402
 from tether.monitor.clients import Clients  # noqa: E402
 from tether.monitor.control import Control  # noqa: E402
-from tether.monitor.files import claim, write_exit, write_handles  # noqa: E402
+from tether.monitor.files import (  # noqa: E402
+    NO_ROOM,
+    claim,
+    reserve_exit,
+    write_exit,
+    write_handles,
+)
 from tether.monitor.terminal import Terminal  # noqa: E402
 
 
@@ -61,6 +68,9 @@ def _report(obj: dict[str, Any]) -> None:
         os.write(1, (json.dumps(obj) + "\n").encode())
     except OSError:
         pass  # the daemon is gone; the files say everything
+
+
+EXIT_RETRY_MAX = 2.0  # seconds between two tries at writing the exit file on a full disk
 
 
 def _detach_pipes() -> None:
@@ -143,6 +153,14 @@ class Monitor:
                       os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         os.dup2(log, 2)
         os.close(log)
+        try:  # before the command runs: ending it must never need a new block
+            reserve_exit(self.paths["exit"])
+        except OSError as e:
+            if e.errno not in NO_ROOM:
+                raise
+            _report({"error": f"no room for the exit file {self.paths['exit']}: {e}",
+                     "code": "DISK_FULL", "path": self.paths["exit"]})
+            return 0
 
         actions, setsid, to_close = self.term.open()
         self.clients.listen()
@@ -161,7 +179,7 @@ class Monitor:
         except OSError as e:
             msg, record = self.child.start_failed(e)
             self.clients.remove_socket()
-            write_exit(self.paths["exit"], record)
+            self._write_exit(record)
             _report({"error": msg, "code": "START_FAILED"})
             return 0
         finally:
@@ -238,10 +256,30 @@ class Monitor:
     def _finish(self, status: tuple[int | None, int | None]) -> int:
         self.term.drain()  # what the program wrote just before it ended
         record = self.child.exit_record(status)
-        write_exit(self.paths["exit"], record)
+        self._write_exit(record)
         self.clients.close_all(record)
         self.clients.remove_socket()
         return 0
+
+    def _write_exit(self, record: dict[str, Any]) -> None:
+        """Write the exit file; while the disk is full, keep the status and retry, for
+        until it is on disk it exists nowhere else (the daemon settles from the file)."""
+        delay = 0.05
+        while True:
+            try:
+                write_exit(self.paths["exit"], record)
+                return
+            except OSError as e:
+                if e.errno not in NO_ROOM:
+                    raise
+                if delay == 0.05:
+                    try:
+                        os.write(2, f"monitor: cannot write {self.paths['exit']} yet ({e}); "
+                                    "retrying until there is room\n".encode())
+                    except OSError:
+                        pass  # the log is on the same full disk
+                time.sleep(delay)
+                delay = min(delay * 2, EXIT_RETRY_MAX)
 
 
 def main() -> int:

@@ -7,7 +7,9 @@ piling up replies. Long polls (methods that wait for an outside event) run as
 tasks, at most ``MAX_LONG_POLLS_PER_CONNECTION`` at once, owned by the
 connection's TaskGroup and cancelled with it. A batch reply is capped at
 ``MAX_BATCH_REPLY`` bytes. A failure inside one handler becomes that request's
-error response and never reaches another client.
+error response and never reaches another client. Exceptions that mean an
+outside condition rather than a bug (a full disk) are turned into their error
+code here, by the daemon's ``translate``, once for every handler.
 """
 
 from __future__ import annotations
@@ -120,8 +122,12 @@ def _std(code: RpcCode, message: str, **data: Any) -> TetherError:
 
 
 class RpcServer:
-    def __init__(self, router: Router, *, max_line: int = MAX_LINE) -> None:
+    def __init__(self, router: Router, *, max_line: int = MAX_LINE,
+                 translate: Callable[[Exception], TetherError | None] | None = None,
+                 ) -> None:
         self.router = router
+        # Maps an unexpected exception to a proper error (e.g. DISK_FULL), else None.
+        self.translate = translate or (lambda e: None)
         self.max_line = max_line
         self.accepting = True
         self.inflight = 0
@@ -274,6 +280,12 @@ class RpcServer:
             return _error(rid, RpcCode.DAEMON_STOPPING, "the daemon is stopping; retry",
                           {"code": "DAEMON_STOPPING"})
         except Exception as e:  # a bug in one handler must not take the daemon down
+            known = self.translate(e)
+            if known is not None:
+                log.warning("%s failed: %s", msg.get("method"), known.message)
+                if is_notification:
+                    return None
+                return {"jsonrpc": "2.0", "id": rid, "error": known.to_wire()}
             log.exception("internal error in %r", msg.get("method"))
             if is_notification:
                 return None
