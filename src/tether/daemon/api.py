@@ -92,6 +92,39 @@ def claim_worktree(path: str, issue: str | None, *, force: bool, provider: str) 
                           {"worktree": path}) from None
 
 
+#: Every method and the type of its params (docs/PROTOCOL.md lists them). A table of its
+#: own, apart from the handlers, so that tests can enumerate the protocol's surface.
+METHODS: dict[str, type[Any]] = {
+    "daemon.health": m.Empty,
+    "daemon.status": m.Empty,
+    "sandbox.create": m.SandboxCreate,
+    "sandbox.get": m.SandboxRef,
+    "sandbox.list": m.SandboxList,
+    "sandbox.stop": m.SandboxStop,
+    "sandbox.start": m.SandboxRef,
+    "sandbox.delete": m.SandboxStop,
+    "sandbox.copy": m.SandboxCopy,
+    "exec.start": m.ExecStart,
+    "exec.get": m.ExecRef,
+    "exec.list": m.ExecList,
+    "exec.wait": m.ExecWait,
+    "exec.cancel": m.ExecCancel,
+    "exec.logs": m.ExecLogs,
+    "events.list": m.EventsList,
+    "events.subscribe": m.EventsSubscribe,
+    "events.unsubscribe": m.EventsUnsubscribe,
+    "agent.start": m.AgentStart,
+    "agent.turn": m.AgentTurn,
+    "agent.heartbeat": m.AgentHeartbeat,
+    "agent.authorize_tool": m.AgentAuthorize,
+    "agent.handoff": m.AgentHandoff,
+    "agent.hook": m.AgentHook,
+    "agent.reap": m.Empty,
+    "lineage.list": m.LineageList,
+    "lineage.get": m.LineageRef,
+    "lineage.resolve": m.LineageResolve,
+}
+
 #: All a sandboxed agent can reach (on ``agent.sock``): its own session, by token.
 AGENT_METHODS = frozenset({"daemon.health", "agent.turn", "agent.heartbeat",
                            "agent.authorize_tool", "agent.handoff", "agent.hook"})
@@ -308,37 +341,37 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         return agents.view(await owned(agents.resolve_ask(agents.resolve(p.lineage),
                                                           p.action)))
 
-    table: list[tuple[str, type[Any], Handler]] = [
-        ("daemon.health", m.Empty, health),
-        ("daemon.status", m.Empty, status),
-        ("sandbox.create", m.SandboxCreate, sandbox_create),
-        ("sandbox.get", m.SandboxRef, sandbox_get),
-        ("sandbox.list", m.SandboxList, sandbox_list),
-        ("sandbox.stop", m.SandboxStop, sandbox_stop),
-        ("sandbox.start", m.SandboxRef, sandbox_start),
-        ("sandbox.delete", m.SandboxStop, sandbox_delete),
-        ("sandbox.copy", m.SandboxCopy, sandbox_copy),
-        ("exec.start", m.ExecStart, exec_start),
-        ("exec.get", m.ExecRef, exec_get),
-        ("exec.list", m.ExecList, exec_list),
-        ("exec.wait", m.ExecWait, exec_wait),
-        ("exec.cancel", m.ExecCancel, exec_cancel),
-        ("exec.logs", m.ExecLogs, exec_logs),
-        ("events.list", m.EventsList, events_list),
-        ("events.subscribe", m.EventsSubscribe, events_subscribe),
-        ("events.unsubscribe", m.EventsUnsubscribe, events_unsubscribe),
-        ("agent.start", m.AgentStart, agent_start),
-        ("agent.turn", m.AgentTurn, agent_turn),
-        ("agent.heartbeat", m.AgentHeartbeat, agent_heartbeat),
-        ("agent.authorize_tool", m.AgentAuthorize, agent_authorize),
-        ("agent.handoff", m.AgentHandoff, agent_handoff),
-        ("agent.hook", m.AgentHook, agent_hook),
-        ("agent.reap", m.Empty, agent_reap),
-        ("lineage.list", m.LineageList, lineage_list),
-        ("lineage.get", m.LineageRef, lineage_get),
-        ("lineage.resolve", m.LineageResolve, lineage_resolve),
-    ]
-    for name, params, fn in table:
+    handlers: dict[str, Handler] = {
+        "daemon.health": health,
+        "daemon.status": status,
+        "sandbox.create": sandbox_create,
+        "sandbox.get": sandbox_get,
+        "sandbox.list": sandbox_list,
+        "sandbox.stop": sandbox_stop,
+        "sandbox.start": sandbox_start,
+        "sandbox.delete": sandbox_delete,
+        "sandbox.copy": sandbox_copy,
+        "exec.start": exec_start,
+        "exec.get": exec_get,
+        "exec.list": exec_list,
+        "exec.wait": exec_wait,
+        "exec.cancel": exec_cancel,
+        "exec.logs": exec_logs,
+        "events.list": events_list,
+        "events.subscribe": events_subscribe,
+        "events.unsubscribe": events_unsubscribe,
+        "agent.start": agent_start,
+        "agent.turn": agent_turn,
+        "agent.heartbeat": agent_heartbeat,
+        "agent.authorize_tool": agent_authorize,
+        "agent.handoff": agent_handoff,
+        "agent.hook": agent_hook,
+        "agent.reap": agent_reap,
+        "lineage.list": lineage_list,
+        "lineage.get": lineage_get,
+        "lineage.resolve": lineage_resolve,
+    }
+    for name, params in METHODS.items():
         if only is None or name in only:
-            r.add(name, params, fn, long=name in LONG_POLL_METHODS)
+            r.add(name, params, handlers[name], long=name in LONG_POLL_METHODS)
     return r

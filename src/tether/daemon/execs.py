@@ -55,7 +55,10 @@ def parse_signal(value: int | str) -> int:
         except ValueError:
             raise invalid_params(f"unknown signal number {value}") from None
     name = value.upper()
-    if name.isdigit():
+    if name.isascii() and name.isdigit():  # not "²" or "\u0661", which int() refuses or reads
+        if len(name) > 3:  # no signal has more digits; int() of 5,000 of them raises
+            raise invalid_params(f"unknown signal number {value[:16]}"
+                                 f"{'...' if len(value) > 16 else ''}")
         return parse_signal(int(name))
     if not name.startswith("SIG"):
         name = "SIG" + name

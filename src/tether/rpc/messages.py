@@ -29,7 +29,15 @@ from tether.model.records import (
 NonEmpty = Annotated[str, Meta(min_length=1, max_length=4096)]
 Name = Annotated[str, Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")]
 Seconds = Annotated[float, Meta(ge=0, le=10 * 365 * 86400)]
-Cursor = Annotated[int, Meta(ge=0)]
+# Journal cursors and log offsets are SQLite integers and file offsets: 64-bit signed.
+Cursor = Annotated[int, Meta(ge=0, le=2**63 - 1)]
+# What ends up in a process's argv, environment or path: a C string, so no NUL byte;
+# an environment name is also neither empty nor holds "=". Checked here, on the wire,
+# and not on the records, so that no stored row can become undecodable.
+Arg = Annotated[str, Meta(max_length=131072, pattern=r"^[^\x00]*\Z")]
+EnvName = Annotated[str, Meta(min_length=1, max_length=4096, pattern=r"^[^=\x00]*\Z")]
+Env = dict[EnvName, Arg]
+HostPath = Annotated[str, Meta(max_length=4096, pattern=r"^[^\x00]*\Z")]
 
 
 class _P(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -48,8 +56,8 @@ FLAT_RUNTIME = "process"
 class SandboxCreate(_P):
     name: Name
     runtime: NonEmpty = FLAT_RUNTIME
-    workspace: str | None = None
-    env: dict[str, str] = msgspec.field(default_factory=dict)
+    workspace: HostPath | None = None
+    env: Env = msgspec.field(default_factory=dict)
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     network: Literal["none", "private", "host"] | None = None
     idle_timeout: Annotated[float, Meta(gt=0)] | None = None  # seconds
@@ -91,7 +99,7 @@ class SandboxList(_P):
     all: bool = False
 
 
-Argv = Annotated[list[Annotated[str, Meta(max_length=131072)]], Meta(min_length=1)]
+Argv = Annotated[list[Arg], Meta(min_length=1)]
 RequestKey = Annotated[str, Meta(min_length=8, max_length=128)]
 
 
@@ -99,6 +107,8 @@ class ExecStart(_P, ExecSpec, kw_only=True):
     """An ``ExecSpec`` (env, cwd, tty, stdin as it has them), where, and a request key."""
 
     argv: Argv
+    env: Env = msgspec.field(default_factory=dict)
+    cwd: HostPath | None = None
     timeout: Annotated[float, Meta(gt=0, le=10 * 365 * 86400)] | None = None
     name: Name | None = None
     kill_grace: Seconds = KILL_GRACE
@@ -124,7 +134,7 @@ class ExecWait(_P):
 
 class ExecCancel(_P):
     exec: NonEmpty
-    signal: int | str = "TERM"
+    signal: int | Annotated[str, Meta(max_length=64)] = "TERM"
     grace: Seconds = 5.0
     reason: Annotated[str, Meta(max_length=1024)] = ""
 
@@ -160,6 +170,9 @@ class AgentStart(_P, AgentOptions, kw_only=True):
     request key: a retried agent.start with the same key returns the same lineage."""
 
     argv: Argv
+    env: Env = msgspec.field(default_factory=dict)
+    cwd: HostPath | None = None
+    worktree: HostPath | None = None
     # None: from argv[0] (claude, codex), else generic.
     provider: str | None = None  # type: ignore[assignment]
     sandbox: NonEmpty = DEFAULT_SANDBOX
@@ -184,7 +197,7 @@ class _Auth(_P):
 
 class AgentTurn(_Auth):
     context_pct: Pct | None = None
-    usage: dict[str, Annotated[int, Meta(ge=0)]] | None = None
+    usage: dict[str, Annotated[int, Meta(ge=0, le=2**63 - 1)]] | None = None
     model: Annotated[str, Meta(max_length=256)] | None = None
     messages: list[dict[str, Any]] = msgspec.field(default_factory=list)
     config: dict[str, Any] | None = None

@@ -33,6 +33,10 @@ _enc = msgspec.json.Encoder()
 MAX_LONG_POLLS_PER_CONNECTION = 16
 MAX_BATCH = 1000
 MAX_BATCH_REPLY = 8 * 1024 * 1024
+#: Levels of arrays and objects a message may nest (a batch counts as one). Deeper
+#: ones are refused whole: the decoder, the params' conversion and the store's encoder
+#: all recurse, and a recursion limit hit in any of them must not be a crash.
+MAX_DEPTH = 128
 
 Handler = Callable[[Any, "Connection"], Awaitable[Any]]
 
@@ -71,12 +75,40 @@ class _Unparsable:
     reply: dict[str, Any]
 
 
+def _too_deep(raw: bytes, msg: Any) -> bool:
+    """Does ``msg`` nest more than MAX_DEPTH levels? Walked only when the line has
+    enough brackets to possibly do so (most lines have a handful)."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+        return False
+    stack: list[tuple[Any, int]] = [(msg, 0)]
+    while stack:
+        value, level = stack.pop()
+        if isinstance(value, dict):
+            value = value.values()
+        elif not isinstance(value, list):
+            continue
+        if level >= MAX_DEPTH:
+            return True
+        stack.extend((v, level + 1) for v in value if isinstance(v, (dict, list)))
+    return False
+
+
 def _decode(raw: bytes) -> Any:
     try:
-        return msgspec.json.decode(raw)
+        msg = msgspec.json.decode(raw)
     except (msgspec.DecodeError, UnicodeDecodeError) as e:
         return _Unparsable(_error(None, RpcCode.PARSE_ERROR, f"parse error: {e}",
                                   {"code": "PARSE_ERROR"}))
+    except RecursionError:
+        too_deep = True
+    else:
+        too_deep = _too_deep(raw, msg)
+    if too_deep:
+        return _Unparsable(_error(None, RpcCode.PARSE_ERROR,
+                                  f"parse error: nested deeper than {MAX_DEPTH} levels of "
+                                  "arrays and objects; flatten the message",
+                                  {"code": "PARSE_ERROR", "limit": MAX_DEPTH}))
+    return msg
 
 
 @dataclass(eq=False)
