@@ -50,7 +50,7 @@ def _seed(db: Path, n: int) -> None:
         store.close()
 
 
-def _probe_once(sock: Path, timeout: float) -> tuple[float, bool]:
+def _probe_once(sock: Path, timeout: float) -> tuple[float, str | None]:
     t0 = time.perf_counter()
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
@@ -63,10 +63,11 @@ def _probe_once(sock: Path, timeout: float) -> tuple[float, bool]:
                 if not chunk:
                     break
                 buf += chunk
-        ok = "result" in json.loads(buf or b"{}")
-    except (OSError, ValueError):
-        ok = False
-    return time.perf_counter() - t0, ok
+        reply = json.loads(buf or b"{}")
+        err = None if "result" in reply else f"reply {reply!r:.200}"
+    except (OSError, ValueError) as e:
+        err = repr(e)
+    return time.perf_counter() - t0, err
 
 
 class Prober:
@@ -79,16 +80,18 @@ class Prober:
     def run(self, seconds: float, max_n: int = 400, gap: float = 0.01,
             stop: threading.Event | None = None) -> dict[str, Any]:
         lat: list[float] = []
-        failed = 0
+        failed: list[str] = []
         peak = 0.0
         end = time.monotonic() + seconds
         while time.monotonic() < end and len(lat) < max_n and not (stop and stop.is_set()):
-            dt, ok = _probe_once(self.sock, 10.0)
+            dt, err = _probe_once(self.sock, 10.0)
             lat.append(dt)
-            failed += not ok
+            if err is not None:
+                failed.append(err)
             peak = max(peak, _rss(self.pid))
             time.sleep(gap)
-        return {"health_ms": summarize_ms(lat), "failed": failed, "rss_peak_mib": peak}
+        return {"health_ms": summarize_ms(lat), "failed": len(failed), "errors": failed[:5],
+                "rss_peak_mib": peak}
 
 
 def _rss(pid: int) -> float:
