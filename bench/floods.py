@@ -55,7 +55,14 @@ def _probe_once(sock: Path, timeout: float) -> tuple[float, str | None]:
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(timeout)
-            s.connect(str(sock))
+            while True:  # a full listen backlog: retry, as the SDK does (the wait counts)
+                try:
+                    s.connect(str(sock))
+                    break
+                except BlockingIOError:
+                    if time.perf_counter() - t0 > timeout:
+                        raise
+                    time.sleep(0.001)
             s.sendall(HEALTH)
             buf = b""
             while not buf.endswith(b"\n"):
