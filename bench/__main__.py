@@ -13,7 +13,17 @@ from typing import Any
 
 from rich.console import Console
 
-from bench import agents, logs, memory, recovery, rpc, sandboxes, start_latency, terminal
+from bench import (
+    agents,
+    floods,
+    logs,
+    memory,
+    recovery,
+    rpc,
+    sandboxes,
+    start_latency,
+    terminal,
+)
 from bench.harness import (
     BenchResult,
     Options,
@@ -36,10 +46,11 @@ BENCHMARKS: dict[str, Runner] = {
     "terminal": lambda o, c: terminal.run(o),
     "agents": lambda o, c: agents.run(o),
     "sandboxes": lambda o, c: sandboxes.run(o),
+    "floods": lambda o, c: floods.run(o),
 }
 ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
            "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents",
-           "sandbox": "sandboxes", "docker": "sandboxes"}
+           "sandbox": "sandboxes", "docker": "sandboxes", "flood": "floods"}
 
 
 def _names(value: str) -> list[str]:

@@ -34,6 +34,9 @@ INTERNAL_ERROR = -32603
 MAX_DEPTH = 128  # src/tether/rpc/server.py MAX_DEPTH (documented limit)
 # Bounded to fit `make test`; raise it to hunt (TETHER_FUZZ_EXAMPLES=5000).
 EXAMPLES = int(os.environ.get("TETHER_FUZZ_EXAMPLES", "300"))
+# CI replays the same examples every run (a red build is then reproducible, never a
+# coin toss); a developer's run explores new ones. TETHER_FUZZ_RANDOM=1 explores in CI too.
+DERANDOMIZE = bool(os.environ.get("CI")) and not os.environ.get("TETHER_FUZZ_RANDOM")
 
 # Methods whose refs name things; the fuzzer feeds them real ones as well as junk.
 _REF_FIELDS = ("exec", "sandbox", "lineage", "subscription", "session")
@@ -399,7 +402,7 @@ def _request(draw: st.DrawFn, f: Fuzz) -> tuple[str, Any, bool]:
 
 
 @given(data=st.data())
-@settings(max_examples=EXAMPLES, deadline=None,
+@settings(max_examples=EXAMPLES, deadline=None, derandomize=DERANDOMIZE,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])
 def test_fuzz_every_method(fuzz: Fuzz, data: st.DataObject) -> None:
@@ -420,7 +423,7 @@ def test_fuzz_every_method(fuzz: Fuzz, data: st.DataObject) -> None:
                                     "id": _INTS}, optional={"params": _VALUES}),
              min_size=1, max_size=5),
 ))
-@settings(max_examples=EXAMPLES // 2, deadline=None,
+@settings(max_examples=EXAMPLES // 2, deadline=None, derandomize=DERANDOMIZE,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 def test_fuzz_envelope(fuzz: Fuzz, msg: Any) -> None:
     """Any JSON value as a whole message: answered, or (a notification) not, never

@@ -84,6 +84,12 @@ class AsyncClient(Awaiting, _Api):
         try:
             while line := await reader.readline():
                 msg = core.decode(line)
+                if core.connection_error(msg) is not None:  # answers every pending call
+                    for waiting in self._pending.values():
+                        if not waiting.done():
+                            waiting.set_result(msg)
+                    self._pending.clear()
+                    continue
                 fut = self._pending.pop(msg.id, None) if isinstance(msg.id, int) else None
                 if fut is not None and not fut.done():
                     fut.set_result(msg)

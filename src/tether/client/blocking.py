@@ -118,7 +118,8 @@ class Client(Blocking, _Api):
             rid = next(self._ids)
             try:
                 conn.send(core.encode(rid, method, params))
-                while (msg := core.decode(conn.recv())).id != rid:
+                while ((msg := core.decode(conn.recv())).id != rid
+                       and core.connection_error(msg) is None):
                     pass
             except (ConnectionError, OSError, msgspec.DecodeError):
                 self.close()

@@ -88,6 +88,20 @@ def error(msg: Message) -> TetherError | None:
     return TetherError.from_wire(msg.error) if msg.error is not None else None
 
 
+#: Errors the daemon writes with id null, then closes the connection: they answer
+#: whatever request the client had sent.
+CONNECTION_ERRORS = frozenset({"TOO_MANY_CONNECTIONS", "CONNECTION_EVICTED",
+                               "REQUEST_TIMEOUT"})
+
+
+def connection_error(msg: Message) -> TetherError | None:
+    """The daemon's last word on this connection (refused, evicted), if ``msg`` is one."""
+    if msg.id is not None or msg.method is not None or msg.error is None:
+        return None
+    err = TetherError.from_wire(msg.error)
+    return err if err.code in CONNECTION_ERRORS else None
+
+
 class Retry:
     """How long one connect or one call keeps trying, and how long it waits between.
 
@@ -124,9 +138,14 @@ class Retry:
         return 0.05
 
     def refusal(self, err: TetherError) -> float:
-        """The daemon answered ``err``: retry a stopping daemon's refusal, raise the rest."""
-        if err.rpc_code == RpcCode.DAEMON_STOPPING and time.monotonic() < self.deadline:
-            return 0.1
+        """The daemon answered ``err``: retry a stopping daemon's refusal, a full
+        daemon's (backing off) and an eviction; raise the rest."""
+        if time.monotonic() < self.deadline:
+            if err.rpc_code == RpcCode.DAEMON_STOPPING or err.code == "CONNECTION_EVICTED":
+                return 0.1
+            if err.code == "TOO_MANY_CONNECTIONS":
+                delay, self.delay = self.delay, min(self.delay * 2, 0.5)
+                return delay
         raise err
 
 

@@ -17,7 +17,7 @@ from tether.agent.lifecycle import Thresholds
 from tether.agent.providers import for_command
 from tether.agent.providers import get as get_provider
 from tether.daemon.agents import AgentService, git_common_dir
-from tether.daemon.events import EventBus
+from tether.daemon.events import MAX_TOTAL_SUBSCRIPTIONS, EventBus
 from tether.daemon.execs import ExecService, parse_signal
 from tether.daemon.sandboxes import SandboxService
 from tether.daemon.tasks import Tasks
@@ -276,7 +276,14 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         if sum(1 for s in bus.subs.values() if s.conn is c) >= MAX_SUBSCRIPTIONS:
             raise TetherError(RpcCode.CONFLICT, "TOO_MANY_SUBSCRIPTIONS",
                               f"this connection already has {MAX_SUBSCRIPTIONS} "
-                              "subscriptions; unsubscribe or open another connection")
+                              "subscriptions; unsubscribe or open another connection",
+                              {"limit": MAX_SUBSCRIPTIONS, "scope": "connection"})
+        if len(bus.subs) >= MAX_TOTAL_SUBSCRIPTIONS:
+            raise TetherError(RpcCode.CONFLICT, "TOO_MANY_SUBSCRIPTIONS",
+                              f"the daemon already holds {MAX_TOTAL_SUBSCRIPTIONS} "
+                              "subscriptions (its limit, all clients together); close "
+                              "subscribers you no longer need and retry",
+                              {"limit": MAX_TOTAL_SUBSCRIPTIONS, "scope": "daemon"})
         sub = bus.subscribe(c, sb, p.since)
         return {"subscription": sub.id, "since": p.since}
 

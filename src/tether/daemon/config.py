@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tether.daemon.events import QUEUE_LIMIT
+from tether.rpc.server import HALF_LINE_TIMEOUT, MAX_CONNECTIONS
 
 POOL_SIZE = 2  # idle monitors kept ready
 SWEEP_INTERVAL = 5.0  # seconds between sweeps (unwatched execs, lifetimes, leftovers)
@@ -29,6 +30,8 @@ class DaemonConfig:
     uvloop: bool = True  # unless TETHER_NO_UVLOOP is set
     faults: str | None = None  # TETHER_FAULT: crash points for tests
     subscriber_queue: int = QUEUE_LIMIT
+    max_connections: int = MAX_CONNECTIONS  # per socket
+    half_line_timeout: float = HALF_LINE_TIMEOUT
     sweep_interval: float = SWEEP_INTERVAL
     agent_tick: float = AGENT_TICK
     log_level: str = "INFO"
@@ -45,6 +48,8 @@ class DaemonConfig:
             uvloop=env.get("TETHER_NO_UVLOOP") is None,
             faults=env.get("TETHER_FAULT"),
             subscriber_queue=int(env.get("TETHER_SUBSCRIBER_QUEUE", QUEUE_LIMIT)),
+            max_connections=int(env.get("TETHER_MAX_CONNECTIONS", MAX_CONNECTIONS)),
+            half_line_timeout=float(env.get("TETHER_HALF_LINE_TIMEOUT", HALF_LINE_TIMEOUT)),
             sweep_interval=float(env.get("TETHER_SWEEP_INTERVAL", SWEEP_INTERVAL)),
             agent_tick=float(env.get("TETHER_AGENT_TICK", AGENT_TICK)),
             log_level=env.get("TETHER_LOG_LEVEL", "INFO"),

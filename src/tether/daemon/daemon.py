@@ -144,6 +144,9 @@ class Daemon:
                 _sd_notify("READY=1")
                 tg.create_task(self._pool_loop(), name="monitor-pool")
                 tg.create_task(self._sweep_loop(), name="sweep")
+                for name, rpc in (("rpc", self._rpc), ("agent-rpc", self._agent_rpc)):
+                    assert rpc is not None
+                    tg.create_task(rpc.sweep_half_lines(), name=f"{name}-half-lines")
                 tg.create_task(self.agents.tick_loop(), name="agent-tick")
                 for rt in self.runtimes:
                     tg.create_task(rt.run(), name=f"runtime-{rt.name}")
@@ -231,11 +234,16 @@ class Daemon:
         log.info("recovery: %s", summary)
 
     async def _bind(self) -> None:
-        self._rpc = RpcServer(build_router(self), translate=self.disk_full)
+        cfg = self.config
+        self._rpc = RpcServer(build_router(self), translate=self.disk_full,
+                              max_connections=cfg.max_connections,
+                              half_line_timeout=cfg.half_line_timeout)
         self._server = await self._listen(self._rpc, self.layout.socket)
         # Sandboxed agents get this one: their own session's methods and nothing else.
         self._agent_rpc = RpcServer(build_router(self, only=AGENT_METHODS),
-                                    translate=self.disk_full)
+                                    translate=self.disk_full,
+                                    max_connections=cfg.max_connections,
+                                    half_line_timeout=cfg.half_line_timeout)
         self.layout.agent_dir.mkdir(mode=0o700, exist_ok=True)
         self._agent_server = await self._listen(self._agent_rpc, self.layout.agent_socket)
 
@@ -243,7 +251,9 @@ class Daemon:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()  # stale: we hold the home lock
         server = await asyncio.start_unix_server(
-            rpc.handle_connection, path=str(path), limit=2**20,
+            # The limit only sets when the StreamReader stops reading the socket (at
+            # twice it); LineReader enforces the 1 MiB line limit by itself.
+            rpc.handle_connection, path=str(path), limit=64 * 1024,
             backlog=socket.SOMAXCONN)  # a burst of agents reconnecting after a restart
         os.chmod(path, 0o600)
         return server

@@ -6,6 +6,11 @@ same synchronous step, so no event falls between the two. Live delivery uses a
 bounded queue per subscriber; a subscriber that cannot keep up gets one
 ``events.overflow`` notification naming its last delivered cursor and is
 dropped — it resumes from there with ``since`` and loses nothing.
+
+Memory stays bounded whatever the clients do: a pump writes only while its
+connection has at most ``NOTIFY_BUFFER`` bytes queued (``Connection.writable``),
+drops the rest of a catch-up page when it has to wait (it re-reads from its cursor
+afterwards), and the daemon holds at most ``MAX_TOTAL_SUBSCRIPTIONS``.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from tether.rpc.server import Connection
 from tether.store import Store
 
 QUEUE_LIMIT = 1024
-CATCH_UP_PAGE = 500
+CATCH_UP_PAGE = 100
+MAX_TOTAL_SUBSCRIPTIONS = 1024  # per daemon, all connections together
 
 
 @dataclass(eq=False)
@@ -82,22 +88,32 @@ class EventBus:
         sub.conn.notify("events.event", {"subscription": sub.id, "event": to_builtins(ev)})
         sub.cursor = sub.key(ev)
 
+    def _catch_up(self, sub: Subscription) -> bool:
+        """Send one page from the store; True once caught up (and now live).
+
+        Stops at a full buffer and lets the page go, so a waiting pump holds no events.
+        Reading a short page and going live happen with no await in between, so
+        nothing committed can slip through."""
+        page = self.store.events_since(since=sub.cursor, sandbox=sub.sandbox,
+                                       per_sandbox=sub.sandbox is not None,
+                                       limit=CATCH_UP_PAGE)
+        for ev in page:
+            if sub.conn.backlogged():
+                return False
+            self._send(sub, ev)
+        if len(page) < CATCH_UP_PAGE:
+            sub.live = True
+            return True
+        return False
+
     async def _pump(self, sub: Subscription) -> None:
         try:
-            # Catch up from the store. Reading a short page and going live happen
-            # with no await in between, so nothing committed can slip through.
             while True:
-                page = self.store.events_since(since=sub.cursor, sandbox=sub.sandbox,
-                                               per_sandbox=sub.sandbox is not None,
-                                               limit=CATCH_UP_PAGE)
-                for ev in page:
-                    self._send(sub, ev)
-                if len(page) < CATCH_UP_PAGE:
-                    sub.live = True
+                await sub.conn.writable()
+                if self._catch_up(sub):
                     break
-                await sub.conn.drain()
-            await sub.conn.drain()
             while True:
+                await sub.conn.writable()
                 ev = await sub.queue.get()
                 if sub.overflowed:
                     sub.conn.notify("events.overflow", {
@@ -110,6 +126,5 @@ class EventBus:
                 if sub.key(ev) <= sub.cursor:
                     continue
                 self._send(sub, ev)
-                await sub.conn.drain()
         finally:
             self._drop(sub)

@@ -2,11 +2,14 @@
 
 A line longer than ``limit`` is reported as :class:`LineTooLong` once, and its
 remaining bytes are discarded as they arrive, chunk by chunk, up to its newline.
+``partial_since`` tells how long an unfinished line has been waiting for its end,
+so that the server can time out half-written lines.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 MAX_LINE = 1024 * 1024  # 1 MiB per JSON-RPC message (docs/PROTOCOL.md)
 _CHUNK = 64 * 1024
@@ -26,6 +29,8 @@ class LineReader:
         self._buf = bytearray()
         self._discarding = False
         self._eof = False
+        #: monotonic time the first byte of the unfinished line arrived, else None
+        self.partial_since: float | None = None
 
     async def next(self) -> bytes | LineTooLong | None:
         """The next line (without newline), a LineTooLong marker, or None at EOF."""
@@ -35,9 +40,11 @@ class LineReader:
                 if self._discarding:
                     del self._buf[: nl + 1]
                     self._discarding = False
+                    self._restart()
                     continue
                 line = bytes(self._buf[:nl])
                 del self._buf[: nl + 1]
+                self._restart()
                 if len(line) > self._limit:
                     return LineTooLong(len(line))
                 return line
@@ -58,4 +65,10 @@ class LineReader:
             if not chunk:
                 self._eof = True
             else:
+                if self.partial_since is None:
+                    self.partial_since = time.monotonic()
                 self._buf += chunk
+
+    def _restart(self) -> None:
+        """A line ended: what is left in the buffer starts the next one."""
+        self.partial_since = time.monotonic() if self._buf else None

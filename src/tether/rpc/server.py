@@ -10,6 +10,12 @@ connection's TaskGroup and cancelled with it. A batch reply is capped at
 error response and never reaches another client. Exceptions that mean an
 outside condition rather than a bug (a full disk) are turned into their error
 code here, by the daemon's ``translate``, once for every handler.
+
+Floods are bounded too: at most ``max_connections`` per server (at the limit a new
+client evicts the longest-idle connection, or is refused with one error line when
+none is idle), a half-written line is dropped with its connection after
+``half_line_timeout`` seconds, and notifications wait while more than
+``NOTIFY_BUFFER`` bytes are queued for the client (``Connection.writable``).
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +44,9 @@ MAX_BATCH_REPLY = 8 * 1024 * 1024
 #: ones are refused whole: the decoder, the params' conversion and the store's encoder
 #: all recurse, and a recursion limit hit in any of them must not be a crash.
 MAX_DEPTH = 128
+MAX_CONNECTIONS = 1024  # per server (tether.sock and agent.sock each)
+HALF_LINE_TIMEOUT = 10.0  # seconds a line may take from its first byte to its newline
+NOTIFY_BUFFER = 64 * 1024  # bytes queued for a client above which notifications wait
 
 Handler = Callable[[Any, "Connection"], Awaitable[Any]]
 
@@ -122,6 +132,14 @@ class Connection:
     # Tasks that wait on outside events (long polls, subscription pumps): they
     # are cancelled when the client goes away or the daemon drains.
     long_tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    lines: LineReader | None = None
+    busy: bool = False  # handling a line (so not idle, whatever its long tasks)
+    last_active: float = field(default_factory=time.monotonic)
+
+    @property
+    def idle(self) -> bool:
+        """Nothing in flight and nothing owed to it: safe to evict at the limit."""
+        return not self.busy and not self.long_tasks
 
     def spawn_long(self, coro: Any) -> asyncio.Task[Any]:
         task = self.tasks.create_task(coro)
@@ -136,6 +154,19 @@ class Connection:
 
     async def drain(self) -> None:
         await self.writer.drain()
+
+    def backlogged(self) -> bool:
+        return self.writer.transport.get_write_buffer_size() > NOTIFY_BUFFER
+
+    async def writable(self) -> None:
+        """Wait until at most ``NOTIFY_BUFFER`` bytes are queued for the client.
+
+        Notifications (event pumps) call this before each write, so a client that
+        does not read holds at most that much (plus one message) of daemon memory."""
+        while self.backlogged():
+            if self.writer.is_closing():
+                raise ConnectionResetError("the client went away")
+            await self.writer.drain()
 
     def notify(self, method: str, params: dict[str, Any]) -> None:
         self.send({"jsonrpc": "2.0", "method": method, "params": params})
@@ -156,11 +187,16 @@ def _std(code: RpcCode, message: str, **data: Any) -> TetherError:
 class RpcServer:
     def __init__(self, router: Router, *, max_line: int = MAX_LINE,
                  translate: Callable[[Exception], TetherError | None] | None = None,
-                 ) -> None:
+                 max_connections: int = MAX_CONNECTIONS,
+                 half_line_timeout: float = HALF_LINE_TIMEOUT) -> None:
         self.router = router
         # Maps an unexpected exception to a proper error (e.g. DISK_FULL), else None.
         self.translate = translate or (lambda e: None)
         self.max_line = max_line
+        self.max_connections = max_connections
+        self.half_line_timeout = half_line_timeout
+        self.evicted = 0
+        self.refused = 0
         self.accepting = True
         self.inflight = 0
         self._idle = asyncio.Event()
@@ -169,15 +205,30 @@ class RpcServer:
 
     async def handle_connection(self, reader: asyncio.StreamReader,
                                 writer: asyncio.StreamWriter) -> None:
+        if not self._admit():
+            self.refused += 1
+            with contextlib.suppress(Exception):
+                writer.write(_enc.encode(_error(
+                    None, RpcCode.CONFLICT,
+                    f"the daemon already serves {self.max_connections} connections, all "
+                    "busy (its limit); close some clients (subscribers, long polls) and retry",
+                    {"code": "TOO_MANY_CONNECTIONS", "limit": self.max_connections})) + b"\n")
+                writer.close()
+            return
         lines = LineReader(reader, self.max_line)
         slots = asyncio.Semaphore(MAX_LONG_POLLS_PER_CONNECTION)
+        with contextlib.suppress(Exception):
+            writer.transport.set_write_buffer_limits(high=NOTIFY_BUFFER)
         try:
             async with asyncio.TaskGroup() as tasks:
-                conn = Connection(writer=writer, tasks=tasks)
+                conn = Connection(writer=writer, tasks=tasks, lines=lines)
                 self.connections.add(conn)
                 try:
                     while True:
+                        conn.busy = False
                         item = await lines.next()
+                        conn.busy = True
+                        conn.last_active = time.monotonic()
                         if item is None:
                             break
                         if isinstance(item, LineTooLong):
@@ -208,6 +259,42 @@ class RpcServer:
         finally:
             with contextlib.suppress(Exception):
                 writer.close()
+
+    def _admit(self) -> bool:
+        """Room for one more connection? At the limit, evict the longest-idle one."""
+        if len(self.connections) < self.max_connections:
+            return True
+        idle = [c for c in self.connections if c.idle]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda c: c.last_active)
+        self._close(victim, "CONNECTION_EVICTED",
+                    f"closed: the daemon reached its limit of {self.max_connections} "
+                    "connections and this one was the longest idle; reconnect")
+        self.evicted += 1
+        return True
+
+    def _close(self, conn: Connection, code: str, message: str) -> None:
+        """Tell the client why with one error line, then close its connection."""
+        self.connections.discard(conn)
+        conn.send(_error(None, RpcCode.CONFLICT if code == "CONNECTION_EVICTED"
+                         else RpcCode.INVALID_REQUEST, message, {"code": code}))
+        with contextlib.suppress(Exception):
+            conn.writer.close()
+
+    async def sweep_half_lines(self) -> None:
+        """Forever: close connections whose current line is unfinished for too long."""
+        every = max(0.05, min(1.0, self.half_line_timeout / 4))
+        while True:
+            await asyncio.sleep(every)
+            now = time.monotonic()
+            for conn in list(self.connections):
+                since = conn.lines.partial_since if conn.lines is not None else None
+                if (not conn.busy and since is not None
+                        and now - since > self.half_line_timeout):
+                    self._close(conn, "REQUEST_TIMEOUT",
+                                f"a line took more than {self.half_line_timeout:g} s to "
+                                "arrive whole; send each request with its newline at once")
 
     async def _handle_line(self, conn: Connection, msg: Any,
                            slots: asyncio.Semaphore | None) -> None:
