@@ -663,6 +663,15 @@ def test_claim_always_writes_an_issue_id(tmp_path: Path) -> None:
     assert json.loads((_agent(tmp_path) / "state.json").read_text())["issueId"] == "lin-uuid"
 
 
+def test_every_lineage_status_has_an_agentfactory_status() -> None:
+    from tests.e2e.agentfactory_reader import WORKTREE_STATUSES
+    from tether.daemon.agents.worktree import TS_STATUS
+    from tether.model.states import LineageStatus
+
+    assert set(TS_STATUS) == set(LineageStatus)
+    assert set(TS_STATUS.values()) <= WORKTREE_STATUSES
+
+
 def test_claim_on_malformed_file_needs_force(tmp_path: Path) -> None:
     _put_state(tmp_path, b"{truncated")
     with pytest.raises(Malformed):
