@@ -7,8 +7,11 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.agentfactory_reader import check
 from tests.harness import TETHER, DaemonProc, wait_for
+from tether.client.errors import TetherError
 
 
 def _repo(tmp_path: Path) -> Path:
@@ -65,3 +68,8 @@ def test_a_trackers_own_issue_id_is_written(daemon: DaemonProc, tmp_path: Path) 
                         "--issue-id", uid, "--", "sleep", "1"],
                        cwd=repo, capture_output=True, timeout=60)
     assert r.returncode == 2 and b"--issue-id needs --issue and --worktree" in r.stderr, r.stderr
+    c = daemon.client()
+    for kw in ({"issue_id": uid}, {"worktree": str(tree), "issue": "REN-8", "issue_id": ""}):
+        with pytest.raises(TetherError) as info:
+            c.agent_start(["sleep", "1"], provider="generic", **kw)
+        assert info.value.code == "INVALID_PARAMS", kw
