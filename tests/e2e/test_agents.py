@@ -323,7 +323,7 @@ def test_worktree_sessions_keep_agent_state_and_refuse_foreign_issues(
     wait_for(lambda: any(x["event"] == "done" for x in log_lines(tmp_path)))
     st = wt.read(tree)
     assert st.issue_identifier == "ABC-1" and st.provider_name == "generic"
-    assert st.tether_lineage and st.attempt_count == 1 and st.status == "ACTIVE"
+    assert st.tether_lineage and st.attempt_count == 1 and st.status == "running"
     raw = json.loads((tree / ".agent" / "state.json").read_text())
     assert raw["issueIdentifier"] == "ABC-1" and isinstance(raw["lastUpdatedAt"], int)
     other = [*run[:6], "--issue", "XYZ-9", *run[8:]]

@@ -18,6 +18,7 @@ import sys
 import textwrap
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -640,8 +641,35 @@ def test_claim_refuses_another_issue_unless_forced(tmp_path: Path) -> None:
 
     forced = wt.claim_for_issue(tmp_path, "XYZ-9", force=True, work_type="qa")
     assert (forced.issue_identifier, forced.attempt_count, forced.work_type) == ("XYZ-9", 1, "qa")
-    assert forced.issue_id == "" and forced.extra == {}  # nothing of ABC-123 survives
+    # Nothing of ABC-123 survives: not its issueId ("issue-uuid"), nor its extras.
+    assert forced.issue_id == wt.derived_issue_id("XYZ-9") and forced.extra == {}
     assert wt.read_expect(tmp_path, "XYZ-9") == forced
+
+
+def test_claim_always_writes_an_issue_id(tmp_path: Path) -> None:
+    """agentfactory's TS reader refuses a state whose issueId is empty (invalid_state)."""
+    derived = wt.derived_issue_id("REN-7")
+    assert derived == str(uuid.uuid5(uuid.NAMESPACE_URL, "tether:issue:REN-7"))  # as documented
+    assert derived != wt.derived_issue_id("REN-8")
+    first = wt.claim_for_issue(tmp_path, "REN-7")
+    again = wt.claim_for_issue(tmp_path, "REN-7")
+    assert first.issue_id == again.issue_id == derived and again.attempt_count == 2
+    # A file of an older tether: claimed, but with no issueId yet.
+    wt.update(tmp_path, lambda st: _set(st, issue_id=""))
+    assert wt.claim_for_issue(tmp_path, "REN-7").issue_id == derived
+    # A tracker's own id wins, and a later claim without one keeps it.
+    assert wt.claim_for_issue(tmp_path, "REN-7", issue_id="lin-uuid").issue_id == "lin-uuid"
+    assert wt.claim_for_issue(tmp_path, "REN-7").issue_id == "lin-uuid"
+    assert json.loads((_agent(tmp_path) / "state.json").read_text())["issueId"] == "lin-uuid"
+
+
+def test_every_lineage_status_has_an_agentfactory_status() -> None:
+    from tests.e2e.agentfactory_reader import WORKTREE_STATUSES
+    from tether.daemon.agents.worktree import TS_STATUS
+    from tether.model.states import LineageStatus
+
+    assert set(TS_STATUS) == set(LineageStatus)
+    assert set(TS_STATUS.values()) <= WORKTREE_STATUSES
 
 
 def test_claim_on_malformed_file_needs_force(tmp_path: Path) -> None:

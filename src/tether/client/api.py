@@ -176,8 +176,8 @@ class _Api:
                     successor: str | None = None, aging_pct: float | None = None,
                     dying_pct: float | None = None, stale_after: float | None = None,
                     crashed_after: float | None = None, worktree: str | None = None,
-                    issue: str | None = None, force: bool = False,
-                    request_key: str | None = None) -> Request[r.AgentStarted]:
+                    issue: str | None = None, issue_id: str | None = None,
+                    force: bool = False, request_key: str | None = None) -> Request[r.AgentStarted]:
         """Start an agent lineage; unset options take the daemon's defaults
         (``tether.model.records.AgentConfig``). A request key makes retries start it once."""
         return Request("agent.start", {
@@ -186,7 +186,8 @@ class _Api:
             "max_revivals": max_revivals, "crash_loop_seconds": crash_loop_seconds,
             "successor": successor, "aging_pct": aging_pct, "dying_pct": dying_pct,
             "stale_after": stale_after, "crashed_after": crashed_after,
-            "worktree": worktree, "issue": issue, "force": force or None,
+            "worktree": worktree, "issue": issue, "issue_id": issue_id,
+            "force": force or None,
             "request_key": request_key or uuid.uuid4().hex}, r.AgentStarted)
 
     @rpc

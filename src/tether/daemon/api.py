@@ -73,8 +73,10 @@ def provider_for(argv0: str) -> str:
     return p.name if p is not None else "generic"
 
 
-def claim_worktree(path: str, issue: str | None, *, force: bool, provider: str) -> None:
-    """Refuse a worktree that belongs to another issue (unless forced)."""
+def claim_worktree(path: str, issue: str | None, *, force: bool, provider: str,
+                   issue_id: str | None = None) -> None:
+    """Refuse a worktree that belongs to another issue (unless forced); else claim it,
+    with ``issue_id`` as its ``issueId`` (``claim_for_issue`` derives one without it)."""
     from tether.agent import worktree as wt
 
     if not os.path.isdir(path):
@@ -83,7 +85,9 @@ def claim_worktree(path: str, issue: str | None, *, force: bool, provider: str) 
     if not issue:
         return  # no issue to guard; the session still keeps .agent/state.json current
     try:
-        wt.claim_for_issue(path, issue, force=force, provider_name=provider, lock_timeout=1.0)
+        ids = {"issue_id": issue_id} if issue_id else {}
+        wt.claim_for_issue(path, issue, force=force, provider_name=provider, lock_timeout=1.0,
+                           **ids)
     except wt.IdentifierMismatch as e:
         raise TetherError(RpcCode.CONFLICT, "WORKTREE_IN_USE", str(e),
                           {"worktree": path}) from None
@@ -303,8 +307,12 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
             Thresholds(p.aging_pct, p.dying_pct)
         except (KeyError, ValueError) as e:
             raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS", str(e.args[0])) from None
+        if p.issue_id is not None and not (p.worktree and p.issue):
+            raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
+                              "issue_id needs worktree and issue")
         if p.worktree:
-            claim_worktree(p.worktree, p.issue, force=p.force, provider=provider)
+            claim_worktree(p.worktree, p.issue, force=p.force, provider=provider,
+                           issue_id=p.issue_id)
             cfg.git_dir = await asyncio.to_thread(git_common_dir, p.worktree)
         rec = await owned(agents.start(cfg, p.name, p.request_key))
         out = agents.view(rec)

@@ -185,6 +185,8 @@ class AgentStart(_P, AgentOptions, kw_only=True):
     stale_after: Annotated[float, Meta(gt=0, le=86400)] = STALE_AFTER
     crashed_after: Annotated[float, Meta(gt=0, le=86400)] = CRASHED_AFTER
     issue: Annotated[str, Meta(max_length=256)] | None = None
+    # The tracker's own id for ``issue`` (agentfactory's issueId); derived when absent.
+    issue_id: Annotated[str, Meta(min_length=1, max_length=256)] | None = None
     name: Name | None = None
     force: bool = False
     request_key: RequestKey | None = None

@@ -40,6 +40,7 @@ import contextlib
 import dataclasses
 import os
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -93,6 +94,7 @@ __all__ = [
     "WorktreeState",
     "claim_for_issue",
     "decode_state",
+    "derived_issue_id",
     "encode_state",
     "heartbeat_path",
     "now_ms",
@@ -116,6 +118,16 @@ def now_ms() -> int:
 
 
 # --------------------------------------------------------------------------- state API
+
+
+def derived_issue_id(issue_identifier: str) -> str:
+    """The ``issueId`` of a claim made without a tracker's own id.
+
+    agentfactory's TS reader refuses a state without a non-empty ``issueId``, so a claim
+    always writes one: ``uuid5(NAMESPACE_URL, "tether:issue:" + identifier)`` — UUID-shaped
+    like a Linear id, and the same on every claim of the issue, by any tether.
+    """
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, "tether:issue:" + issue_identifier))
 
 
 def read(worktree: PathArg) -> WorktreeState:
@@ -233,7 +245,9 @@ def claim_for_issue(
     * Malformed file: :class:`Malformed`, unless ``force`` (bad bytes kept aside).
 
     ``fields`` are :class:`WorktreeState` attribute names and override all of the
-    above (e.g. ``session_id=``, ``provider_name=``, ``tether_lineage=``).
+    above (e.g. ``issue_id=`` a tracker's own id, ``session_id=``, ``provider_name=``).
+    ``issueId`` is never left empty (the TS reader requires it): without one given or
+    already in the file, it is :func:`derived_issue_id`.
     """
     unknown = set(fields) - _STATE_ATTRS
     if unknown:
@@ -270,7 +284,10 @@ def claim_for_issue(
                 # Another issue's extras would mislead its readers; an unclaimed file's stay.
                 extra={} if st.issue_identifier else st.extra,
             )
-        return dataclasses.replace(st, **fields)
+        st = dataclasses.replace(st, **fields)
+        if not st.issue_id:
+            st.issue_id = derived_issue_id(issue_identifier)
+        return st
 
     return update(worktree, claim, reset_malformed=force, lock_timeout=lock_timeout)
 

@@ -61,6 +61,8 @@ from tether.model.records import (
 @click.option("--worktree", default=None,
               help="agents: run in git worktree BRANCH (created beside the repo) or '.'")
 @click.option("--issue", default=None, help="agents: the issue this session works on")
+@click.option("--issue-id", default=None,
+              help="agents: the tracker's own id of --issue (default: derived from it)")
 @click.option("--force", is_flag=True, help="agents: reuse a worktree of another issue")
 @sandbox_flags(for_run=True)
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -70,7 +72,8 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
         interactive: bool, detach_keys: str | None, agent_provider: str | None,
         no_agent: bool, revival: str, max_revivals: int, aging_pct: float, dying_pct: float,
         stale_after: float, crashed_after: float, successor: str, worktree: str | None,
-        issue: str | None, force: bool, argv: tuple[str, ...], **flags: Any) -> None:
+        issue: str | None, issue_id: str | None, force: bool, argv: tuple[str, ...],
+        **flags: Any) -> None:
     """Run a command under the daemon: tether run [-d] [-it] -- CMD ARGS...
 
     `tether run claude ...`, `tether run codex ...` and `--agent NAME` start an agent
@@ -84,6 +87,8 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
     from tether.agent.providers import for_command
     from tether.cli.terminal import terminal_size
 
+    if issue_id is not None and not (issue and worktree):
+        die("--issue-id needs --issue and --worktree", 2)
     keys = fg.detach_keys(detach_keys)
     c = client(ctx)
     env = {} if clean_env else dict(os.environ)
@@ -113,7 +118,7 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
                 cwd=wt_path or workdir, tty=use_tty, revival=revival,
                 max_revivals=max_revivals, aging_pct=aging_pct, dying_pct=dying_pct,
                 stale_after=stale_after, crashed_after=crashed_after, successor=successor,
-                worktree=wt_path, issue=issue, force=force)
+                worktree=wt_path, issue=issue, issue_id=issue_id, force=force)
             if lin.exec_view is None:
                 die(f"agent lineage {lin.id} did not start: {lin.reason}", 1)
             x: ExecView = lin.exec_view

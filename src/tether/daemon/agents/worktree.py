@@ -9,12 +9,23 @@ import time
 from tether.agent import worktree as wt
 from tether.daemon.agents.core import AgentCore
 from tether.model.records import LineageRecord
+from tether.model.states import LineageStatus
 
 log = logging.getLogger("tether.agents")
 
 # The daemon waits at most this long for a worktree's state.json lock (held by some other
 # process, perhaps the agent's): it skips that update rather than freeze its event loop.
 WORKTREE_LOCK_TIMEOUT = 0.2
+
+# A lineage status as agentfactory's ``WorktreeStatus`` (its TS reader's union) says it. A
+# crashed agent awaiting revival or a decision stays "running", as agentfactory's own file
+# would after a crash: its stale heartbeat, not the status, tells a reader it is dead.
+TS_STATUS: dict[str, str] = {
+    LineageStatus.ACTIVE: "running", LineageStatus.ORPHANED: "running",
+    LineageStatus.ASK_PENDING: "running", LineageStatus.REVIVING: "initializing",
+    LineageStatus.FINISHED: "completed", LineageStatus.REAPED: "stopped",
+    LineageStatus.FAILED: "failed",
+}
 
 
 class WorktreeFiles:
@@ -34,7 +45,7 @@ class WorktreeFiles:
             st.current_step = step or rec.lifecycle
             st.attempt_count = rec.attempt
             st.last_heartbeat = int(heartbeat.get(rec.id, time.time()) * 1000)
-            st.status = rec.status
+            st.status = TS_STATUS.get(rec.status, "running")
             st.recovery_attempts = max(0, rec.attempt - 1)
             st.tether_lineage = rec.id
             st.tether_home = str(root)
