@@ -53,6 +53,7 @@ from tether.monitor.child import Child  # noqa: E402
 from tether.monitor.clients import Clients  # noqa: E402
 from tether.monitor.control import Control  # noqa: E402
 from tether.monitor.files import claim, write_exit, write_handles  # noqa: E402
+from tether.monitor.pin import Pin, gate_pipe  # noqa: E402
 from tether.monitor.terminal import Terminal  # noqa: E402
 
 
@@ -125,6 +126,7 @@ class Monitor:
         self.term = Terminal(spec, self.poller)
         self.clients = Clients(spec, self.poller, self.term, self.child)
         self.control = Control(self.child, self.clients)
+        self.pin = Pin()
         self.term.on_output = self.clients.broadcast
         self.term.on_input_room = self.clients.resume_paused
         self.clients.on_command = self.control.command
@@ -145,6 +147,11 @@ class Monitor:
         os.close(log)
 
         actions, setsid, to_close = self.term.open()
+        gate_w = None
+        if self.spec.get("gated"):  # see tether.monitor.pin
+            gate_r, gate_w = gate_pipe()
+            actions.append((os.POSIX_SPAWN_DUP2, gate_r, 3))
+            to_close.append(gate_r)
         self.clients.listen()
 
         signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -159,6 +166,8 @@ class Monitor:
         try:
             self.child.spawn(actions, setsid)
         except OSError as e:
+            if gate_w is not None:
+                os.close(gate_w)
             msg, record = self.child.start_failed(e)
             self.clients.remove_socket()
             write_exit(self.paths["exit"], record)
@@ -168,6 +177,9 @@ class Monitor:
             for f in to_close:
                 os.close(f)
         self.child.started_at = time.time()
+        if gate_w is not None:
+            self.pin.find(self.child.pid, gate_w)
+            self.child.group = self.pin.pgid
         try:
             self._announce()
         except BaseException:
@@ -237,7 +249,7 @@ class Monitor:
     # -------------------------------------------------------------- end
     def _finish(self, status: tuple[int | None, int | None]) -> int:
         self.term.drain()  # what the program wrote just before it ended
-        record = self.child.exit_record(status)
+        record = self.child.exit_record(self.pin.status() or status)
         write_exit(self.paths["exit"], record)
         self.clients.close_all(record)
         self.clients.remove_socket()

@@ -184,6 +184,7 @@ class MonitorPool:
             "rows": rec.spec.rows,
             "cols": rec.spec.cols,
             "signal_argv": launch.signal_argv,
+            "gated": launch.gated,
             "paths": {k: str(getattr(paths, k)) for k in ("stdout", "stderr", "exit", "pty",
                                                             "handles", "socket", "claim",
                                                             "monitor_log")},
