@@ -302,6 +302,7 @@ class ExecService:
                 signal=st.get("signal"), ended_at=st.get("ended_at"),
                 data={"outcome": outcome}))
             self._pids.pop(rec.id, None)
+            self.monitors.remove_scratch(self.paths(rec))
             return "finished"
         if insp.kind == "alive":
             if rec.state == ExecState.PENDING:
@@ -331,6 +332,7 @@ class ExecService:
         self._commit(self.store.transition_exec(rec.id, ExecState.FAILED, reason=reason,
                                                 ended_at=time.time()))
         self._pids.pop(rec.id, None)
+        self.monitors.remove_scratch(self.paths(rec))
         return "failed"
 
     async def recover(self) -> dict[str, int]:
