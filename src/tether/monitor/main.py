@@ -53,7 +53,7 @@ from tether.monitor.child import Child  # noqa: E402
 from tether.monitor.clients import Clients  # noqa: E402
 from tether.monitor.control import Control  # noqa: E402
 from tether.monitor.files import claim, write_exit, write_handles  # noqa: E402
-from tether.monitor.pin import Pin, gate_pipe  # noqa: E402
+from tether.monitor.pin import GATE_FD, Pin, gate_pipe  # noqa: E402
 from tether.monitor.terminal import Terminal  # noqa: E402
 
 
@@ -150,7 +150,7 @@ class Monitor:
         gate_w = None
         if self.spec.get("gated"):  # see tether.monitor.pin
             gate_r, gate_w = gate_pipe()
-            actions.append((os.POSIX_SPAWN_DUP2, gate_r, 3))
+            actions.append((os.POSIX_SPAWN_DUP2, gate_r, GATE_FD))
             to_close.append(gate_r)
         self.clients.listen()
 

@@ -28,8 +28,9 @@ GATE_FD = 3
 PIDFD_GET_INFO = (3 << 30) | (64 << 16) | (0xFF << 8) | 11
 PIDFD_INFO_EXIT = 1 << 3
 EXIT_CODE_OFFSET = 8 + 8 + 11 * 4  # mask, cgroupid, eleven u32 ids
-#: How long to look for the gate (bwrap sets the sandbox up first: usually milliseconds).
-FIND_TIMEOUT = 10.0
+#: How long to look for the gate (bwrap sets the sandbox up first: usually milliseconds);
+#: well within the daemon's wait for the start report (10 s).
+FIND_TIMEOUT = 3.0
 
 
 def _children(pid: int) -> list[int]:
