@@ -15,6 +15,9 @@ from tether.runtime import bwrap
 
 PROBE = bwrap.probe()
 pytestmark = pytest.mark.skipif(not PROBE.available, reason=f"bwrap: {PROBE.reason}")
+_KERNEL = tuple(int(p) for p in os.uname().release.split("-")[0].split(".")[:2])
+#: A signal death below bwrap is known only through PIDFD_INFO_EXIT (tether.monitor.pin).
+needs_exit_info = pytest.mark.skipif(_KERNEL < (6, 15), reason="needs Linux 6.15+")
 
 
 def run(c: Client, sandbox: str, script: str, cwd: Path | None = None) -> tuple[int, bytes, bytes]:
@@ -260,3 +263,47 @@ def test_secrets_and_homes_stay_out_of_reach(daemon: DaemonProc, tmp_path: Path)
     assert "home directory" in e.value.message
     assert not c.exec_list(all=True) or all(
         x.sandbox == c.sandbox_get("sec").id for x in c.exec_list(all=True))
+
+
+@pytest.mark.parametrize("script, code, sig, reason", [
+    pytest.param("kill -TERM $$", None, 15, "killed by SIGTERM",  # from inside the sandbox
+                 marks=needs_exit_info),
+    ("exit 130", 130, None, "exited with code 130"),  # not SIGINT: a real exit status
+    ("exit 137", 137, None, "exited with code 137"),
+])
+def test_bwrap_records_signal_deaths_like_the_process_runtime(
+        box: tuple[Client, Path], script: str, code: int | None, sig: int | None,
+        reason: str) -> None:
+    c, _ = box
+    x = c.exec_start(["sh", "-c", script], sandbox="box")
+    done = c.exec_wait(x.id, timeout=20)
+    assert (done.state, done.exit_code, done.signal, done.reason) == ("FINISHED", code, sig,
+                                                                      reason)
+
+
+@needs_exit_info
+def test_a_command_killed_from_the_host_records_the_signal(box: tuple[Client, Path]) -> None:
+    """What the OOM killer does: SIGKILL to the command itself, not to bwrap."""
+    c, _ = box
+    marker = f".{os.getpid()}9"
+    x = c.exec_start(["sleep", f"300{marker}"], sandbox="box")
+    wait_for(lambda: len(_pids_with(marker)) == 1, what="the sleeper")
+    os.kill(_pids_with(marker)[0], 9)
+    done = c.exec_wait(x.id, timeout=20)
+    assert (done.exit_code, done.signal, done.reason) == (None, 9, "killed by SIGKILL")
+
+
+@needs_exit_info
+def test_tether_kill_reaches_the_command_not_bwrap(box: tuple[Client, Path]) -> None:
+    """The command's own handler runs (as in the process runtime): it exits 7."""
+    c, ws = box
+    x = c.exec_start(["sh", "-c", f"trap 'exit 7' TERM; touch {ws}/ready; "
+                                  "while :; do sleep 0.05; done"], sandbox="box")
+    wait_for(lambda: (ws / "ready").exists(), what="the trap set")
+    c.exec_cancel(x.id, signal="TERM", grace=10)
+    done = c.exec_wait(x.id, timeout=20)
+    assert (done.state, done.exit_code, done.signal) == ("CANCELLED", 7, None)
+    y = c.exec_start(["sleep", "300"], sandbox="box")
+    c.exec_cancel(y.id, signal="INT", grace=10)
+    done = c.exec_wait(y.id, timeout=20)
+    assert (done.state, done.exit_code, done.signal) == ("CANCELLED", None, 2)

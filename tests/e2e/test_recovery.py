@@ -324,3 +324,47 @@ def test_deletion_interrupted_by_a_crash_is_finished_on_restart(daemon: DaemonPr
     assert all(s.name != "doomed" for s in c.sandbox_list())
     assert [s.state for s in c.sandbox_list(all=True)
             if s.name == "doomed"] == ["DELETED"]
+
+
+def _scratch(daemon: DaemonProc, exec_id: str, monitor_pid: int) -> list[Path]:
+    """What a monitor killed mid-write leaves besides its socket: the atomic writes'
+    temporaries (handles, exit) and its private claim name."""
+    run = daemon.home / "run"
+    (exit_file,) = daemon.home.glob(f"logs/*/{exec_id}.stdout.log")
+    return [run / f"{exec_id}.handles.json.tmp.{monitor_pid}",
+            exit_file.with_name(f"{exec_id}.exit.tmp.{monitor_pid}"),
+            run / f"{exec_id}.claim.{monitor_pid}.tmp"]
+
+
+@pytest.mark.parametrize("daemon_down", [False, True])
+def test_a_killed_monitors_scratch_files_are_removed_and_only_its(
+        daemon: DaemonProc, daemon_down: bool) -> None:
+    """Settled by the watch (daemon up) or by start-up recovery (daemon down); a live
+    monitor's files, the logs and the claim stay."""
+    c = daemon.client()
+    x = c.exec_start(["sh", "-c", "echo out; exec sleep 100"])
+    y = c.exec_start(["sleep", "100"])
+    hx, hy = daemon.handles(x.id), daemon.handles(y.id)
+    mine = _scratch(daemon, x.id, hx["monitor"]["pid"])
+    theirs = _scratch(daemon, y.id, hy["monitor"]["pid"])
+    for p in mine + theirs:
+        p.write_bytes(b'{"version": 1, "half')
+    sock_x, sock_y = Path(hx["socket"]), Path(hy["socket"])
+    assert sock_x.exists() and sock_y.exists()
+    if daemon_down:
+        daemon.kill9()
+    os.kill(hx["monitor"]["pid"], signal.SIGKILL)
+    if daemon_down:
+        wait_for(lambda: not is_same_process(hx["monitor"]["pid"],
+                                             hx["monitor"]["start_time"]), what="monitor gone")
+        daemon.start()
+        c = daemon.client()
+    assert c.exec_wait(x.id, timeout=10).state == "FAILED"
+    wait_for(lambda: not any(p.exists() for p in [sock_x, *mine]), what="scratch removed")
+    assert all(p.exists() for p in [sock_y, *theirs])
+    assert c.exec_get(y.id).state == "RUNNING"
+    assert b"".join(c.read_logs(x.id)) == b"out\n"
+    assert (daemon.home / "run" / f"{x.id}.claim").exists()  # no monitor may claim it again
+    c.exec_cancel(y.id, signal="KILL")
+    for p in theirs:
+        p.unlink()

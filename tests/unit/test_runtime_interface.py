@@ -11,7 +11,7 @@ import pytest
 
 from tether.model.errors import TetherError
 from tether.model.records import ExecSpec, RuntimeName, SandboxRecord, SandboxSpec
-from tether.runtime import registry
+from tether.runtime import bwrap, registry
 from tether.runtime.base import ExecRequest, Runtime
 from tether.runtime.bwrap import BwrapRuntime, Probe
 from tether.runtime.docker import DockerRuntime
@@ -102,7 +102,8 @@ def test_bwrap_refuses_before_intent_and_wraps_the_command(tmp_path: Path) -> No
     work.mkdir()
     launch = rt.prepare_exec(ExecRequest(sandbox=sb, spec=ExecSpec(argv=["true"]),
                                          cwd=str(work), tether_home=home))("e2")
-    assert launch.argv[0] == "/usr/bin/bwrap" and launch.argv[-2:] == ["--", "true"]
+    assert launch.argv[0] == "/usr/bin/bwrap" and launch.argv[-6:] == ["--", *bwrap.GATE, "true"]
+    assert launch.gated  # the monitor reports the command's own status, not bwrap's
     assert launch.cwd == os.path.realpath(work)
 
 

@@ -359,6 +359,7 @@ class ExecService:
                 signal=st.get("signal"), ended_at=st.get("ended_at"),
                 data={"outcome": outcome}))
             self._pids.pop(rec.id, None)
+            self.monitors.remove_scratch(self.paths(rec))
             return "finished"
         if insp.kind == "alive":
             if rec.state == ExecState.PENDING:
@@ -391,6 +392,7 @@ class ExecService:
             rec.id, ExecState.FAILED, reason=reason, ended_at=time.time(),
             never_started=unstarted, data={"never_started": True} if unstarted else None))
         self._pids.pop(rec.id, None)
+        self.monitors.remove_scratch(self.paths(rec))
         return "failed"
 
     async def recover(self) -> dict[str, int]:

@@ -26,10 +26,16 @@ def write_all(fd: int, data: bytes, offset: int | None = None) -> None:
             offset += n
 
 
+def tmp_name(path: str, pid: int) -> str:
+    """The temporary that process ``pid``'s :func:`atomic_write` of ``path`` uses (one a
+    killed writer leaves behind)."""
+    return f"{path}.tmp.{pid}"
+
+
 def atomic_write(path: str, data: bytes, *, durable: bool = True) -> None:
     """tmp + (fsync) + rename + (fsync dir): readers see the old file or the new one."""
     directory = os.path.dirname(path) or "."
-    tmp = f"{path}.tmp.{os.getpid()}"
+    tmp = tmp_name(path, os.getpid())
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     try:
         try:

@@ -46,6 +46,7 @@ class Child:
         self.deadline: float | None = None
         self.may_have_ended = True  # set by SIGCHLD; saves a waitid per wake-up
         self.helpers: set[int] = set()  # signal helpers still to be reaped
+        self.group: int | None = None  # the command's own group, below the child (bwrap)
 
     # -------------------------------------------------------------- start
     def spawn(self, actions: list[tuple[Any, ...]], setsid: bool) -> None:
@@ -153,7 +154,17 @@ class Child:
     def signal(self, sig: int) -> None:
         """Deliver ``sig`` to what the exec runs. When the child only drives the command
         elsewhere (a ``docker exec`` client), ``signal_argv`` delivers it there; SIGKILL
-        also ends the client, so a hung engine cannot keep the exec alive."""
+        also ends the client, so a hung engine cannot keep the exec alive. When the
+        command runs in a group of its own below the child (``group``: bwrap's
+        ``--new-session``), the signal goes to that group, as the process runtime's does;
+        SIGKILL to the child's too."""
+        if self.group is not None and self.group != self.pid:
+            try:
+                os.killpg(self.group, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+            if sig != signal.SIGKILL:
+                return
         helper = self.spec.get("signal_argv")
         if helper:
             self.spawn_helper([*helper, str(int(sig))])

@@ -149,7 +149,7 @@ def claim(path: str, owner: str, *, locked: bool = False) -> int | None:
         return fd
     import fcntl
 
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = claim_tmp(path, os.getpid())
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
     os.write(fd, owner.encode())
@@ -161,6 +161,11 @@ def claim(path: str, owner: str, *, locked: bool = False) -> int | None:
     finally:
         os.unlink(tmp)
     return fd
+
+
+def claim_tmp(path: str, pid: int) -> str:
+    """The private name monitor ``pid`` locks its claim under before linking it."""
+    return f"{path}.{pid}.tmp"
 
 
 def claim_owner(path: str) -> str | None:

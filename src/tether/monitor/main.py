@@ -60,6 +60,7 @@ from tether.monitor.files import (  # noqa: E402
     write_exit,
     write_handles,
 )
+from tether.monitor.pin import GATE_FD, Pin, gate_pipe  # noqa: E402
 from tether.monitor.terminal import Terminal  # noqa: E402
 
 
@@ -135,6 +136,7 @@ class Monitor:
         self.term = Terminal(spec, self.poller)
         self.clients = Clients(spec, self.poller, self.term, self.child)
         self.control = Control(self.child, self.clients)
+        self.pin = Pin()
         self.term.on_output = self.clients.broadcast
         self.term.on_input_room = self.clients.resume_paused
         self.clients.on_command = self.control.command
@@ -163,6 +165,11 @@ class Monitor:
             return 0
 
         actions, setsid, to_close = self.term.open()
+        gate_w = None
+        if self.spec.get("gated"):  # see tether.monitor.pin
+            gate_r, gate_w = gate_pipe()
+            actions.append((os.POSIX_SPAWN_DUP2, gate_r, GATE_FD))
+            to_close.append(gate_r)
         self.clients.listen()
 
         signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -177,6 +184,8 @@ class Monitor:
         try:
             self.child.spawn(actions, setsid)
         except OSError as e:
+            if gate_w is not None:
+                os.close(gate_w)
             msg, record = self.child.start_failed(e)
             self.clients.remove_socket()
             self._write_exit(record)
@@ -186,6 +195,9 @@ class Monitor:
             for f in to_close:
                 os.close(f)
         self.child.started_at = time.time()
+        if gate_w is not None:
+            self.pin.find(self.child.pid, gate_w)
+            self.child.group = self.pin.pgid
         try:
             self._announce()
         except BaseException:
@@ -255,7 +267,7 @@ class Monitor:
     # -------------------------------------------------------------- end
     def _finish(self, status: tuple[int | None, int | None]) -> int:
         self.term.drain()  # what the program wrote just before it ended
-        record = self.child.exit_record(status)
+        record = self.child.exit_record(self.pin.status() or status)
         self._write_exit(record)
         self.clients.close_all(record)
         self.clients.remove_socket()

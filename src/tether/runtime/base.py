@@ -62,12 +62,16 @@ class ExecRequest:
 class Launch:
     """What the exec's monitor runs: argv, its environment and working directory, and
     (when the monitor's child only drives the command, like a ``docker exec`` client)
-    the argv that, plus a signal number, signals the command itself."""
+    the argv that, plus a signal number, signals the command itself. ``gated``: the
+    child runs the command as its grandchild behind a gate on fd 3 (see
+    :mod:`tether.monitor.pin`), so the monitor can record the command's own status and
+    signal its own process group rather than the child's (bwrap's)."""
 
     argv: list[str]
     env: dict[str, str]
     cwd: str | None
     signal_argv: list[str] | None = None
+    gated: bool = False
 
 
 #: Called with the new exec's id once its intent is committed.

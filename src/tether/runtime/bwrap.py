@@ -20,8 +20,10 @@ those only its toolchain read-only and its config directories read-write, its
 session state, the network unless the spec says otherwise, and tether's
 restricted ``agent.sock``, which serves only the agent's own session.
 
-Killing the exec kills bwrap; ``--die-with-parent`` then takes the sandbox's
-init with it, and the kernel ends every process in its pid namespace.
+The command runs behind :data:`GATE` (``Launch.gated``) so that the monitor can pin it
+and record its own exit status and signal its own group (bwrap reports a death by signal N
+as exit 128+N). A cancel's SIGKILL kills bwrap; ``--die-with-parent`` then takes the
+sandbox's init with it, and the kernel ends every process in its pid namespace.
 """
 
 from __future__ import annotations
@@ -64,6 +66,9 @@ HOST_ROOT_SECRET_DIRS = ("/var/lib/docker", "/var/lib/containerd", "/var/lib/con
                          "/var/lib/kubelet", "/var/lib/lxd", "/var/backups", "/var/mail",
                          "/var/spool", "/var/log", "/srv", "/mnt", "/media")
 MAYBE_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+#: bwrap reports a death by signal N as exit status 128+N: the command waits at this gate
+#: until the monitor holds a pidfd to it, which tells the two apart (tether.monitor.pin).
+GATE = ["/bin/sh", "-c", 'read -r _ <&3; exec "$@" 3<&-', "sh"]
 
 
 @dataclass(frozen=True)
@@ -292,12 +297,13 @@ class BwrapRuntime(Runtime):
             raise invalid_params(f"cannot run in a bwrap sandbox from here: {problem}; "
                                  "cd into a project directory, or use --sandbox with "
                                  "a workspace")
-        argv = wrap(req.spec.argv, req.sandbox.spec, cwd=cwd, tether_home=home,
+        argv = wrap([*GATE, *req.spec.argv], req.sandbox.spec, cwd=cwd, tether_home=home,
                     tty=req.spec.tty, bwrap_path=self.probed.path or "bwrap",
                     agent=req.agent)
 
         def launch(exec_id: str) -> Launch:
-            return Launch(argv=argv, env=host_env(req.spec, req.sandbox, exec_id), cwd=cwd)
+            return Launch(argv=argv, env=host_env(req.spec, req.sandbox, exec_id), cwd=cwd,
+                          gated=True)
         return launch
 
     async def copy(self, sb: SandboxRecord, direction: str, src: str, dst: str, *,

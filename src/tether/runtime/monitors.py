@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import tether.monitor.main as _monitor_main
+from tether.hostio.atomic import tmp_name
 from tether.hostio.pidfd import open_verified_pidfd, signal_verified_group
 from tether.hostio.proc import is_same_process
 from tether.model.layout import MAX_SOCKET_PATH, ExecPaths
@@ -30,6 +31,7 @@ from tether.monitor.files import (
     claim,
     claim_is_held,
     claim_owner,
+    claim_tmp,
     read_exit,
     read_handles,
 )
@@ -184,6 +186,7 @@ class MonitorPool:
             "rows": rec.spec.rows,
             "cols": rec.spec.cols,
             "signal_argv": launch.signal_argv,
+            "gated": launch.gated,
             "paths": {k: str(getattr(paths, k)) for k in ("stdout", "stderr", "exit", "pty",
                                                             "handles", "socket", "claim",
                                                             "monitor_log")},
@@ -304,6 +307,24 @@ class MonitorPool:
             return False
         os.close(fd)
         return True
+
+    @staticmethod
+    def remove_scratch(paths: ExecPaths) -> None:
+        """Remove what a dead monitor left besides history (logs, exit file, claim): its
+        socket and the temporaries it was writing when killed (handles, exit, its
+        claim's private name, named by its pid from the claim). Nothing while a live
+        monitor holds the claim: the files are still its own."""
+        if claim_is_held(str(paths.claim)):
+            return
+        kind, _, pid = (claim_owner(str(paths.claim)) or "").partition(" ")
+        # The socket, and the exit file's space reserved at start (never its status).
+        files = [str(paths.socket), str(paths.exit) + ".reserve"]
+        if kind == "monitor" and pid.isdigit():
+            files += [tmp_name(str(paths.handles), int(pid)),
+                      tmp_name(str(paths.exit), int(pid)), claim_tmp(str(paths.claim), int(pid))]
+        for f in files:
+            with contextlib.suppress(OSError):  # gone already, or not ours to remove
+                os.unlink(f)
 
     @staticmethod
     def watch_fd(handles: dict[str, Any]) -> int | None:
