@@ -184,6 +184,14 @@ def test_a_symlinked_home_owned_by_another_user_is_refused(other: tuple[int, int
     link = sticky / "h"
     subprocess.run(as_other(other, "ln", "-s", str(real), str(link)), check=True)
     refused(tether(link, "status"), link, "chown")
+    # Root's own symlink to tetherx's directory, the home not made yet: the resolved
+    # parents are checked too.
+    evil = scratch / "evil"
+    evil.mkdir()
+    os.chown(evil, *other)
+    (scratch / "ln").symlink_to(evil)
+    refused(tether(scratch / "ln" / "sub" / "h", "status"), evil, "chown")
+    assert not (evil / "sub").exists()
 
 
 def test_symlinks_planted_earlier_are_never_written_through(scratch: Path,

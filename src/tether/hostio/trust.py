@@ -81,7 +81,7 @@ def check_home(home: str | os.PathLike[str], uid: int | None = None) -> None:
         try:
             st = os.lstat(path)
         except FileNotFoundError:
-            break  # not made yet: we will make it, privately
+            continue  # not made yet: we will make it, privately
         except NotADirectoryError:
             raise UntrustedHome(given, path, "is not a directory",
                                 "choose another --home") from None
