@@ -32,6 +32,23 @@ def prepare(layout: HomeLayout) -> None:
     os.chmod(layout.root, 0o700)
     for d in (layout.logs, layout.run, layout.agent_dir):
         private_dir(layout, d)
+    for d in (layout.root, layout.logs, layout.run, layout.agent_dir,
+              layout.root / "drain", layout.root / "agents"):
+        no_symlinks(layout, d)
+
+
+def no_symlinks(layout: HomeLayout, d: os.PathLike[str]) -> None:
+    """Tether makes no symlinks in its home: one there was planted while the home was
+    open to others, and writing where it leads (``logs/<sandbox>/`` → ``/etc``) must not
+    happen. Once the home is private, nobody else can plant one."""
+    try:
+        entries = list(os.scandir(d))
+    except FileNotFoundError:
+        return
+    for e in entries:
+        if e.is_symlink():
+            raise UntrustedHome(str(layout.root), e.path, "is a symlink (tether makes none "
+                                "in its home; it was planted)", f"remove it: `rm {e.path}`")
 
 
 def private_dir(layout: HomeLayout, d: os.PathLike[str]) -> None:
