@@ -63,9 +63,11 @@ def scratch() -> Iterator[Path]:
     d = Path(tempfile.mkdtemp(prefix="tt", dir="/tmp"))
     d.chmod(0o755)
     yield d
-    for home in d.rglob("daemon.lock"):
-        DaemonProc(home.parent).cleanup()
-        kill_strays(home.parent)
+    # Any daemon a test (or the unfixed code) started, homes behind symlinks included.
+    for top, _dirs, files in os.walk(d, followlinks=True):
+        if "daemon.lock" in files:
+            DaemonProc(Path(top)).cleanup()
+            kill_strays(Path(top))
     shutil.rmtree(d, ignore_errors=True)
 
 
@@ -201,6 +203,10 @@ def test_symlinks_planted_earlier_are_never_written_through(scratch: Path,
     home.mkdir(mode=0o700)
     (home / "daemon.log").symlink_to(secret)
     with pytest.raises(DaemonUnavailable, match="symlink"):
+        Client(home, reconnect=2).status()
+    (home / "daemon.log").unlink()
+    os.mkfifo(home / "daemon.log")  # nor blocked on a FIFO
+    with pytest.raises(DaemonUnavailable, match="daemon's log"):
         Client(home, reconnect=2).status()
     (home / "daemon.log").unlink()
     for name in ("run", "daemon.lock", "daemon.pid", "tether.db", "tether.db-wal"):

@@ -101,9 +101,10 @@ def check_home(home: str | os.PathLike[str], uid: int | None = None) -> None:
 
 def open_private(path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
     """``os.open`` that never follows a symlink at the last component (``ELOOP``
-    becomes a clear ``OSError``) and never hands out another user's file."""
+    becomes a clear ``OSError``), never blocks on a planted FIFO (``O_NONBLOCK``, which
+    a regular file ignores) and never hands out another user's file."""
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     except OSError as e:
         if os.path.islink(path):
             raise OSError(e.errno, f"{os.fspath(path)} is a symlink; remove it "
