@@ -5,8 +5,10 @@ command modules' registration; the commands live in ``tether.cli.commands``.
 
 Exit codes: a command's own exit code for ``run``/``wait`` (128+N when killed by
 signal N); 1 for a tether error (message on stderr); 2 for a usage error;
-125 when the daemon cannot be reached; 126/127 when a command cannot start;
-``tether daemon``: 75 when another daemon holds the home, 1 for any other startup error.
+125 when the daemon cannot be reached; 126/127 when a command cannot start; 77 when the
+home could be written by another user (``hostio/trust.py``; the message says how to
+fix it); ``tether daemon``: 75 when another daemon holds the home, 77 for an untrusted
+home, 1 for any other startup error.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from tether import __version__
 from tether.cli.commands import agent, daemon, events, execs, sandbox
 from tether.cli.context import Ctx, die
 from tether.client.daemonctl import resolve_home
-from tether.client.errors import DaemonUnavailable, TetherError
+from tether.client.errors import DaemonUnavailable, HomeUntrusted, TetherError
+from tether.model.layout import HOME_UNTRUSTED_EXIT
 
 
 class TetherGroup(click.Group):
@@ -29,6 +32,8 @@ class TetherGroup(click.Group):
             return super().invoke(ctx)
         except DaemonUnavailable as e:
             die(str(e), 125)
+        except HomeUntrusted as e:
+            die(e.message, HOME_UNTRUSTED_EXIT)
         except TetherError as e:
             die(e.message, 1)
 

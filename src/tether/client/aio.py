@@ -18,7 +18,7 @@ import msgspec
 from tether.client import core
 from tether.client.api import _Api
 from tether.client.core import Awaiting, Cursor, Message, Request, Resubscribe, Retry
-from tether.client.daemonctl import Autostart, resolve_home
+from tether.client.daemonctl import Autostart, resolve_home, trusted
 from tether.model.layout import HomeLayout
 from tether.model.records import Event
 
@@ -69,6 +69,7 @@ class AsyncClient(Awaiting, _Api):
         async with self._connecting:
             if self._writer is not None and not self._writer.is_closing():
                 return self._writer
+            trusted(self.home)
             retry = Retry(self.layout.socket, self._auto, self.reconnect)
             while True:
                 try:
@@ -148,6 +149,7 @@ class AsyncClient(Awaiting, _Api):
         """Yield events after ``since`` forever, resuming across restarts and overflow."""
         cursor = Cursor(since, sandbox)
         while True:
+            trusted(self.home)
             try:
                 reader, writer = await asyncio.open_unix_connection(
                     str(self.layout.socket), limit=core.MAX_REPLY)

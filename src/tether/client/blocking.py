@@ -23,7 +23,7 @@ from tether.client import core
 from tether.client.api import _Api
 from tether.client.attach import Attachment, find_socket
 from tether.client.core import Blocking, Cursor, Request, Resubscribe, Retry
-from tether.client.daemonctl import Autostart, resolve_home
+from tether.client.daemonctl import Autostart, resolve_home, trusted
 from tether.client.errors import DaemonUnavailable
 from tether.model.layout import HomeLayout
 from tether.model.records import Event
@@ -103,6 +103,8 @@ class Client(Blocking, _Api):
     def _connect(self) -> _Conn:
         if self._conn is not None:
             return self._conn
+        if self.socket_path == self.layout.socket:
+            trusted(self.home)
         retry = Retry(self.socket_path, self._auto, self.reconnect)
         while True:
             try:

@@ -10,8 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from tether.client.errors import DaemonUnavailable
+from tether.client.errors import DaemonUnavailable, HomeUntrusted
 from tether.hostio.proc import is_running
+from tether.hostio.trust import UntrustedHome, check_home, open_private
 from tether.model.layout import HOME_LOCKED_EXIT, HomeLayout, default_home
 
 
@@ -19,11 +20,25 @@ def resolve_home(home: str | os.PathLike[str] | None) -> Path:
     return Path(home).expanduser().absolute() if home else default_home()
 
 
+def trusted(home: Path) -> None:
+    """Raise ``HomeUntrusted`` unless only we can write ``home`` and the directories
+    above it: before starting a daemon there, connecting to its socket or signalling
+    the pid its lock file names."""
+    try:
+        check_home(home)
+    except UntrustedHome as e:
+        raise HomeUntrusted(str(e), e.path) from None
+
+
 def spawn_daemon(home: Path) -> subprocess.Popen[bytes]:
     """Start ``tether daemon`` detached, logging to ``daemon.log``."""
     layout = HomeLayout(home)
+    trusted(home)
     home.mkdir(mode=0o700, parents=True, exist_ok=True)
-    logf = os.open(layout.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        logf = open_private(layout.log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    except OSError as e:
+        raise DaemonUnavailable(f"cannot open the daemon's log: {e}") from None
     try:
         return subprocess.Popen(
             [sys.executable, "-m", "tether.daemon", "--home", str(home)],
@@ -90,6 +105,7 @@ def stop(home: Path, timeout: float = 30.0) -> int | None:
     and wait until it has let go of the home. Returns its pid, or ``None`` when no daemon
     was running; raises ``TimeoutError`` when it still holds the home after ``timeout``.
     Works without the socket: the daemon is found by the pid in its lock file."""
+    trusted(home)
     layout = HomeLayout(home)
     pid = layout.lock_holder()
     if pid is None:

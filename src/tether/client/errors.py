@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tether.model.errors import RpcCode, TetherError
 
-__all__ = ["DaemonUnavailable", "TetherError"]
+__all__ = ["DaemonUnavailable", "HomeUntrusted", "TetherError"]
 
 
 class DaemonUnavailable(TetherError):
@@ -12,3 +12,11 @@ class DaemonUnavailable(TetherError):
 
     def __init__(self, message: str) -> None:
         super().__init__(RpcCode.UNAVAILABLE, "DAEMON_UNAVAILABLE", message)
+
+
+class HomeUntrusted(TetherError):
+    """The home, or a directory above it, could be written by another user: the SDK
+    neither starts a daemon there nor connects to its socket (``hostio/trust.py``)."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(RpcCode.UNAVAILABLE, "HOME_UNTRUSTED", message, {"path": path})

@@ -38,8 +38,14 @@ from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
 from tether.daemon.sandboxes import SandboxService
 from tether.daemon.tasks import Tasks
+from tether.hostio.trust import UntrustedHome
 from tether.model.errors import TetherError, as_disk_full
-from tether.model.layout import HOME_LOCKED_EXIT, MAX_SOCKET_PATH, HomeLayout
+from tether.model.layout import (
+    HOME_LOCKED_EXIT,
+    HOME_UNTRUSTED_EXIT,
+    MAX_SOCKET_PATH,
+    HomeLayout,
+)
 from tether.model.states import DaemonState, check_transition
 from tether.rpc.server import RpcServer
 from tether.runtime.monitors import MonitorPool
@@ -169,7 +175,10 @@ class Daemon:
 
     def _start_infrastructure(self) -> None:
         os.umask(0o077)
-        homes.prepare(self.layout)
+        try:
+            homes.prepare(self.layout)
+        except UntrustedHome as e:
+            raise StartupError(str(e), HOME_UNTRUSTED_EXIT) from None
         # The longest socket path we will bind is a monitor's (run/<12 hex>.sock).
         longest = self.layout.exec_paths("default", "0" * 12).socket
         if len(os.fsencode(longest)) > MAX_SOCKET_PATH:
@@ -180,8 +189,14 @@ class Daemon:
             self._lock.acquire()
         except homes.HomeLocked as e:
             raise StartupError(str(e), HOME_LOCKED_EXIT) from None
+        except OSError as e:
+            raise StartupError(f"cannot lock the home: {e}") from None
         try:
+            homes.check_store(self.layout)
             self.store = Store(self.layout.db)
+        except UntrustedHome as e:
+            self._lock.release()
+            raise StartupError(str(e), HOME_UNTRUSTED_EXIT) from None
         except SchemaTooNew as e:
             self._lock.release()
             raise StartupError(str(e)) from None
@@ -244,7 +259,6 @@ class Daemon:
                                     translate=self.disk_full,
                                     max_connections=cfg.max_connections,
                                     half_line_timeout=cfg.half_line_timeout)
-        self.layout.agent_dir.mkdir(mode=0o700, exist_ok=True)
         self._agent_server = await self._listen(self._agent_rpc, self.layout.agent_socket)
 
     async def _listen(self, rpc: RpcServer, path: Path) -> asyncio.AbstractServer:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 
+from tether.hostio.trust import UntrustedHome, check_home, open_private
 from tether.model.layout import HomeLayout
 
 
@@ -23,9 +25,58 @@ class HomeLocked(Exception):
 
 
 def prepare(layout: HomeLayout) -> None:
-    for d in (layout.root, layout.logs, layout.run):
-        d.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """Check the home is ours alone (``UntrustedHome`` if not), then make it and its
+    private directories."""
+    check_home(layout.root)
+    layout.root.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(layout.root, 0o700)
+    for d in (layout.logs, layout.run, layout.agent_dir):
+        private_dir(layout, d)
+    for d in (layout.root, layout.logs, layout.run, layout.agent_dir,
+              layout.root / "drain", layout.root / "agents"):
+        no_symlinks(layout, d)
+
+
+def no_symlinks(layout: HomeLayout, d: os.PathLike[str]) -> None:
+    """Tether makes no symlinks in its home: one there was planted while the home was
+    open to others, and writing where it leads (``logs/<sandbox>/`` → ``/etc``) must not
+    happen. Once the home is private, nobody else can plant one."""
+    try:
+        entries = list(os.scandir(d))
+    except FileNotFoundError:
+        return
+    for e in entries:
+        if e.is_symlink():
+            raise UntrustedHome(str(layout.root), e.path, "is a symlink (tether makes none "
+                                "in its home; it was planted)", f"remove it: `rm {e.path}`")
+
+
+def private_dir(layout: HomeLayout, d: os.PathLike[str]) -> None:
+    """Make ``d`` inside the home, or accept it only as a real directory of ours (not
+    a symlink planted while the home was open to others)."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(d, 0o700)
+    st = os.lstat(d)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise UntrustedHome(str(layout.root), os.fspath(d),
+                            "is not a directory of yours (a symlink?)",
+                            f"remove it: `rm -rf {os.fspath(d)}`")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        os.chmod(d, 0o700)
+
+
+def check_store(layout: HomeLayout) -> None:
+    """SQLite follows symlinks: refuse a store (or its journal files) that is one."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        path = f"{layout.db}{suffix}"
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            raise UntrustedHome(str(layout.root), path,
+                                "is not a regular file of yours (a symlink?)",
+                                f"move it away: `mv {path} {path}.suspect`")
 
 
 class HomeLock:
@@ -34,7 +85,7 @@ class HomeLock:
         self.fd: int | None = None
 
     def acquire(self) -> None:
-        fd = os.open(self.layout.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = open_private(self.layout.lock_file, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -53,8 +104,15 @@ class HomeLock:
 
 
 def write_pid_file(layout: HomeLayout) -> None:
+    """Create-exclusive then rename: never writes through a planted symlink."""
     tmp = layout.pid_file.with_suffix(".tmp")
-    tmp.write_text(f"{os.getpid()}\n")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    try:
+        os.write(fd, f"{os.getpid()}\n".encode())
+    finally:
+        os.close(fd)
     os.rename(tmp, layout.pid_file)
 
 

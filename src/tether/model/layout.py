@@ -14,6 +14,9 @@ MAX_SOCKET_PATH = 107
 # A daemon that finds its home locked exits with this status (sysexits' EX_TEMPFAIL): the
 # holder is starting, and will answer, or stopping, and a new start will then succeed.
 HOME_LOCKED_EXIT = 75
+# A daemon that refuses its home (another user could write it: ``hostio/trust.py``)
+# exits with this status (sysexits' EX_NOPERM).
+HOME_UNTRUSTED_EXIT = 77
 
 
 def default_home() -> Path:

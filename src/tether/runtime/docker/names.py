@@ -28,6 +28,7 @@ import secrets
 import shutil
 from typing import Any
 
+from tether.hostio.trust import open_private
 from tether.model.records import SandboxSpec
 from tether.runtime.docker.views import DockerError
 
@@ -63,7 +64,9 @@ def home_key(home: str) -> str:
     path = os.path.join(home, "docker.key")
     for _ in range(3):
         try:
-            with open(path, encoding="ascii", errors="replace") as f:
+            # Never through a symlink planted while the home was open to others.
+            with os.fdopen(open_private(path, os.O_RDONLY), encoding="ascii",
+                           errors="replace") as f:
                 key = f.read().strip()
             if len(key) == 16 and all(c in "0123456789abcdef" for c in key):
                 return key
@@ -75,6 +78,8 @@ def home_key(home: str) -> str:
             os.unlink(path)
         except FileNotFoundError:
             pass
+        except OSError as e:  # a symlink, or not ours
+            raise DockerError(str(e), "DOCKER_FAILED") from None
         key = secrets.token_hex(8)
         tmp = f"{path}.{secrets.token_hex(4)}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
