@@ -190,7 +190,8 @@ class Daemon:
         except homes.HomeLocked as e:
             raise StartupError(str(e), HOME_LOCKED_EXIT) from None
         except OSError as e:
-            raise StartupError(f"cannot lock the home: {e}") from None
+            raise (self._startup_error(e)
+                   or StartupError(f"cannot lock the home: {e}")) from None
         try:
             homes.check_store(self.layout)
             self.store = Store(self.layout.db)
