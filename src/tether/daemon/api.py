@@ -18,8 +18,9 @@ from tether.agent.providers import for_command
 from tether.agent.providers import get as get_provider
 from tether.daemon.agents import AgentService, git_common_dir
 from tether.daemon.events import MAX_TOTAL_SUBSCRIPTIONS, EventBus
-from tether.daemon.execs import ExecService, parse_signal
+from tether.daemon.execs import ExecService
 from tether.daemon.sandboxes import SandboxService
+from tether.daemon.signals import parse_signal
 from tether.daemon.tasks import Tasks
 from tether.model.errors import RpcCode, TetherError
 from tether.model.layout import HomeLayout

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -22,7 +21,9 @@ from typing import Any
 
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
+from tether.daemon.signals import describe_exit
 from tether.daemon.tasks import Tasks
+from tether.daemon.terminal_events import watch_terminal
 from tether.hostio.pidfd import signal_verified_group
 from tether.hostio.proc import is_same_process
 from tether.model.errors import (
@@ -44,42 +45,7 @@ from tether.store import Store
 log = logging.getLogger("tether.execs")
 
 LOG_POLL_INTERVAL = 0.02
-TERMINAL_EVENTS = ("exec.attach", "exec.detach", "exec.resize")
 MAX_LOG_CHUNK = 1024 * 1024
-
-
-def parse_signal(value: int | str) -> int:
-    if isinstance(value, int):
-        try:
-            return int(signal.Signals(value))
-        except ValueError:
-            raise invalid_params(f"unknown signal number {value}") from None
-    name = value.upper()
-    if name.isascii() and name.isdigit():  # not "²" or "\u0661", which int() refuses or reads
-        if len(name) > 3:  # no signal has more digits; int() of 5,000 of them raises
-            raise invalid_params(f"unknown signal number {value[:16]}"
-                                 f"{'...' if len(value) > 16 else ''}")
-        return parse_signal(int(name))
-    if not name.startswith("SIG"):
-        name = "SIG" + name
-    try:
-        return int(signal.Signals[name])
-    except KeyError:
-        raise invalid_params(f"unknown signal {value!r} (try TERM, INT, KILL or a number)",
-                             ) from None
-
-
-
-def _describe_exit(outcome: str, st: dict[str, Any]) -> str:
-    if outcome == "cancelled":
-        return "cancelled"
-    if st.get("signal"):
-        try:
-            name = signal.Signals(st["signal"]).name
-        except ValueError:
-            name = f"signal {st['signal']}"
-        return f"killed by {name}"
-    return f"exited with code {st.get('exit_code')}"
 
 
 @dataclass
@@ -253,40 +219,8 @@ class ExecService:
             asyncio.get_running_loop().add_reader(pidfd, self._on_monitor_exit, rec.id)
         if (rec.spec.tty or rec.spec.stdin) and self.tasks.open:
             self._terminal_watchers[rec.id] = self.tasks.spawn(
-                self._watch_terminal(rec), name=f"terminal-{rec.id}")
-
-    async def _watch_terminal(self, rec: ExecRecord) -> None:
-        """Journal attach, detach and resize as the monitor reports them."""
-        writer: asyncio.StreamWriter | None = None
-        try:
-            reader, writer = await asyncio.open_unix_connection(str(self.paths(rec).socket))
-            # Resume after the last event the journal has (the monitor's own numbering):
-            # exactly once across restarts, even if the monitor dropped old events.
-            since = self.store.max_exec_event_n(rec.id, TERMINAL_EVENTS) + 1
-            writer.write(json.dumps({"op": "watch", "since": since}).encode() + b"\n")
-            await writer.drain()
-            await reader.readline()
-            while line := await reader.readline():
-                ev = json.loads(line)
-                kind = ev.pop("event", None)
-                if kind == "exit":
-                    return
-                n = int(ev.get("n", since))
-                if n < since:
-                    continue
-                since = n + 1
-                if kind in ("attach", "detach", "resize"):
-                    reason = ev.pop("reason", None) or {
-                        "attach": "client attached", "resize": "window resized"}.get(kind)
-                    self.journal.record(rec.sandbox, f"exec.{kind}", exec_id=rec.id,
-                                        reason=reason, data=ev)
-        except (OSError, ValueError) as e:
-            log.debug("terminal watch of %s ended: %s", rec.id, e)
-        except Exception:  # never into the daemon's TaskGroup
-            log.exception("terminal watch of %s failed", rec.id)
-        finally:
-            if writer is not None:
-                writer.close()
+                watch_terminal(self.store, self.journal, rec, self.paths(rec).socket),
+                name=f"terminal-{rec.id}")
 
     def _unwatch(self, exec_id: str) -> None:
         task = self._terminal_watchers.pop(exec_id, None)
@@ -353,7 +287,7 @@ class ExecService:
             outcome = st.get("outcome", "exited")
             to = {"cancelled": ExecState.CANCELLED, "timeout": ExecState.CANCELLED,
                   "start_failed": ExecState.FAILED}.get(outcome, ExecState.FINISHED)
-            reason = st.get("reason") or _describe_exit(outcome, st)
+            reason = st.get("reason") or describe_exit(outcome, st)
             self._commit(self.store.transition_exec(
                 rec.id, to, reason=reason, exit_code=st.get("exit_code"),
                 signal=st.get("signal"), ended_at=st.get("ended_at"),
