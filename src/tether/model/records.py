@@ -151,6 +151,12 @@ class ExecSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     rows: int | None = None
     cols: int | None = None
 
+    def without_env_values(self) -> ExecSpec:
+        """The spec as stored and shown: the names of ``env`` with every value ``""``.
+        Values are secrets (an ``API_KEY``, an agent's ``TETHER_TOKEN``) that only the
+        monitor, in memory, needs; tether.db is readable by every process of its user."""
+        return msgspec.structs.replace(self, env=dict.fromkeys(self.env, ""))
+
 
 class ExecRecord(msgspec.Struct, kw_only=True):
     id: str
