@@ -240,7 +240,10 @@ class LineageRecord(msgspec.Struct, kw_only=True):
     lifecycle: str = "HEALTHY"
     exec_id: str | None = None
     attempt: int = 0  # execs started so far; revivals = attempt - 1
-    token: str = ""  # the current attempt's TETHER_TOKEN; rotated at every revival
+    # The current attempt's TETHER_TOKEN is never stored (tether.db is readable by every
+    # process of its user, a process-runtime agent's too): only its SHA-256, hex.
+    token_sha256: str = ""
+    token: str = ""  # rows of older daemons: the token itself; cleared at the next attempt
     # Times the current attempt was started again because its exec never started (not a
     # death: no revival, no crash-loop start); 0 at every new attempt.
     restarts: int = 0
