@@ -25,6 +25,8 @@ def main() -> int:
     ap.add_argument("--exit-at", default="")
     ap.add_argument("--wait-file", default="", help="before each turn, wait for FILE.<n>")
     ap.add_argument("--linger", type=float, default=0.0, help="sleep after the last turn")
+    ap.add_argument("--show-env", action="append", default=[],
+                    help="log this variable's value at start (repeatable)")
     args = ap.parse_args()
     s = Session.from_env()
     restored = s.restored_messages()
@@ -35,7 +37,8 @@ def main() -> int:
             f.write(json.dumps({"pid": os.getpid(), "attempt": os.environ["TETHER_ATTEMPT"],
                                 **kv}) + "\n")
 
-    log(event="start", restored=len(restored), handoff=s.predecessor_handoff())
+    log(event="start", restored=len(restored), handoff=s.predecessor_handoff(),
+        env={k: os.environ.get(k) for k in args.show_env})
     pcts = [float(p) for p in args.pcts.split(",") if p]
     exit_turn, _, exit_code = args.exit_at.partition(":")
     for n in range(start_turn + 1, len(pcts) + 1):

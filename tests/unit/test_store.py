@@ -142,3 +142,27 @@ def test_a_version_1_database_is_migrated_forward(tmp_path: Path) -> None:
     assert s.schema_version() == saved[-1][0]
     assert s.get_exec(rec.id) == rec
     assert s.list_lineages() == []
+
+
+def test_migration_5_blanks_the_env_values_of_stored_execs(tmp_path: Path) -> None:
+    """Rows written before exec env values stopped being stored keep only the names."""
+    import tether.store.sqlite as sq
+    from tether.store import migrations
+
+    saved = migrations.MIGRATIONS
+    before = [m for m in saved if m[0] < 5]
+    migrations.MIGRATIONS = sq.MIGRATIONS = before
+    try:
+        s = Store(tmp_path / "t.db")
+        secret = ExecRecord(id=s.reserve_id("exec"), sandbox="default", state="PENDING",
+                            spec=ExecSpec(argv=["true"], env={"API_KEY": "sk-123", "A": ""}))
+        s.create_exec(secret)
+        bare = _exec(s)
+        s.close()
+    finally:
+        migrations.MIGRATIONS = sq.MIGRATIONS = saved
+    s = Store(tmp_path / "t.db")
+    assert s.schema_version() == saved[-1][0]
+    got = s.get_exec(secret.id)
+    assert got is not None and got.spec.env == {"API_KEY": "", "A": ""}
+    assert s.get_exec(bare.id) == bare

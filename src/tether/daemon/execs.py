@@ -150,7 +150,8 @@ class ExecService:
             tether_home=os.path.realpath(self.layout.root)))
         exec_id = self.store.reserve_id("exec")
         rec = ExecRecord(id=exec_id, sandbox=sandbox.id, state=ExecState.PENDING,
-                         spec=spec, name=spec.name, created_at=time.time(),
+                         spec=spec.without_env_values(), name=spec.name,
+                         created_at=time.time(),
                          request_key=request_key, lineage=lineage)
         self._commit(self.store.create_exec(rec))
         self.faults.hit("exec.after_commit")

@@ -151,6 +151,12 @@ class ExecSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     rows: int | None = None
     cols: int | None = None
 
+    def without_env_values(self) -> ExecSpec:
+        """The spec as stored and shown: the names of ``env`` with every value ``""``.
+        Values are secrets (an ``API_KEY``, an agent's ``TETHER_TOKEN``) that only the
+        monitor, in memory, needs; tether.db is readable by every process of its user."""
+        return msgspec.structs.replace(self, env=dict.fromkeys(self.env, ""))
+
 
 class ExecRecord(msgspec.Struct, kw_only=True):
     id: str
@@ -234,7 +240,10 @@ class LineageRecord(msgspec.Struct, kw_only=True):
     lifecycle: str = "HEALTHY"
     exec_id: str | None = None
     attempt: int = 0  # execs started so far; revivals = attempt - 1
-    token: str = ""  # the current attempt's TETHER_TOKEN; rotated at every revival
+    # The current attempt's TETHER_TOKEN is never stored (tether.db is readable by every
+    # process of its user, a process-runtime agent's too): only its SHA-256, hex.
+    token_sha256: str = ""
+    token: str = ""  # rows of older daemons: the token itself; cleared at the next attempt
     # Times the current attempt was started again because its exec never started (not a
     # death: no revival, no crash-loop start); 0 at every new attempt.
     restarts: int = 0

@@ -79,4 +79,16 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             WHERE json_extract(CAST(record AS TEXT), '$.spec.runtime') IS NULL;
         """,
     ),
+    (
+        5,
+        "exec records keep the names of their env, not the values",
+        # Values (API keys, agents' TETHER_TOKEN) were stored before; only the monitor,
+        # in memory, needs them.
+        """
+        UPDATE execs SET record = CAST(json_set(CAST(record AS TEXT), '$.spec.env',
+            (SELECT json_group_object(key, '')
+               FROM json_each(CAST(execs.record AS TEXT), '$.spec.env'))) AS BLOB)
+            WHERE json_type(CAST(record AS TEXT), '$.spec.env') = 'object';
+        """,
+    ),
 ]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ from tether.agent import snapshot
 from tether.agent.confinement import agent_view
 from tether.agent.providers import get as get_provider
 from tether.agent.providers.base import SessionContext
-from tether.daemon.agents.core import AgentCore
+from tether.daemon.agents.core import AgentCore, token_digest
 from tether.daemon.agents.worktree import WorktreeFiles
 from tether.hostio.untrusted import replace_at
 from tether.model.errors import RpcCode, TetherError
@@ -103,7 +102,8 @@ class Attempts:
         """Commit the next attempt's intent, then run it."""
         rec = self.core.commit(self.core.store.update_lineage(
             rec.id, status=LineageStatus.REVIVING if resume else None,
-            attempt=rec.attempt + 1, token=secrets.token_hex(16), revive_at=None, restarts=0,
+            attempt=rec.attempt + 1, token_sha256=self.core.new_token(rec.id), token="",
+            revive_at=None, restarts=0,
             event="lineage.attempt" if not resume else None,
             reason=f"reviving (attempt {rec.attempt + 1})" if resume else None))
         if resume:
@@ -138,9 +138,10 @@ class Attempts:
                            argv0=plan.argv[0], path_env=path_env)
                 if core.sandboxes.runtime_of(sandbox).confines_agents else None)
         sock = layout.agent_socket if view is not None else layout.socket
+        token = self._token(rec)
         env = {**cfg.env, **plan.env,
                "TETHER_HOME": str(layout.root), "TETHER_SOCKET": str(sock),
-               "TETHER_SESSION": rec.id, "TETHER_TOKEN": rec.token, "TETHER_LINEAGE": rec.id,
+               "TETHER_SESSION": rec.id, "TETHER_TOKEN": token, "TETHER_LINEAGE": rec.id,
                "TETHER_ATTEMPT": str(rec.attempt)}
         if snap_path.exists():
             env["TETHER_DRAIN_SNAPSHOT"] = str(snap_path)
@@ -152,6 +153,20 @@ class Attempts:
                         stdin=cfg.tty)
         return await core.execs.start(sandbox, spec, attempt_key(rec), lineage=rec.id,
                                       agent_view=view)
+
+    def _token(self, rec: LineageRecord) -> str:
+        """The token for this start of ``rec``'s current attempt. Only this daemon's memory
+        holds it: after a restart, if no exec of the attempt's request key exists (no process
+        ever received the old token), a new one is committed first, as its intent."""
+        core = self.core
+        token = core.tokens.get(rec.id)
+        if token is not None and token_digest(token) == rec.token_sha256:
+            return token
+        if core.store.exec_by_request_key(attempt_key(rec)) is not None:
+            return ""  # exec.start returns that exec as it is: this env is never used
+        core.commit(core.store.update_lineage(
+            rec.id, token_sha256=core.new_token(rec.id), token=""))
+        return core.tokens[rec.id]
 
     async def run(self, rec: LineageRecord, *, resume: bool) -> LineageRecord:
         """Start attempt ``rec.attempt``; idempotent thanks to its request key. An exec

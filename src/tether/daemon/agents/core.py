@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import secrets
 import time
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,11 @@ from tether.model.layout import HomeLayout
 from tether.model.records import Event, LineageRecord
 from tether.model.states import LineageStatus
 from tether.store import Store
+
+
+def token_digest(token: str) -> str:
+    """What the store keeps of a token: reading tether.db must not let one speak for it."""
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 class AgentCore:
@@ -51,6 +58,9 @@ class AgentCore:
         # One per lineage: turns, revivals and resolutions of a lineage never interleave.
         self.locks: dict[str, asyncio.Lock] = {}
         self.wake = asyncio.Event()  # makes the tick run at once
+        # lineage -> its current attempt's token, only here and in that attempt's exec
+        # environment; lost with the daemon (the next start of the attempt gets a new one).
+        self.tokens: dict[str, str] = {}
 
     def commit(self, result: tuple[LineageRecord, Event | None]) -> LineageRecord:
         """Publish a committed lineage change's event, if any; return the record."""
@@ -68,6 +78,14 @@ class AgentCore:
         self.awaiting_user.pop(lineage, None)
         self.hb_class.pop(lineage, None)
         self.messages.pop(lineage, None)
+        self.tokens.pop(lineage, None)
+
+    def new_token(self, lineage: str) -> str:
+        """A new token for ``lineage``'s current attempt, remembered here; returns the
+        digest the caller commits before any exec receives the token."""
+        token = secrets.token_hex(16)
+        self.tokens[lineage] = token
+        return token_digest(token)
 
     def handoff_path(self, lineage: str) -> Path:
         return self.layout.root / "drain" / f"{lineage}.handoff.md"

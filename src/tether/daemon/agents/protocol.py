@@ -17,7 +17,7 @@ from tether.agent import lifecycle as lc
 from tether.agent import snapshot
 from tether.agent.providers import get as get_provider
 from tether.agent.providers.base import HookEvent, Usage
-from tether.daemon.agents.core import AgentCore
+from tether.daemon.agents.core import AgentCore, token_digest
 from tether.daemon.agents.worktree import WorktreeFiles
 from tether.hostio.atomic import atomic_write
 from tether.model.errors import RpcCode, TetherError
@@ -29,6 +29,16 @@ log = logging.getLogger("tether.agents")
 REAP_DELAY = 1.0  # seconds between a DEAD turn's reply and SIGTERM to the agent
 
 
+
+def _token_matches(rec: LineageRecord, token: str) -> bool:
+    """Only the lineage's current attempt's token: one lineage's token, even when read
+    from another agent's environment, never speaks for another lineage or attempt."""
+    if not token:
+        return False
+    if rec.token_sha256:
+        return secrets.compare_digest(rec.token_sha256, token_digest(token))
+    return bool(rec.token) and secrets.compare_digest(rec.token, token)  # an older row
+
 class Protocol:
     def __init__(self, core: AgentCore, worktree: WorktreeFiles) -> None:
         self.core = core
@@ -37,7 +47,7 @@ class Protocol:
     def authenticate(self, session: str, token: str) -> LineageRecord:
         """A session may only speak for itself, with the current attempt's token."""
         rec = self.core.store.get_lineage(session)
-        if rec is None or not token or not secrets.compare_digest(rec.token, token):
+        if rec is None or not _token_matches(rec, token):
             raise TetherError(RpcCode.INVALID_PARAMS, "BAD_TOKEN",
                               "unknown session or wrong token (TETHER_SESSION/TETHER_TOKEN); "
                               "a revived session gets a new token", {"session": session})
