@@ -335,7 +335,7 @@ class _Tether:
 def _sweep_docker(home: Path, docker: str | None) -> list[str]:
     """Remove every container and network the daemon of ``home`` left on the engine."""
     removed: list[str] = []
-    engine = docker_runtime.DockerEngine(str(home))
+    engine = docker_runtime.DockerEngine(str(home), docker_runtime.docker_binary())
     for _ in range(2):  # once more after dockerd came back, if it was down
         try:
             for sandbox in engine.labelled():
