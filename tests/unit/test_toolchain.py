@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from tether.model.records import SandboxSpec
 from tether.runtime import bwrap
 from tether.runtime.toolchain import candidates
 
@@ -47,3 +48,17 @@ def test_the_sandbox_never_binds_a_home_a_hidden_root_or_a_system_directory() ->
     wide = ("/", "/tmp", "/home", "/root", home, "/var", "/usr/bin", "/bin", "/proc/self")
     assert not set(found) & set(wide), found
     assert all(not p.startswith(("/run", "/proc")) for p in found), found
+
+
+def test_a_link_to_a_wide_place_or_into_tethers_home_is_not_bound(tmp_path: Path) -> None:
+    """A PATH entry (or a venv a sandbox planted in the workspace) that is a symlink
+    to / would show the whole host; one into tether's home its logs."""
+    home = tmp_path / "tether-home"
+    (home / "logs").mkdir(parents=True)
+    (tmp_path / "to-root").symlink_to("/")
+    (tmp_path / "to-logs").symlink_to(home / "logs")
+    found = bwrap.toolchain("sh", cwd="/", path_env=f"{tmp_path}/to-root:{tmp_path}/to-logs")
+    assert f"{tmp_path}/to-root" not in found and f"{tmp_path}/to-logs" in found
+    argv = bwrap.wrap(["true"], SandboxSpec(runtime="bwrap"), cwd=str(tmp_path / "w"),
+                      tether_home=str(home), tty=False, tools=found)
+    assert f"{tmp_path}/to-logs" not in argv and str(home / "logs") not in argv

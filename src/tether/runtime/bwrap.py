@@ -163,14 +163,18 @@ def toolchain(argv0: str, *, cwd: str, path_env: str, virtual_env: str | None = 
     never = ["/proc", "/sys", "/dev", "/run", "/var/run", *HOST_ROOT_SECRET_DIRS]
     too_wide = [*hidden, *homes] if host_root else [*PROTECTED, *HOME_ROOTS, "/var", "/mnt",
                                                     "/media", *homes]
+
+    def allowed(p: str) -> bool:
+        if any(is_within(w, p) for w in too_wide):
+            return False
+        return _under(p, hidden) if host_root else not _under(p, [*shown, *never])
+
     found: list[str] = []
     for p in (*extra, *candidates(argv0, cwd=cwd, path_env=path_env,
                                   virtual_env=virtual_env, homes=homes)):
-        if p in found or any(is_within(w, p) for w in too_wide):
-            continue
-        if not _under(p, hidden) if host_root else _under(p, [*shown, *never]):
-            continue
-        found.append(p)
+        # bwrap binds what a symlink names: the real path must pass too (a link to /).
+        if p not in found and allowed(p) and allowed(os.path.realpath(p)):
+            found.append(p)
     return tuple(found)
 
 
@@ -188,6 +192,9 @@ def wrap(argv: list[str], spec: SandboxSpec, *, cwd: str, tether_home: str,
         # Not the users' home directories (keys, other tools' sockets, other tether
         # homes): only the agent's toolchain from them, then its config (below).
         args += [x for h in HOME_ROOTS if os.path.isdir(h) for x in ("--tmpfs", h)]
+    home = os.path.realpath(tether_home)
+    # Nothing inside tether's home, named or through a link (a PATH entry of its logs/).
+    tools = tuple(p for p in tools if not _under(os.path.realpath(p), [home]))
     for p in agent.tools if agent is not None else tools:
         args += ["--ro-bind-try", p, p]
     workspace = os.path.realpath(spec.workspace or cwd)
@@ -199,7 +206,6 @@ def wrap(argv: list[str], spec: SandboxSpec, *, cwd: str, tether_home: str,
         for p in agent.rw:
             if not _under(p, [tether_home]):
                 args += ["--bind-try", p, p]
-    home = os.path.realpath(tether_home)
     sources = [os.path.realpath(m.source) for m in spec.mounts]
     if agent is not None or _under(home, [workspace, *sources, *SYSTEM_DIRS, *tools]):
         args += ["--tmpfs", home]  # never expose tether's own state
