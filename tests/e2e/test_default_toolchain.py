@@ -38,9 +38,9 @@ print("secret", os.path.exists(sys.argv[4]))
 """
 
 
-def venv(path: Path) -> Path:
+def venv(path: Path, *site: str) -> Path:
     """A real virtualenv, nothing installed (no network, no pip)."""
-    subprocess.run([PYTHON3, "-m", "venv", "--without-pip", str(path)], check=True,
+    subprocess.run([PYTHON3, "-m", "venv", "--without-pip", *site, str(path)], check=True,
                    timeout=120)
     return path
 
@@ -90,7 +90,8 @@ def test_a_venv_and_a_pipx_tool_run_sandboxed_from_a_checkout_in_a_home(
     app.mkdir(parents=True)
     outside = user_home / "src" / "other"
     outside.mkdir()
-    env_dir = venv(user_home / ".venvs" / "app")
+    # Its base interpreter's packages too (pytest, where the base python has it).
+    env_dir = venv(user_home / ".venvs" / "app", "--system-site-packages")
     tool_venv = venv(user_home / ".local" / "share" / "pipx" / "venvs" / "hello")
     bin_dir = user_home / ".local" / "bin"
     bin_dir.mkdir(parents=True)
@@ -103,6 +104,12 @@ def test_a_venv_and_a_pipx_tool_run_sandboxed_from_a_checkout_in_a_home(
     assert "not sandboxed" not in r.stderr, r.stderr
     check_isolated(r.stdout, venv_dir=env_dir, workspace=app, outside=outside)
     (app / "made.txt").unlink()
+    host = subprocess.run([f"{env_dir}/bin/python", "-m", "pytest", "--version"],
+                          capture_output=True, text=True, timeout=60)
+    if host.returncode == 0:  # the README's `tether run -- .venv/bin/python -m pytest`
+        r = tether(d, "run", "--", f"{env_dir}/bin/python", "-m", "pytest", "--version",
+                   cwd=app)
+        assert (r.returncode, r.stdout) == (0, host.stdout), r.stderr
     # The pipx-like command found on PATH, its #! naming its own venv.
     path = f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
     r = tether(d, "run", "--", "hello", str(tool_venv), *argv[1:], cwd=app,
