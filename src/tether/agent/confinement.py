@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -69,37 +68,13 @@ def _placeholder(path: str) -> str:
 
 def _toolchain(argv0: str, path_env: str) -> list[str]:
     """What of the places a sandbox hides an agent needs to run, read-only: tether's own
-    interpreter (its hooks run it), the agent's executable's directory and its resolved
-    one, the PATH entries there, and git's identity. Exact directories, never a home
-    directory or a hidden root itself (nor anything containing one)."""
-    hidden = [h for h in (*bwrap_runtime.HOME_ROOTS, "/tmp", "/var/tmp", "/run",
-                          *bwrap_runtime.HOST_ROOT_SECRET_DIRS) if os.path.isdir(h)]
-    too_wide = [*hidden, *bwrap_runtime.home_dirs()]
-    found: list[str] = []
-
-    def keep(p: str) -> None:
-        if not p or p in found or not any(is_within(p, h) for h in hidden):
-            return
-        if any(is_within(w, p) for w in too_wide):  # it would show a whole home
-            return
-        found.append(p)
-
-    for p in (sys.prefix, sys.base_prefix, str(Path(tether.__file__).parent.parent)):
-        keep(p)
-    exe = argv0 if "/" in argv0 else shutil.which(argv0, path=path_env)
-    for q in ((exe, os.path.realpath(exe)) if exe else ()):
-        keep(os.path.dirname(q))
-        pkg = os.path.dirname(q)  # a node package's bin/ script needs its whole package
-        while pkg != "/" and not os.path.isfile(os.path.join(pkg, "package.json")):
-            pkg = os.path.dirname(pkg)
-        if pkg != "/":
-            keep(pkg)
-    for d in path_env.split(":"):
-        if os.path.isdir(d):
-            keep(d)
-    for n in (".gitconfig", ".config/git"):
-        keep(os.path.join(os.path.expanduser("~"), n))
-    return found
+    interpreter (its hooks run it), git's identity, and the agent's installation and
+    PATH entries, by the plain exec's toolchain policy (:func:`bwrap_runtime.toolchain`)."""
+    user_home = os.path.expanduser("~")
+    extra = (sys.prefix, sys.base_prefix, str(Path(tether.__file__).parent.parent),
+             *(os.path.join(user_home, n) for n in (".gitconfig", ".config/git")))
+    return list(bwrap_runtime.toolchain(argv0, cwd=os.getcwd(), path_env=path_env,
+                                        host_root=True, extra=extra))
 
 
 def git_common_dir(path: str) -> str | None:

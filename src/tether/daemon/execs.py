@@ -35,9 +35,16 @@ from tether.model.errors import (
     not_found,
 )
 from tether.model.layout import ExecPaths, HomeLayout
-from tether.model.records import Event, ExecRecord, ExecSpec, SandboxRecord, to_builtins
+from tether.model.records import (
+    DEFAULT_SANDBOX,
+    Event,
+    ExecRecord,
+    ExecSpec,
+    SandboxRecord,
+    to_builtins,
+)
 from tether.model.states import EXEC_TERMINAL, ExecState, SandboxState
-from tether.runtime.base import AgentView, ExecRequest
+from tether.runtime.base import CANNOT_CONFINE, AgentView, ExecRequest
 from tether.runtime.monitors import Inspection, MonitorPool, StartError
 from tether.runtime.registry import Runtimes
 from tether.store import Store
@@ -46,6 +53,15 @@ log = logging.getLogger("tether.execs")
 
 LOG_POLL_INTERVAL = 0.02
 MAX_LOG_CHUNK = 1024 * 1024
+
+
+def unsandboxed(problem: str) -> str:
+    """The one line ``tether run`` prints when the default sandbox ran a command
+    unconfined: why, and how to have it sandboxed, refused, or silently unconfined."""
+    return (f"ran unsandboxed (process runtime): {problem}. Run from a project directory "
+            "to be sandboxed; --runtime bwrap refuses instead; `tether daemon "
+            "--default-runtime bwrap|process` (or TETHER_DEFAULT_RUNTIME) makes every run "
+            "refuse, or run unsandboxed without this notice")
 
 
 @dataclass
@@ -74,6 +90,9 @@ class ExecService:
         self.pool_wanted = asyncio.Event()
         # The daemon's group: owner of the long-lived per-exec tasks.
         self.tasks = tasks
+        # The default sandbox's runtime is ``auto``: where it cannot confine an exec (its
+        # cwd is a system or home directory) the exec runs unconfined, with a notice.
+        self.default_falls_back = False
         # Called (synchronously) with every exec that reaches a terminal state.
         self.on_terminal: list[Callable[[ExecRecord], None]] = []
 
@@ -145,14 +164,22 @@ class ExecService:
             if not os.path.isdir(cwd):
                 raise invalid_params(f"cwd {cwd!r} is not an existing directory")
         # Everything that can refuse the exec is checked before its intent is committed.
-        plan = self.runtimes.get(sandbox.spec.runtime).prepare_exec(ExecRequest(
-            sandbox=sandbox, spec=spec, cwd=cwd, agent=agent_view,
-            tether_home=os.path.realpath(self.layout.root)))
+        req = ExecRequest(sandbox=sandbox, spec=spec, cwd=cwd, agent=agent_view,
+                          tether_home=os.path.realpath(self.layout.root))
+        notice = None
+        try:
+            plan = self.runtimes.get(sandbox.spec.runtime).prepare_exec(req)
+        except TetherError as e:
+            if not (e.code == CANNOT_CONFINE and sandbox.id == DEFAULT_SANDBOX
+                    and self.default_falls_back and agent_view is None):
+                raise
+            plan = self.runtimes.unconfined().prepare_exec(req)
+            notice = unsandboxed(str(e.data.get("problem", e.message)))
         exec_id = self.store.reserve_id("exec")
         rec = ExecRecord(id=exec_id, sandbox=sandbox.id, state=ExecState.PENDING,
                          spec=spec.without_env_values(), name=spec.name,
-                         created_at=time.time(),
-                         request_key=request_key, lineage=lineage)
+                         created_at=time.time(), request_key=request_key, lineage=lineage,
+                         notice=notice, reason=notice)
         self._commit(self.store.create_exec(rec))
         self.faults.hit("exec.after_commit")
 

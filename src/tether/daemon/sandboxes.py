@@ -26,7 +26,7 @@ from tether.model.errors import RpcCode, TetherError, invalid_params, not_found
 from tether.model.records import DEFAULT_SANDBOX, SandboxRecord, SandboxSpec
 from tether.model.states import EXEC_TERMINAL, ExecState, IllegalTransition, SandboxState
 from tether.runtime.base import Runtime
-from tether.runtime.registry import Runtimes
+from tether.runtime.registry import AUTO, Runtimes
 from tether.store import Store
 
 log = logging.getLogger("tether.sandboxes")
@@ -97,6 +97,7 @@ class SandboxService:
                              f"{usable[-1]}, not {wanted!r} (it needs a spec of its own: "
                              "create a sandbox)")
         rt, warning = self.runtimes.resolve(wanted)
+        self.execs.default_falls_back = wanted == AUTO  # a named runtime stays strict
         sb = self.store.get_sandbox(DEFAULT_SANDBOX)
         if sb is not None and sb.spec.runtime != rt.name:
             self.journal.commit(self.store.set_sandbox_spec(

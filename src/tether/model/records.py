@@ -177,6 +177,9 @@ class ExecRecord(msgspec.Struct, kw_only=True):
     # FAILED before its command was ever spawned, through no fault of the command (the
     # daemon or its monitor died or failed first): an agent attempt is started again.
     never_started: bool = False
+    # Why the default sandbox ran it unconfined (its runtime could not sandbox it there):
+    # the one-line notice ``tether run`` prints. None: it ran in its sandbox's runtime.
+    notice: str | None = None
 
 
 class Event(msgspec.Struct, kw_only=True):

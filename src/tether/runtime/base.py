@@ -26,6 +26,10 @@ from tether.model.errors import RpcCode, TetherError, invalid_params
 from tether.model.records import ExecSpec, SandboxRecord, SandboxSpec
 from tether.model.states import SandboxState
 
+#: The code of an exec a confining runtime refuses only because of where it runs (its
+#: working directory): the implicit default sandbox runs it unconfined instead.
+CANNOT_CONFINE = "CANNOT_SANDBOX_HERE"
+
 
 @dataclass(frozen=True)
 class AgentView:

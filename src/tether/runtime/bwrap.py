@@ -6,6 +6,8 @@ logged and re-adopted exactly like a plain one. What the sandbox sees:
 * the system directories (``/usr``, ``/etc``, ``/bin``, ``/lib*``, ``/sbin``,
   ``/opt``), read-only — not the rest of the host, so ``~/.ssh`` and other
   users' files stay out of reach;
+* the command's toolchain where the rest is hidden (a virtualenv, pyenv, nvm,
+  ``~/.local/bin``: :func:`toolchain`), read-only;
 * the workspace (the sandbox's, else the exec's working directory), read-write,
   at the same path or at ``workspace_target``; plus the spec's mounts;
 * a private ``/tmp``, a private ``/run`` (host sockets such as Docker's are not
@@ -39,10 +41,10 @@ from pathlib import Path
 
 from tether.hostio.copy import copy_into, copy_out_of
 from tether.hostio.paths import is_within
-from tether.model.errors import invalid_params
+from tether.model.errors import RpcCode, TetherError, invalid_params
 from tether.model.records import SandboxRecord, SandboxSpec
-from tether.runtime.base import AgentView as AgentView  # where agents' policy finds it
 from tether.runtime.base import (
+    CANNOT_CONFINE,
     ExecRequest,
     Launch,
     LaunchPlan,
@@ -51,8 +53,10 @@ from tether.runtime.base import (
     SpecProblem,
     host_env,
 )
+from tether.runtime.base import AgentView as AgentView  # where agents' policy finds it
 from tether.runtime.mapping import host_path
 from tether.runtime.process import no_container_fields
+from tether.runtime.toolchain import candidates
 
 log = logging.getLogger("tether.daemon")
 
@@ -144,9 +148,41 @@ def _secret_files() -> tuple[str, ...]:
     return (*found, *sorted(glob.glob("/etc/ssh/ssh_host_*_key")))
 
 
+def toolchain(argv0: str, *, cwd: str, path_env: str, virtual_env: str | None = None,
+              host_root: bool = False, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """What the sandbox hides of the command's installation (and of ``extra``), to bind
+    read-only. ``host_root``: the sandbox shows the host but the homes and the other
+    hidden roots (an agent's view); else only the system directories. Exact
+    directories, never a home directory or a hidden root (nor anything containing one)."""
+    homes = home_dirs()
+    hidden = [h for h in (*HOME_ROOTS, "/tmp", "/var/tmp", "/run", *HOST_ROOT_SECRET_DIRS)
+              if os.path.isdir(h)]
+    # Without the host root: the system directories are shown already; the kernel's
+    # and the host's runtime state never.
+    shown = [*SYSTEM_DIRS, *(d for d in MAYBE_LINKS if not os.path.islink(d))]
+    never = ["/proc", "/sys", "/dev", "/run", "/var/run", *HOST_ROOT_SECRET_DIRS]
+    too_wide = [*hidden, *homes] if host_root else [*PROTECTED, *HOME_ROOTS, "/var", "/mnt",
+                                                    "/media", *homes]
+
+    def allowed(p: str) -> bool:
+        if any(is_within(w, p) for w in too_wide):
+            return False
+        return _under(p, hidden) if host_root else not _under(p, [*shown, *never])
+
+    found: list[str] = []
+    for p in (*extra, *candidates(argv0, cwd=cwd, path_env=path_env,
+                                  virtual_env=virtual_env, homes=homes)):
+        # bwrap binds what a symlink names: the real path must pass too (a link to /).
+        if p not in found and allowed(p) and allowed(os.path.realpath(p)):
+            found.append(p)
+    return tuple(found)
+
+
 def wrap(argv: list[str], spec: SandboxSpec, *, cwd: str, tether_home: str,
-         tty: bool, bwrap_path: str = "bwrap", agent: AgentView | None = None) -> list[str]:
-    """The argv the monitor runs for ``argv`` inside a sandbox described by ``spec``."""
+         tty: bool, bwrap_path: str = "bwrap", agent: AgentView | None = None,
+         tools: tuple[str, ...] = ()) -> list[str]:
+    """The argv the monitor runs for ``argv`` inside a sandbox described by ``spec``;
+    ``tools``: a plain exec's toolchain (:func:`toolchain`), bound read-only."""
     network = spec.network or ("host" if agent is not None else "none")
     args = [bwrap_path]
     if agent is not None:
@@ -156,8 +192,11 @@ def wrap(argv: list[str], spec: SandboxSpec, *, cwd: str, tether_home: str,
         # Not the users' home directories (keys, other tools' sockets, other tether
         # homes): only the agent's toolchain from them, then its config (below).
         args += [x for h in HOME_ROOTS if os.path.isdir(h) for x in ("--tmpfs", h)]
-        for p in agent.tools:
-            args += ["--ro-bind-try", p, p]
+    home = os.path.realpath(tether_home)
+    # Nothing inside tether's home, named or through a link (a PATH entry of its logs/).
+    tools = tuple(p for p in tools if not _under(os.path.realpath(p), [home]))
+    for p in agent.tools if agent is not None else tools:
+        args += ["--ro-bind-try", p, p]
     workspace = os.path.realpath(spec.workspace or cwd)
     target = spec.workspace_target or workspace
     args += ["--bind", workspace, target]
@@ -167,9 +206,8 @@ def wrap(argv: list[str], spec: SandboxSpec, *, cwd: str, tether_home: str,
         for p in agent.rw:
             if not _under(p, [tether_home]):
                 args += ["--bind-try", p, p]
-    home = os.path.realpath(tether_home)
     sources = [os.path.realpath(m.source) for m in spec.mounts]
-    if agent is not None or _under(home, [workspace, *sources, *SYSTEM_DIRS]):
+    if agent is not None or _under(home, [workspace, *sources, *SYSTEM_DIRS, *tools]):
         args += ["--tmpfs", home]  # never expose tether's own state
     if agent is not None:  # then only this session's own files in it
         for p in agent.rw:
@@ -250,7 +288,14 @@ def mount_problem(source: str, mode: str, tether_home: str) -> str | None:
     return None
 
 
-def _under(path: str, roots: list[str]) -> bool:
+def cannot_sandbox(problem: str) -> TetherError:
+    return TetherError(RpcCode.INVALID_PARAMS, CANNOT_CONFINE,
+                       f"cannot run in a bwrap sandbox from here: {problem}; cd into a "
+                       "project directory, or use --sandbox with a workspace",
+                       {"problem": problem})
+
+
+def _under(path: str, roots: list[str] | tuple[str, ...]) -> bool:
     return any(is_within(path, r) for r in roots)
 
 
@@ -290,16 +335,19 @@ class BwrapRuntime(Runtime):
         cwd = os.path.realpath(req.cwd)  # symlinks and .. must not widen what is mounted
         home = req.tether_home
         if is_within(cwd, home):  # a parent is fine: the home is hidden under it
+            # Refused even for the default sandbox: no ordinary command runs from there.
             raise invalid_params(f"cwd {cwd!r} is inside tether's home {home}: a sandbox "
                                  "must not see tether's own state")
         problem = workspace_problem(cwd) if req.sandbox.spec.workspace is None else None
         if problem is not None:
-            raise invalid_params(f"cannot run in a bwrap sandbox from here: {problem}; "
-                                 "cd into a project directory, or use --sandbox with "
-                                 "a workspace")
+            raise cannot_sandbox(problem)
+        env = host_env(req.spec, req.sandbox, "")
+        tools = () if req.agent is not None else toolchain(
+            req.spec.argv[0], cwd=cwd, path_env=env.get("PATH", ""),
+            virtual_env=env.get("VIRTUAL_ENV"))
         argv = wrap([*GATE, *req.spec.argv], req.sandbox.spec, cwd=cwd, tether_home=home,
                     tty=req.spec.tty, bwrap_path=self.probed.path or "bwrap",
-                    agent=req.agent)
+                    agent=req.agent, tools=tools)
 
         def launch(exec_id: str) -> Launch:
             return Launch(argv=argv, env=host_env(req.spec, req.sandbox, exec_id), cwd=cwd,

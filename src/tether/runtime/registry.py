@@ -71,6 +71,11 @@ class Runtimes:
             raise invalid_params(f"unknown runtime {name!r}; use one of: "
                                  f"{', '.join(NAMES)}", runtime=name) from None
 
+    def unconfined(self) -> Runtime:
+        """The runtime that runs anything anywhere (``auto``'s last resort): what the
+        default sandbox falls back to where its own runtime cannot confine an exec."""
+        return self._by_name[AUTO_ORDER[-1]]
+
     def resolve(self, wanted: str) -> tuple[Runtime, str | None]:
         """``auto`` → the first of :data:`AUTO_ORDER` that works here, with the reason
         why the better ones did not; a named runtime must work here."""

@@ -137,6 +137,8 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
         if e.code == "START_FAILED":
             die(e.message, 127 if "not found" in e.message else 126)
         raise
+    if x.notice:
+        click.echo(f"tether: {x.notice}", err=True)
     if detach:
         click.echo(x.id)
         return

@@ -1,0 +1,104 @@
+"""Where a command's toolchain lives on the host: the paths a sandbox must show it.
+
+Users run their commands with interpreters and tools installed under their home
+directory (a virtualenv, pyenv, ``~/.local/bin``, pipx, nvm, cargo), which a
+sandbox hides. :func:`candidates` names the installation behind a command —
+its executable's directory and installation prefix (resolved too), the
+interpreter its ``#!`` line names, the active virtualenv, and the PATH entries —
+so that a sandbox can bind them read-only. It only names paths: which of them a
+sandbox may show is the sandbox's policy (:func:`tether.runtime.bwrap.toolchain`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from tether.hostio.paths import is_within
+from tether.hostio.untrusted import NotRegular, open_regular
+
+#: Names of the directory an installation keeps its commands in (pyenv's and
+#: rbenv's ``shims`` run ``libexec`` from their root).
+BIN_DIRS = ("bin", "shims")
+
+
+def candidates(argv0: str, *, cwd: str, path_env: str, virtual_env: str | None,
+               homes: tuple[str, ...]) -> list[str]:
+    """Host paths that the command ``argv0`` may need to run, unfiltered, in order."""
+    found: list[str] = []
+
+    def add(paths: list[str]) -> None:
+        found.extend(p for p in paths if p not in found)
+
+    exe = _which(argv0, cwd=cwd, path_env=path_env)
+    if exe is not None:
+        add(_installation(exe, homes))
+        interp = _shebang(os.path.realpath(exe))
+        if interp is not None:
+            argv = interp.split()
+            if os.path.basename(argv[0]) == "env" and len(argv) > 1:
+                argv = argv[1:]
+            found_interp = _which(argv[0], cwd=cwd, path_env=path_env)
+            if found_interp is not None:
+                add(_installation(found_interp, homes))
+    if virtual_env and os.path.isabs(virtual_env) and os.path.isdir(virtual_env):
+        add([os.path.normpath(virtual_env)])
+        python = os.path.join(virtual_env, "bin", "python")
+        if os.path.exists(python):  # a venv of a pyenv (or other home-made) python
+            add(_installation(python, homes))
+    for d in path_env.split(":"):
+        if os.path.isabs(d) and os.path.isdir(d):
+            add(_prefix(os.path.normpath(d), homes))
+    return found
+
+
+def _which(cmd: str, *, cwd: str, path_env: str) -> str | None:
+    if "/" in cmd:
+        path = os.path.normpath(os.path.join(cwd, cmd))
+        return path if os.path.exists(path) else None
+    return shutil.which(cmd, path=path_env)
+
+
+def _installation(exe: str, homes: tuple[str, ...]) -> list[str]:
+    """An executable's directory and prefix, as named and resolved (a venv's python
+    links to its base interpreter; pipx's and nvm's commands link into a package)."""
+    out: list[str] = []
+    for q in dict.fromkeys((os.path.normpath(exe), os.path.realpath(exe))):
+        out += _prefix(os.path.dirname(q), homes)
+        pkg = os.path.dirname(q)  # a node package's bin/ script needs its whole package
+        while pkg != "/" and not os.path.isfile(os.path.join(pkg, "package.json")):
+            pkg = os.path.dirname(pkg)
+        if pkg != "/":
+            out.append(pkg)
+    return out
+
+
+def _prefix(bindir: str, homes: tuple[str, ...]) -> list[str]:
+    """``bindir`` and the installation it belongs to: a ``bin`` directory's parent (a
+    venv, a pyenv or nvm version), except a directory of a home's own that is no venv
+    (``~/.local``, ``~/.cargo``), of which only ``bin`` and ``lib`` (``pip --user``'s
+    packages)."""
+    if os.path.basename(bindir) not in BIN_DIRS:
+        return [bindir]
+    prefix = os.path.dirname(bindir)
+    whole = (os.path.basename(bindir) == "shims"  # pyenv's root: versions/, libexec/
+             or os.path.isfile(os.path.join(prefix, "pyvenv.cfg")))
+    if not whole and any(os.path.dirname(prefix) == h for h in homes):
+        lib = os.path.join(prefix, "lib")
+        return [bindir, *([lib] if os.path.isdir(lib) else [])]
+    if any(is_within(h, prefix) for h in homes):
+        return [bindir]  # ~/bin: not the whole home
+    return [bindir, prefix]
+
+
+def _shebang(path: str) -> str | None:
+    """The interpreter line of a script (``#!/path/python -u``), or None."""
+    try:
+        with open_regular(path) as f:
+            head = f.read(256)
+    except (OSError, NotRegular):
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    line = head[2:].split(b"\n", 1)[0].decode(errors="replace").strip()
+    return line if line.startswith("/") else None
