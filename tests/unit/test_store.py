@@ -20,7 +20,7 @@ from tether.model.states import (
     SandboxState,
     can_transition,
 )
-from tether.store import SchemaTooNew, Store
+from tether.store import SchemaTooNew, Store, StoreCorrupt
 
 
 def _exec(store: Store) -> ExecRecord:
@@ -142,3 +142,28 @@ def test_a_version_1_database_is_migrated_forward(tmp_path: Path) -> None:
     assert s.schema_version() == saved[-1][0]
     assert s.get_exec(rec.id) == rec
     assert s.list_lineages() == []
+
+
+def test_each_store_has_its_own_lasting_epoch(tmp_path: Path) -> None:
+    a = Store(tmp_path / "a.db")
+    epoch = a.epoch
+    a.close()
+    assert Store(tmp_path / "a.db").epoch == epoch
+    assert Store(tmp_path / "b.db").epoch != epoch
+    assert len(epoch) == 16
+
+
+def test_a_damaged_file_is_refused_before_anything_reads_it(tmp_path: Path) -> None:
+    (tmp_path / "junk.db").write_bytes(b"not a database" * 500)
+    with pytest.raises(StoreCorrupt, match="not a database"):
+        Store(tmp_path / "junk.db")
+    s = Store(tmp_path / "t.db")
+    for _ in range(50):
+        _exec(s)
+    s.close()  # checkpointed into t.db
+    raw = bytearray((tmp_path / "t.db").read_bytes())
+    page = len(raw) // 4096 // 2 * 4096
+    raw[page:page + 4096] = b"\xa5" * 4096
+    (tmp_path / "t.db").write_bytes(bytes(raw))
+    with pytest.raises(StoreCorrupt):
+        Store(tmp_path / "t.db")

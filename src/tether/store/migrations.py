@@ -79,4 +79,17 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             WHERE json_extract(CAST(record AS TEXT), '$.spec.runtime') IS NULL;
         """,
     ),
+    (
+        5,
+        "the journal's epoch",
+        # A random id made with the store: a client's cursor (gseq) means something only
+        # within one epoch, so a rebuilt store (--recover-store) is told from the old one.
+        """
+        CREATE TABLE meta (
+            key   TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        );
+        INSERT INTO meta VALUES ('epoch', lower(hex(randomblob(8))));
+        """,
+    ),
 ]
