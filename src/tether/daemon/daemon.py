@@ -29,6 +29,7 @@ from typing import Any
 
 from tether import __version__
 from tether.daemon import home as homes
+from tether.daemon import lost_store
 from tether.daemon.agents import AgentService
 from tether.daemon.api import AGENT_METHODS, build_router
 from tether.daemon.config import DaemonConfig
@@ -44,13 +45,14 @@ from tether.model.layout import (
     HOME_LOCKED_EXIT,
     HOME_UNTRUSTED_EXIT,
     MAX_SOCKET_PATH,
+    STORE_REFUSED_EXIT,
     HomeLayout,
 )
 from tether.model.states import DaemonState, check_transition
 from tether.rpc.server import RpcServer
 from tether.runtime.monitors import MonitorPool
 from tether.runtime.registry import RuntimeContext, Runtimes
-from tether.store import SchemaTooNew, Store
+from tether.store import SchemaTooNew
 
 log = logging.getLogger("tether.daemon")
 
@@ -71,6 +73,7 @@ class Daemon:
         self.instance = secrets.token_hex(4)
         self.started_at = time.time()
         self.recovery_summary: dict[str, int] = {}
+        self._lost: lost_store.Lost | None = None  # the store --recover-store replaced
         self._stop = asyncio.Event()
         self.tasks = Tasks()  # the TaskGroup of _main, lent to the services
         self._lock = homes.HomeLock(self.layout)
@@ -193,7 +196,11 @@ class Daemon:
             raise StartupError(f"cannot lock the home: {e}") from None
         try:
             homes.check_store(self.layout)
-            self.store = Store(self.layout.db)
+            self.store, self._lost = lost_store.open_store(self.layout,
+                                                           self.config.recover_store)
+        except lost_store.StoreRefused as e:
+            self._lock.release()
+            raise StartupError(str(e), STORE_REFUSED_EXIT) from None
         except UntrustedHome as e:
             self._lock.release()
             raise StartupError(str(e), HOME_UNTRUSTED_EXIT) from None
@@ -234,12 +241,19 @@ class Daemon:
 
     async def _recover(self) -> None:
         t0 = time.monotonic()
+        rebuilt: dict[str, int] = {}
+        if self._lost is not None:
+            rebuilt = lost_store.rebuild(self.store, self.layout, self.journal, self._lost)
+            log.warning("store rebuilt by --recover-store: %s; %s", self._lost.why, rebuilt)
+        elif self.config.recover_store:
+            log.info("--recover-store: the store is sound; nothing to recover")
         # Execs first: finishing a sandbox deletion waits for its execs, which
         # needs them watched again.
         summary = await self.execs.recover()
         await self.sandboxes.recover()
         # Agents last: a lineage is orphaned only once its exec's fate is known.
         summary.update({f"lineages_{k}": v for k, v in (await self.agents.recover()).items()})
+        summary.update({f"rebuilt_{k}": v for k, v in rebuilt.items()})
         summary["ms"] = int((time.monotonic() - t0) * 1000)
         self.recovery_summary = summary
         self.journal.record(
