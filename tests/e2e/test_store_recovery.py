@@ -56,6 +56,8 @@ def test_deleted_store_is_refused_then_recovered_with_real_exit_codes(
     done = c.exec_start(["sh", "-c", "exit 3"])
     assert c.exec_wait(done.id, timeout=30).exit_code == 3
     running = c.exec_start(gated(tmp_path, 5), name="gated")
+    sb = c.sandbox_create("mine")
+    elsewhere = c.exec_start(gated(tmp_path, 6), sandbox="mine")
     monitor = daemon.handles(running.id)["monitor"]
     cursor = c.events_list(limit=10000).next
     daemon.kill9()
@@ -69,7 +71,11 @@ def test_deleted_store_is_refused_then_recovered_with_real_exit_codes(
     c = daemon.client()
     st = c.status()
     assert st.epoch and st.epoch != old_epoch
-    assert st.recovery["rebuilt_execs"] == 2
+    assert st.recovery["rebuilt_execs"] == 3
+    # Its sandbox's spec was lost: a stand-in that starts nothing new, its exec adopted.
+    stand_in = c.sandbox_get(sb.id)
+    assert (stand_in.name, stand_in.state) == (f"recovered-{sb.id}", "FAILED")
+    assert c.exec_get(elsewhere.id).state == "RUNNING"
     again = c.exec_get(running.id)
     assert again.state == "RUNNING" and again.pid == running.pid
     assert again.name == "gated" and again.spec.argv[0] == "sh"
@@ -77,6 +83,7 @@ def test_deleted_store_is_refused_then_recovered_with_real_exit_codes(
     (tmp_path / "go").touch()
     final = c.exec_wait(running.id, timeout=30)
     assert (final.state, final.exit_code) == ("FINISHED", 5)
+    assert c.exec_wait(elsewhere.id, timeout=30).exit_code == 6
     recovered = [e for e in c.events_list(limit=10000).events if e.type == "store.recovered"]
     assert len(recovered) == 1 and running.id in recovered[0].data["execs"]
     assert "missing" in (recovered[0].reason or "")
@@ -139,3 +146,18 @@ def test_fresh_home_and_sound_store_start_without_fuss(daemon: DaemonProc) -> No
     start_recovering(daemon)  # nothing to recover: the same store, the same epoch
     assert daemon.client().status().epoch == epoch
     assert not list(daemon.home.glob("tether.db.lost-*"))
+
+
+def test_sdk_subscriber_across_a_rebuilt_store_is_told(daemon: DaemonProc) -> None:
+    c = daemon.client()
+    c.exec_wait(c.exec_start(["true"]).id, timeout=30)
+    events = c.subscribe(since=0)  # learns the epoch from its first reply
+    assert next(events).gseq == 1
+    daemon.kill9()
+    remove_store(daemon.home)
+    start_recovering(daemon)
+    with pytest.raises(TetherError) as e:
+        for _ in range(1000):  # what the old daemon had sent already comes first
+            next(events)
+    assert e.value.code == "EPOCH_CHANGED"
+    assert e.value.data["epoch"] == daemon.client().status().epoch
