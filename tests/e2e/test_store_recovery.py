@@ -106,6 +106,9 @@ def test_store_truncated_to_zero_is_refused(daemon: DaemonProc) -> None:
     daemon.term()
     (daemon.home / "tether.db").write_bytes(b"")
     assert "tether.db is empty (0 bytes)" in refused(daemon)
+    # A command that auto-starts the daemon passes the line on.
+    r = daemon.cli("ps")
+    assert r.returncode != 0 and b"--recover-store" in r.stderr, r.stderr
     start_recovering(daemon)
     assert daemon.client().status().recovery["rebuilt_execs"] == 1
 
