@@ -98,6 +98,9 @@ def test_deleted_store_is_refused_then_recovered_with_real_exit_codes(
     assert e.value.code == "EPOCH_CHANGED"
     page = c.events_list(epoch=st.epoch)
     assert page.epoch == st.epoch and page.events
+    r = daemon.cli("events", "--since", str(cursor), "--epoch", old_epoch)
+    assert r.returncode != 0 and b"the journal was reset" in r.stderr, r.stderr
+    assert daemon.cli("events", "--epoch", st.epoch).returncode == 0
 
 
 def test_store_truncated_to_zero_is_refused(daemon: DaemonProc) -> None:
