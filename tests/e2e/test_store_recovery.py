@@ -13,6 +13,7 @@ from tests.harness import TETHER, DaemonProc, RawConn, wait_for
 from tether.client.errors import TetherError
 from tether.hostio.proc import is_same_process
 from tether.model.layout import STORE_REFUSED_EXIT
+from tether.store import Store
 
 PAGE = 4096
 
@@ -167,3 +168,23 @@ def test_sdk_subscriber_across_a_rebuilt_store_is_told(daemon: DaemonProc) -> No
             next(events)
     assert e.value.code == "EPOCH_CHANGED"
     assert e.value.data["epoch"] == daemon.client().status().epoch
+
+
+def test_a_page_damaged_while_serving_is_a_precise_error(stopped_daemon: DaemonProc) -> None:
+    """Bigger than SQLite's page cache, so the damaged page is read from the file."""
+    d = stopped_daemon
+    d.home.mkdir(parents=True, exist_ok=True)
+    store = Store(d.home / "tether.db")
+    for i in range(10000):
+        store.append_event(None, "test.filler", reason="x" * 200, data={"i": i})
+    store.close()
+    d.start()
+    db = d.home / "tether.db"
+    with open(db, "r+b") as f:
+        f.seek(db.stat().st_size // PAGE // 4 * PAGE)
+        f.write(random.Random(1).randbytes(PAGE))
+    with RawConn(d.socket, timeout=30) as conn:
+        reply = conn.call("events.list", {"since": 0, "limit": 10000})
+        assert reply["error"]["data"]["code"] == "STORE_CORRUPT", reply
+        assert "--recover-store" in reply["error"]["message"]
+        assert conn.result("daemon.health")["status"] == "SERVING"

@@ -40,7 +40,7 @@ from tether.daemon.journal import Journal
 from tether.daemon.sandboxes import SandboxService
 from tether.daemon.tasks import Tasks
 from tether.hostio.trust import UntrustedHome
-from tether.model.errors import TetherError, as_disk_full
+from tether.model.errors import TetherError, as_disk_full, as_store_corrupt
 from tether.model.layout import (
     HOME_LOCKED_EXIT,
     HOME_UNTRUSTED_EXIT,
@@ -111,6 +111,10 @@ class Daemon:
     def disk_full(self, e: BaseException) -> TetherError | None:
         """DISK_FULL for an exception that means the home's disk is full, else None."""
         return as_disk_full(e, str(self.layout.db))
+
+    def translate(self, e: Exception) -> TetherError | None:
+        """The precise error for what any handler may meet: a full disk, a damaged store."""
+        return self.disk_full(e) or as_store_corrupt(e, str(self.layout.db))
 
     def _startup_error(self, e: Exception) -> StartupError | None:
         full = self.disk_full(e)
@@ -264,13 +268,13 @@ class Daemon:
 
     async def _bind(self) -> None:
         cfg = self.config
-        self._rpc = RpcServer(build_router(self), translate=self.disk_full,
+        self._rpc = RpcServer(build_router(self), translate=self.translate,
                               max_connections=cfg.max_connections,
                               half_line_timeout=cfg.half_line_timeout)
         self._server = await self._listen(self._rpc, self.layout.socket)
         # Sandboxed agents get this one: their own session's methods and nothing else.
         self._agent_rpc = RpcServer(build_router(self, only=AGENT_METHODS),
-                                    translate=self.disk_full,
+                                    translate=self.translate,
                                     max_connections=cfg.max_connections,
                                     half_line_timeout=cfg.half_line_timeout)
         self._agent_server = await self._listen(self._agent_rpc, self.layout.agent_socket)
