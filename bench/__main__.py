@@ -22,6 +22,7 @@ from bench import (
     rpc,
     sandboxes,
     start_latency,
+    store_check,
     terminal,
 )
 from bench.harness import (
@@ -47,10 +48,12 @@ BENCHMARKS: dict[str, Runner] = {
     "agents": lambda o, c: agents.run(o),
     "sandboxes": lambda o, c: sandboxes.run(o),
     "floods": lambda o, c: floods.run(o),
+    "store_check": lambda o, c: store_check.run(o),
 }
 ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
            "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents",
-           "sandbox": "sandboxes", "docker": "sandboxes", "flood": "floods"}
+           "sandbox": "sandboxes", "docker": "sandboxes", "flood": "floods",
+           "quick_check": "store_check", "store": "store_check"}
 
 
 def _names(value: str) -> list[str]:

@@ -16,7 +16,7 @@ from tests.harness import TETHER, DaemonProc, raw_call, wait_for
 from tether.client.blocking import Client
 from tether.client.errors import DaemonUnavailable
 from tether.client.replies import ExecView
-from tether.model.layout import HOME_LOCKED_EXIT
+from tether.model.layout import HOME_LOCKED_EXIT, STORE_REFUSED_EXIT
 
 
 def test_second_daemon_is_refused_naming_the_first(daemon: DaemonProc) -> None:
@@ -182,8 +182,9 @@ def test_unreadable_store_is_a_clear_startup_error(stopped_daemon: DaemonProc) -
     (stopped_daemon.home / "tether.db").write_bytes(b"this is not a database" * 100)
     r = subprocess.run([*TETHER, "--home", str(stopped_daemon.home), "daemon"],
                        capture_output=True, timeout=20)
-    assert r.returncode == 1
-    assert b"cannot open the store" in r.stderr
+    assert r.returncode == STORE_REFUSED_EXIT
+    assert b"is corrupt" in r.stderr and b"--recover-store" in r.stderr
+    assert b"Traceback" not in r.stderr
 
 
 def test_cli_without_daemon_and_autostart_impossible(tmp_path: Path) -> None:

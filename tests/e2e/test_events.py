@@ -265,7 +265,7 @@ def test_events_list_since_global_and_per_sandbox(conn: Conn) -> None:
     assert [e["seq"] for e in page["events"]] == [3, 4] and page["next"] == 4
     # Past the end: empty, and the cursor stays put.
     end = conn.call("events.list", {"since": everything[-1]["gseq"] + 100})
-    assert end == {"events": [], "next": everything[-1]["gseq"] + 100}
+    assert end == {"events": [], "next": everything[-1]["gseq"] + 100, "epoch": page["epoch"]}
 
 
 # ---------------------------------------------------------------------- subscribe

@@ -20,7 +20,7 @@ from tether.model.states import (
     SandboxState,
     can_transition,
 )
-from tether.store import SchemaTooNew, Store
+from tether.store import SchemaTooNew, Store, StoreCorrupt
 
 
 def _exec(store: Store) -> ExecRecord:
@@ -166,3 +166,28 @@ def test_migration_5_blanks_the_env_values_of_stored_execs(tmp_path: Path) -> No
     got = s.get_exec(secret.id)
     assert got is not None and got.spec.env == {"API_KEY": "", "A": ""}
     assert s.get_exec(bare.id) == bare
+
+
+def test_each_store_has_its_own_lasting_epoch(tmp_path: Path) -> None:
+    a = Store(tmp_path / "a.db")
+    epoch = a.epoch
+    a.close()
+    assert Store(tmp_path / "a.db").epoch == epoch
+    assert Store(tmp_path / "b.db").epoch != epoch
+    assert len(epoch) == 16
+
+
+def test_a_damaged_file_is_refused_before_anything_reads_it(tmp_path: Path) -> None:
+    (tmp_path / "junk.db").write_bytes(b"not a database" * 500)
+    with pytest.raises(StoreCorrupt, match="not a database"):
+        Store(tmp_path / "junk.db")
+    s = Store(tmp_path / "t.db")
+    for _ in range(50):
+        _exec(s)
+    s.close()  # checkpointed into t.db
+    raw = bytearray((tmp_path / "t.db").read_bytes())
+    page = len(raw) // 4096 // 2 * 4096
+    raw[page:page + 4096] = b"\xa5" * 4096
+    (tmp_path / "t.db").write_bytes(bytes(raw))
+    with pytest.raises(StoreCorrupt):
+        Store(tmp_path / "t.db")

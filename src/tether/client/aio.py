@@ -144,10 +144,11 @@ class AsyncClient(Awaiting, _Api):
             if chunk.eof or not follow:
                 return
 
-    async def subscribe(self, *, since: int = 0,
-                        sandbox: str | None = None) -> AsyncIterator[Event]:
-        """Yield events after ``since`` forever, resuming across restarts and overflow."""
-        cursor = Cursor(since, sandbox)
+    async def subscribe(self, *, since: int = 0, sandbox: str | None = None,
+                        epoch: str | None = None) -> AsyncIterator[Event]:
+        """Yield events after ``since`` forever, resuming across restarts and overflow;
+        ``TetherError`` ``EPOCH_CHANGED`` if the journal was reset (see ``Cursor``)."""
+        cursor = Cursor(since, sandbox, epoch)
         while True:
             trusted(self.home)
             try:

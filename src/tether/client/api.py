@@ -162,9 +162,10 @@ class _Api:
     # events (events.subscribe and events.unsubscribe: ``subscribe()``)
     @rpc
     def events_list(self, *, since: int = 0, sandbox: str | None = None,
-                    limit: int | None = None) -> Request[r.EventPage]:
-        return Request("events.list", {"since": since, "sandbox": sandbox, "limit": limit},
-                       r.EventPage)
+                    limit: int | None = None, epoch: str | None = None,
+                    ) -> Request[r.EventPage]:
+        return Request("events.list", {"since": since, "sandbox": sandbox, "limit": limit,
+                                       "epoch": epoch}, r.EventPage)
 
     # agents: supervising them
     @rpc

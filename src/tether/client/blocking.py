@@ -173,13 +173,15 @@ class Client(Blocking, _Api):
                 return
 
     def subscribe(self, *, since: int = 0, sandbox: str | None = None,
-                  ) -> Generator[Event, None, None]:
+                  epoch: str | None = None) -> Generator[Event, None, None]:
         """Yield events after ``since``, forever; survives daemon restarts and overflow.
 
         The cursor is the global ``gseq``, or the sandbox's ``seq`` when ``sandbox``
-        is given; each event is yielded exactly once.
+        is given; each event is yielded exactly once. The cursor belongs to the journal
+        ``epoch`` (``events_list().epoch``, else the first reply's): if the store was
+        rebuilt meanwhile, a ``TetherError`` ``EPOCH_CHANGED`` ends the loop instead.
         """
-        cursor = Cursor(since, sandbox)
+        cursor = Cursor(since, sandbox, epoch)
         sub = Client(self.home, autostart=self.autostart, reconnect=self.reconnect)
         try:
             while True:

@@ -160,21 +160,33 @@ class _EventParams(msgspec.Struct):
 _event_params = msgspec.json.Decoder(_EventParams)
 
 
+class _Subscribed(msgspec.Struct):
+    epoch: str | None = None
+
+
+_subscribed = msgspec.json.Decoder(_Subscribed)
+
+
 class Cursor:
     """One ``subscribe()``: where it is, and which notifications move it.
 
     The cursor is the global ``gseq``, or the sandbox's ``seq`` with ``sandbox``; an
-    event at or before it was yielded already (a resubscription replays from it).
+    event at or before it was yielded already (a resubscription replays from it). It
+    holds within one journal ``epoch`` (learnt from the first reply if not given): a
+    resubscription to a reset journal fails with ``EPOCH_CHANGED`` rather than skip.
     """
 
-    def __init__(self, since: int, sandbox: str | None) -> None:
+    def __init__(self, since: int, sandbox: str | None, epoch: str | None = None) -> None:
         self.at = since
         self.sandbox = sandbox
+        self.epoch = epoch
 
     def request(self) -> bytes:
         params: dict[str, Any] = {"since": self.at}
         if self.sandbox:
             params["sandbox"] = self.sandbox
+        if self.epoch:
+            params["epoch"] = self.epoch
         return encode(SUBSCRIBE_ID, "events.subscribe", params)
 
     def feed(self, line: bytes) -> Event | None:
@@ -182,6 +194,8 @@ class Cursor:
         msg = decode(line)
         if msg.id == SUBSCRIBE_ID and msg.error is not None:
             raise TetherError.from_wire(msg.error)
+        if msg.id == SUBSCRIBE_ID and self.epoch is None:
+            self.epoch = _subscribed.decode(msg.result).epoch
         if msg.method == "events.overflow":
             raise Resubscribe
         if msg.method != "events.event":

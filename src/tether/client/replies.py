@@ -50,6 +50,7 @@ class Status(_Reply):
     state: str
     home: str
     instance: str | None = None
+    epoch: str | None = None  # the journal's epoch: a new one means cursors were reset
     started_at: float = 0.0
     uptime: float = 0.0
     runtime: str = "process"
@@ -94,6 +95,7 @@ class LogChunk(_Reply):
 class EventPage(_Reply):
     events: list[Event]
     next: int  # the cursor to pass as ``since`` for the page after this one
+    epoch: str | None = None  # pass it back with ``next``: a reset journal is refused
 
 
 class CopyReport(_Reply):

@@ -18,10 +18,13 @@ def main() -> int:
     p.add_argument("--default-runtime", default=None,
                    help="runtime of the default sandbox (default: $TETHER_DEFAULT_RUNTIME "
                    "or auto)")
+    p.add_argument("--recover-store", action="store_true",
+                   help="the store is missing, empty or corrupt: move it aside, make a new "
+                   "one and put back the execs its monitors' files name")
     args = p.parse_args()
     home = args.home.expanduser().absolute() if args.home else default_home()
     return serve(home, pool_size=max(0, min(args.pool, 64)),
-                 default_runtime=args.default_runtime)
+                 default_runtime=args.default_runtime, recover_store=args.recover_store)
 
 
 if __name__ == "__main__":

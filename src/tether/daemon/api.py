@@ -152,7 +152,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
     async def status(p: m.Empty, c: Connection) -> Any:
         return {
             "pid": os.getpid(), "version": __version__, "state": str(d.state),
-            "home": str(d.layout.root), "instance": d.instance,
+            "home": str(d.layout.root), "instance": d.instance, "epoch": store.epoch,
             "started_at": d.started_at, "uptime": time.time() - d.started_at,
             "runtime": "process",
             "runtimes": {rt.name: (await rt.status()).view() for rt in d.runtimes},
@@ -262,12 +262,24 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         rec = execs.resolve(p.exec)
         return await execs.logs(rec, p.stream, p.offset, p.limit, p.wait)
 
+    def _same_epoch(epoch: str | None, since: int) -> None:
+        """A cursor from another journal (a store rebuilt by --recover-store) would
+        silently skip or repeat events: refuse it."""
+        if epoch is not None and epoch != store.epoch:
+            raise TetherError(RpcCode.INVALID_STATE, "EPOCH_CHANGED",
+                              f"the journal was reset (epoch {epoch} is gone, it is now "
+                              f"{store.epoch}): cursor {since} means nothing in it; events "
+                              "may have been lost, so re-read the state you need, then "
+                              f"resume with since=0 and epoch={store.epoch}",
+                              {"epoch": store.epoch, "yours": epoch})
+
     async def events_list(p: m.EventsList, c: Connection) -> Any:
+        _same_epoch(p.epoch, p.since)
         sb = _stream(p.sandbox)
         evs = store.events_since(since=p.since, sandbox=sb, per_sandbox=p.sandbox is not None,
                                  limit=p.limit)
         nxt = (evs[-1].seq if p.sandbox is not None else evs[-1].gseq) if evs else p.since
-        return {"events": to_builtins(evs), "next": nxt}
+        return {"events": to_builtins(evs), "next": nxt, "epoch": store.epoch}
 
     def _stream(ref: str | None) -> str | None:
         """A sandbox's event stream: its exact id (even once deleted), name or prefix."""
@@ -277,6 +289,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         return exact.id if exact is not None else sandboxes.resolve(ref).id
 
     async def events_subscribe(p: m.EventsSubscribe, c: Connection) -> Any:
+        _same_epoch(p.epoch, p.since)
         sb = _stream(p.sandbox)
         if sum(1 for s in bus.subs.values() if s.conn is c) >= MAX_SUBSCRIPTIONS:
             raise TetherError(RpcCode.CONFLICT, "TOO_MANY_SUBSCRIPTIONS",
@@ -290,7 +303,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
                               "subscribers you no longer need and retry",
                               {"limit": MAX_TOTAL_SUBSCRIPTIONS, "scope": "daemon"})
         sub = bus.subscribe(c, sb, p.since)
-        return {"subscription": sub.id, "since": p.since}
+        return {"subscription": sub.id, "since": p.since, "epoch": store.epoch}
 
     async def events_unsubscribe(p: m.EventsUnsubscribe, c: Connection) -> Any:
         return {"ok": bus.unsubscribe(p.subscription, c)}

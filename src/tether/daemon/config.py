@@ -36,10 +36,12 @@ class DaemonConfig:
     agent_tick: float = AGENT_TICK
     log_level: str = "INFO"
     docker_cli: str | None = None  # TETHER_DOCKER, else `docker` on PATH
+    #: ``--recover-store``: rebuild a lost or corrupt store from the execs' files.
+    recover_store: bool = False
 
     @classmethod
     def from_env(cls, home: Path, *, pool_size: int = POOL_SIZE,
-                 default_runtime: str | None = None,
+                 default_runtime: str | None = None, recover_store: bool = False,
                  env: Mapping[str, str] = os.environ) -> DaemonConfig:
         """Flags win over the environment, which wins over the defaults."""
         return cls(
@@ -54,4 +56,5 @@ class DaemonConfig:
             agent_tick=float(env.get("TETHER_AGENT_TICK", AGENT_TICK)),
             log_level=env.get("TETHER_LOG_LEVEL", "INFO"),
             docker_cli=env.get("TETHER_DOCKER") or shutil.which("docker"),
+            recover_store=recover_store,
         )

@@ -29,6 +29,7 @@ from typing import Any
 
 from tether import __version__
 from tether.daemon import home as homes
+from tether.daemon import lost_store
 from tether.daemon.agents import AgentService
 from tether.daemon.api import AGENT_METHODS, build_router
 from tether.daemon.config import DaemonConfig
@@ -39,18 +40,19 @@ from tether.daemon.journal import Journal
 from tether.daemon.sandboxes import SandboxService
 from tether.daemon.tasks import Tasks
 from tether.hostio.trust import UntrustedHome
-from tether.model.errors import TetherError, as_disk_full
+from tether.model.errors import TetherError, as_disk_full, as_store_corrupt
 from tether.model.layout import (
     HOME_LOCKED_EXIT,
     HOME_UNTRUSTED_EXIT,
     MAX_SOCKET_PATH,
+    STORE_REFUSED_EXIT,
     HomeLayout,
 )
 from tether.model.states import DaemonState, check_transition
 from tether.rpc.server import RpcServer
 from tether.runtime.monitors import MonitorPool
 from tether.runtime.registry import RuntimeContext, Runtimes
-from tether.store import SchemaTooNew, Store
+from tether.store import SchemaTooNew
 
 log = logging.getLogger("tether.daemon")
 
@@ -71,6 +73,7 @@ class Daemon:
         self.instance = secrets.token_hex(4)
         self.started_at = time.time()
         self.recovery_summary: dict[str, int] = {}
+        self._lost: lost_store.Lost | None = None  # the store --recover-store replaced
         self._stop = asyncio.Event()
         self.tasks = Tasks()  # the TaskGroup of _main, lent to the services
         self._lock = homes.HomeLock(self.layout)
@@ -108,6 +111,10 @@ class Daemon:
     def disk_full(self, e: BaseException) -> TetherError | None:
         """DISK_FULL for an exception that means the home's disk is full, else None."""
         return as_disk_full(e, str(self.layout.db))
+
+    def translate(self, e: Exception) -> TetherError | None:
+        """The precise error for what any handler may meet: a full disk, a damaged store."""
+        return self.disk_full(e) or as_store_corrupt(e, str(self.layout.db))
 
     def _startup_error(self, e: Exception) -> StartupError | None:
         full = self.disk_full(e)
@@ -194,7 +201,11 @@ class Daemon:
                    or StartupError(f"cannot lock the home: {e}")) from None
         try:
             homes.check_store(self.layout)
-            self.store = Store(self.layout.db)
+            self.store, self._lost = lost_store.open_store(self.layout,
+                                                           self.config.recover_store)
+        except lost_store.StoreRefused as e:
+            self._lock.release()
+            raise StartupError(str(e), STORE_REFUSED_EXIT) from None
         except UntrustedHome as e:
             self._lock.release()
             raise StartupError(str(e), HOME_UNTRUSTED_EXIT) from None
@@ -235,12 +246,19 @@ class Daemon:
 
     async def _recover(self) -> None:
         t0 = time.monotonic()
+        rebuilt: dict[str, int] = {}
+        if self._lost is not None:
+            rebuilt = lost_store.rebuild(self.store, self.layout, self.journal, self._lost)
+            log.warning("store rebuilt by --recover-store: %s; %s", self._lost.why, rebuilt)
+        elif self.config.recover_store:
+            log.info("--recover-store: the store is sound; nothing to recover")
         # Execs first: finishing a sandbox deletion waits for its execs, which
         # needs them watched again.
         summary = await self.execs.recover()
         await self.sandboxes.recover()
         # Agents last: a lineage is orphaned only once its exec's fate is known.
         summary.update({f"lineages_{k}": v for k, v in (await self.agents.recover()).items()})
+        summary.update({f"rebuilt_{k}": v for k, v in rebuilt.items()})
         summary["ms"] = int((time.monotonic() - t0) * 1000)
         self.recovery_summary = summary
         self.journal.record(
@@ -251,13 +269,13 @@ class Daemon:
 
     async def _bind(self) -> None:
         cfg = self.config
-        self._rpc = RpcServer(build_router(self), translate=self.disk_full,
+        self._rpc = RpcServer(build_router(self), translate=self.translate,
                               max_connections=cfg.max_connections,
                               half_line_timeout=cfg.half_line_timeout)
         self._server = await self._listen(self._rpc, self.layout.socket)
         # Sandboxed agents get this one: their own session's methods and nothing else.
         self._agent_rpc = RpcServer(build_router(self, only=AGENT_METHODS),
-                                    translate=self.disk_full,
+                                    translate=self.translate,
                                     max_connections=cfg.max_connections,
                                     half_line_timeout=cfg.half_line_timeout)
         self._agent_server = await self._listen(self._agent_rpc, self.layout.agent_socket)

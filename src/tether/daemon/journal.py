@@ -29,6 +29,11 @@ class Journal:
             self.bus.publish(ev)
         return rec
 
+    def commit_all(self, events: list[Event]) -> None:
+        """Publish the events of one store write that journaled several."""
+        for ev in events:
+            self.bus.publish(ev)
+
     def record(self, sandbox: str | None, type_: str, *, exec_id: str | None = None,
                state: str | None = None, reason: str | None = None,
                data: dict[str, Any] | None = None) -> Event:

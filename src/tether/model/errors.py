@@ -86,3 +86,14 @@ def as_disk_full(exc: BaseException, db: str) -> TetherError | None:
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return disk_full(str(exc.filename or db), exc.strerror or "no space left")
     return None
+
+
+def as_store_corrupt(exc: BaseException, db: str) -> TetherError | None:
+    """STORE_CORRUPT for SQLite's SQLITE_CORRUPT or SQLITE_NOTADB (a damaged page met by a
+    query while serving; start-up refuses such a store already), else None."""
+    if getattr(exc, "sqlite_errorcode", None) not in (11, 26):
+        return None
+    return TetherError(RpcCode.UNAVAILABLE, "STORE_CORRUPT",
+                       f"the store {db} is corrupt ({exc}); stop the daemon (`tether daemon "
+                       "stop`) and start it with `tether daemon --recover-store`, which moves "
+                       "the file aside and re-adopts the running execs", {"path": db})

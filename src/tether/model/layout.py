@@ -17,6 +17,9 @@ HOME_LOCKED_EXIT = 75
 # A daemon that refuses its home (another user could write it: ``hostio/trust.py``)
 # exits with this status (sysexits' EX_NOPERM).
 HOME_UNTRUSTED_EXIT = 77
+# A daemon that refuses its store (corrupt, or missing while the home holds execs' files:
+# ``daemon/lost_store.py``) exits with this status (sysexits' EX_DATAERR).
+STORE_REFUSED_EXIT = 65
 
 
 def default_home() -> Path:

@@ -150,12 +150,14 @@ class ExecLogs(_P):
 class EventsList(_P):
     since: Cursor = 0
     sandbox: NonEmpty | None = None
+    epoch: NonEmpty | None = None  # the journal epoch ``since`` was read in
     limit: Annotated[int, Meta(gt=0, le=10000)] = 1000
 
 
 class EventsSubscribe(_P):
     since: Cursor = 0
     sandbox: NonEmpty | None = None
+    epoch: NonEmpty | None = None  # the journal epoch ``since`` was read in
 
 
 class EventsUnsubscribe(_P):

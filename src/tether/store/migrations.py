@@ -91,4 +91,17 @@ MIGRATIONS: list[tuple[int, str, str]] = [
             WHERE json_type(CAST(record AS TEXT), '$.spec.env') = 'object';
         """,
     ),
+    (
+        6,
+        "the journal's epoch",
+        # A random id made with the store: a client's cursor (gseq) means something only
+        # within one epoch, so a rebuilt store (--recover-store) is told from the old one.
+        """
+        CREATE TABLE meta (
+            key   TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        );
+        INSERT INTO meta VALUES ('epoch', lower(hex(randomblob(8))));
+        """,
+    ),
 ]

@@ -46,21 +46,57 @@ class SchemaTooNew(Exception):
     """The database was migrated by a newer tether than this one."""
 
 
+class StoreCorrupt(Exception):
+    """``PRAGMA quick_check`` failed, or SQLite does not recognise the file at all."""
+
+
+# SQLITE_CORRUPT and SQLITE_NOTADB: the file's content is bad (not the disk or a lock).
+_CORRUPT_CODES = (11, 26)
+
+
 class Store:
     """All reads and writes of category A state. Not thread-safe: one owner."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+        try:
+            self._quick_check()
+        except BaseException:
+            self._db.close()
+            raise
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.execute("PRAGMA busy_timeout=5000")
         self.migrate()
+        self._epoch: str | None = None
+
+    @property
+    def epoch(self) -> str:
+        """A random id made with the store (migration 6): cursors hold only within it."""
+        if self._epoch is None:
+            self._epoch = str(self._db.execute(
+                "SELECT value FROM meta WHERE key = 'epoch'").fetchone()[0])
+        return self._epoch
 
     # ------------------------------------------------------------------ infra
     def close(self) -> None:
         self._db.close()
+
+    def _quick_check(self) -> None:
+        """Refuse a damaged file before anything reads it: otherwise it serves until a
+        query meets the bad page ("malformed"), or fails mid-migration."""
+        try:
+            rows = self._db.execute("PRAGMA quick_check").fetchall()
+        except sqlite3.DatabaseError as e:
+            if getattr(e, "sqlite_errorcode", None) in _CORRUPT_CODES:
+                raise StoreCorrupt(str(e)) from None
+            raise
+        problems = [str(r[0]) for r in rows]
+        if problems != ["ok"]:
+            more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+            raise StoreCorrupt(problems[0] + more)
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -264,6 +300,31 @@ class Store:
             ev = self._append(db, rec.sandbox, "exec.state", exec_id=rec.id, state=rec.state,
                               reason=rec.reason or "accepted", data={"argv": rec.spec.argv})
         return rec, ev
+
+    def restore(self, sandboxes: list[SandboxRecord], execs: list[ExecRecord],
+                data: dict[str, Any]) -> list[Event]:
+        """Put back what a lost store held, as far as files outside it tell (the
+        daemon's ``--recover-store``), journaling ``store.recovered`` first: one
+        transaction."""
+        now = time.time()
+        with self._tx() as db:
+            out = [self._append(db, None, "store.recovered", reason=str(data["reason"]),
+                                data=data)]
+            for sb in sandboxes:
+                db.execute("INSERT OR IGNORE INTO id_reservations VALUES (?, 'sandbox', ?)",
+                           (sb.id, now))
+                self._insert_sandbox(db, sb)
+                out.append(self._append(db, sb.id, "sandbox.state", state=sb.state,
+                                        reason=sb.reason))
+            for rec in execs:
+                db.execute("INSERT OR IGNORE INTO id_reservations VALUES (?, 'exec', ?)",
+                           (rec.id, now))
+                db.execute("INSERT INTO execs VALUES (?, ?, ?, ?, ?, ?)",
+                           (rec.id, rec.sandbox, rec.name, rec.state, None, _enc.encode(rec)))
+                out.append(self._append(db, rec.sandbox, "exec.state", exec_id=rec.id,
+                                        state=rec.state, reason=rec.reason,
+                                        data={"argv": rec.spec.argv}))
+        return out
 
     def get_exec(self, ident: str) -> ExecRecord | None:
         row = self._db.execute("SELECT record FROM execs WHERE id = ?", (ident,)).fetchone()

@@ -44,8 +44,12 @@ def status(ctx: click.Context, as_json: bool) -> None:
 @click.option("--default-runtime", type=click.Choice(["auto", "bwrap", "process"]),
               default=None, help="runtime of the default sandbox (default: "
               "$TETHER_DEFAULT_RUNTIME, else auto: bwrap when it works here)")
+@click.option("--recover-store", is_flag=True,
+              help="the store is missing, empty or corrupt: move it aside, make a new one "
+              "and re-adopt the running execs from their monitors' files")
 @click.pass_context
-def daemon(ctx: click.Context, pool: int, default_runtime: str | None) -> None:
+def daemon(ctx: click.Context, pool: int, default_runtime: str | None,
+           recover_store: bool) -> None:
     """Run the daemon in the foreground (systemd Type=notify friendly)."""
     if ctx.invoked_subcommand is not None:
         return
@@ -55,6 +59,8 @@ def daemon(ctx: click.Context, pool: int, default_runtime: str | None) -> None:
             "--pool", str(pool)]
     if default_runtime is not None:
         argv += ["--default-runtime", default_runtime]
+    if recover_store:
+        argv.append("--recover-store")
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, argv)

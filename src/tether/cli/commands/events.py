@@ -16,10 +16,13 @@ from tether.model.records import Event
 @click.option("--since", type=click.IntRange(min=0), default=0,
               help="cursor: global seq, or the sandbox's seq with --sandbox")
 @click.option("--sandbox", default=None)
+@click.option("--epoch", default=None,
+              help="the journal epoch --since was read in (`tether status --json`): a "
+              "reset journal is then refused instead of skipped")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
 @click.pass_context
 def events(ctx: click.Context, follow: bool, since: int, sandbox: str | None,
-           as_json: bool) -> None:
+           epoch: str | None, as_json: bool) -> None:
     """Print the event journal (resumable with --since)."""
     c = client(ctx)
 
@@ -32,12 +35,13 @@ def events(ctx: click.Context, follow: bool, since: int, sandbox: str | None,
 
     try:
         if follow:
-            for ev in c.subscribe(since=since, sandbox=sandbox):
+            for ev in c.subscribe(since=since, sandbox=sandbox, epoch=epoch):
                 show(ev)
         else:
             cursor = since
             while True:
-                page = c.events_list(since=cursor, sandbox=sandbox, limit=1000)
+                page = c.events_list(since=cursor, sandbox=sandbox, limit=1000,
+                                     epoch=epoch)
                 for ev in page.events:
                     show(ev)
                 if len(page.events) < 1000:
