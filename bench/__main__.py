@@ -15,6 +15,7 @@ from rich.console import Console
 
 from bench import (
     agents,
+    cli,
     floods,
     logs,
     memory,
@@ -47,10 +48,12 @@ BENCHMARKS: dict[str, Runner] = {
     "agents": lambda o, c: agents.run(o),
     "sandboxes": lambda o, c: sandboxes.run(o),
     "floods": lambda o, c: floods.run(o),
+    "cli": lambda o, c: cli.run(o),
 }
 ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
            "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents",
-           "sandbox": "sandboxes", "docker": "sandboxes", "flood": "floods"}
+           "sandbox": "sandboxes", "docker": "sandboxes", "flood": "floods",
+           "startup": "cli", "hook": "cli"}
 
 
 def _names(value: str) -> list[str]:
