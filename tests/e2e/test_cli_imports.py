@@ -135,7 +135,26 @@ def test_hook_loads_one_provider_and_no_cli(daemon: DaemonProc, tmp_path: Path,
     assert b"not delivered" not in p.stderr and b"ignored" not in p.stderr
     others = {f"tether.agent.providers.{n}" for n in ("generic", "claude", "codex")
               if n != provider}
+    # The daemon answers at once: one call with the standard library, no msgspec, no
+    # full client (that is the fallback when the daemon is away or stopping).
     heavy = NEVER | RICH | others | {"click", "tether.cli", "tether.client.attach",
-                                     "tether.hostio.untrusted", "subprocess"}
+                                     "tether.hostio.untrusted", "subprocess", "msgspec",
+                                     "tether.client.blocking"}
     assert _loaded(names, heavy) == []
     assert f"tether.agent.providers.{provider}" in names
+
+
+def test_hook_without_a_daemon_falls_back_to_the_full_client(stopped_daemon: DaemonProc
+                                                              ) -> None:
+    """No daemon answers the one-shot call: the full client auto-starts one and delivers
+    the call (here refused: the session is made up), as before the one-shot path."""
+    env = _scrubbed(TETHER_HOME=str(stopped_daemon.home), TETHER_SESSION="nosuch",
+                    TETHER_TOKEN="wrong")
+    names, p = _imports([sys.executable, "-m", "tether.agent.hook", "claude", "Stop"], env,
+                        b"{}")
+    assert p.returncode == 0
+    assert p.stderr.decode().strip() == (
+        "tether: hook Stop not delivered: unknown session or wrong token "
+        "(TETHER_SESSION/TETHER_TOKEN); a revived session gets a new token")
+    assert "tether.client.blocking" in names
+    assert (stopped_daemon.home / "daemon.lock").exists()
