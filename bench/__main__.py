@@ -15,6 +15,7 @@ from rich.console import Console
 
 from bench import (
     agents,
+    cli,
     floods,
     logs,
     memory,
@@ -49,11 +50,13 @@ BENCHMARKS: dict[str, Runner] = {
     "sandboxes": lambda o, c: sandboxes.run(o),
     "floods": lambda o, c: floods.run(o),
     "store_check": lambda o, c: store_check.run(o),
+    "cli": lambda o, c: cli.run(o),
 }
 ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
            "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents",
            "sandbox": "sandboxes", "docker": "sandboxes", "flood": "floods",
-           "quick_check": "store_check", "store": "store_check"}
+           "quick_check": "store_check", "store": "store_check",
+           "startup": "cli", "hook": "cli"}
 
 
 def _names(value: str) -> list[str]:

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tether.agent.session import Session
 
 USAGE = "usage: python -m tether.agent.hook [--home HOME] PROVIDER EVENT [PAYLOAD]"
 
@@ -39,13 +43,35 @@ def run(provider: str, event: str, payload_arg: str | None) -> int:
     if not isinstance(payload, dict):
         payload = {"value": payload}
     try:
-        r = s.client.agent_hook(s.session, s.token, provider, event, payload)
+        stdout, code = _deliver(s, provider, event, payload)
     except TetherError as e:
         print(f"tether: hook {event} not delivered: {e.message}", file=sys.stderr)
         return 0
-    sys.stdout.buffer.write(r.stdout)
+    sys.stdout.buffer.write(stdout)
     sys.stdout.flush()
-    return r.exit_code
+    return code
+
+
+def _deliver(s: Session, provider: str, event: str, payload: dict[str, Any]
+             ) -> tuple[bytes, int]:
+    """The reply's stdout and exit code: one call with the standard library when the
+    daemon answers it (the common case, and no msgspec to import), else through the full
+    client, which retries and auto-starts a daemon."""
+    import base64
+    from pathlib import Path
+
+    from tether.client.oneshot import call_once
+    from tether.model.layout import HomeLayout
+
+    params = {"session": s.session, "token": s.token, "provider": provider, "event": event,
+              "payload": payload}
+    own = HomeLayout(Path(s.home)).socket
+    sock = Path(s.socket) if s.socket else own
+    result = call_once(sock, "agent.hook", params, home=Path(s.home) if sock == own else None)
+    if result is not None:
+        return base64.b64decode(result.get("stdout") or ""), int(result.get("exit_code", 0))
+    r = s.client.agent_hook(s.session, s.token, provider, event, payload)
+    return r.stdout, r.exit_code
 
 
 def main(argv: list[str] | None = None) -> int:

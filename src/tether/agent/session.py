@@ -19,11 +19,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tether.client.blocking import Client
-from tether.client.replies import Handoff, Heartbeat, ToolDecision, TurnReply
-from tether.model.layout import HomeLayout
+if TYPE_CHECKING:  # imported on first use: the hook program may never need the client
+    from tether.client.blocking import Client
+    from tether.client.replies import Handoff, Heartbeat, ToolDecision, TurnReply
 
 
 class NotAnAgent(RuntimeError):
@@ -54,6 +54,9 @@ class Session:
     @property
     def client(self) -> Client:
         if self._client is None:
+            from tether.client.blocking import Client
+            from tether.model.layout import HomeLayout
+
             # In a sandbox TETHER_SOCKET is the restricted agent socket: no autostart.
             own = self.socket is None or Path(self.socket) == HomeLayout(Path(self.home)).socket
             self._client = Client(self.home, autostart=True, socket=None if own else

@@ -6,12 +6,14 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import click
 
 from tether.cli import output as out
-from tether.client.blocking import Client
+
+if TYPE_CHECKING:
+    from tether.client.blocking import Client
 
 
 class Ctx:
@@ -21,6 +23,8 @@ class Ctx:
 
     def client(self) -> Client:
         if self._client is None:
+            from tether.client.blocking import Client
+
             self._client = Client(self.home)
         return self._client
 

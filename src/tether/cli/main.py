@@ -13,20 +13,53 @@ home, 1 for any other startup error.
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Any
 
 import click
 
 from tether import __version__
-from tether.cli.commands import agent, daemon, events, execs, sandbox
 from tether.cli.context import Ctx, die
 from tether.client.daemonctl import resolve_home
 from tether.client.errors import DaemonUnavailable, HomeUntrusted, TetherError
 from tether.model.layout import HOME_UNTRUSTED_EXIT
 
+#: Every command, by name: ``module:attribute`` under ``tether.cli.commands``. A command's
+#: module is imported only when that command runs (or ``--help`` lists them all), so
+#: ``tether ps`` never pays for ``run``'s sandbox flags or the agent commands.
+COMMANDS = {
+    "run": "execs:run", "attach": "execs:attach", "ps": "execs:ps", "logs": "execs:logs",
+    "wait": "execs:wait", "kill": "execs:kill", "events": "events:events",
+    "sandbox": "sandbox:sandbox", "cp": "sandbox:cp", "lineage": "agent:lineage",
+    "reap": "agent:reap", "agent": "agent:agent", "status": "daemon:status",
+    "daemon": "daemon:daemon",
+}
+
 
 class TetherGroup(click.Group):
+    """The root group: commands loaded on first use (click's "lazy group" pattern), and
+    the errors every command may raise turned into messages and exit codes."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            module, attr = COMMANDS[cmd_name].split(":")
+            command = getattr(importlib.import_module(f"tether.cli.commands.{module}"), attr)
+            assert isinstance(command, click.Command)
+            self.add_command(command, cmd_name)
+        return self.commands.get(cmd_name)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]
+                        ) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and args[0] not in COMMANDS:
+            # Not a command: load them all, so click's "Did you mean" sees every name.
+            for name in COMMANDS:
+                self.get_command(ctx, name)
+        return super().resolve_command(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -46,12 +79,6 @@ class TetherGroup(click.Group):
 def cli(ctx: click.Context, home: Path | None) -> None:
     """tether — a durable supervisor for AI coding agents and long-running commands."""
     ctx.obj = Ctx(resolve_home(home))
-
-
-for command in (execs.run, execs.attach, execs.ps, execs.logs, execs.wait, execs.kill,
-                events.events, sandbox.sandbox, sandbox.cp, agent.lineage, agent.reap,
-                agent.agent, daemon.status, daemon.daemon):
-    cli.add_command(command)
 
 
 def main() -> None:

@@ -1,27 +1,48 @@
-"""Rendering for the CLI: rich tables for people, JSON for programs, errors on stderr."""
+"""Rendering for the CLI: rich tables for people, JSON for programs, errors on stderr.
+
+rich is imported only when something is rendered with it (a table, an error): it costs
+more than the rest of a command's start-up, and ``status``, ``logs`` or ``--json`` never
+need it.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import shlex
 import sys
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-from rich.console import Console
-from rich.table import Table
 
-from tether.client.replies import ExecView, LineageView
-from tether.model.records import Event, SandboxRecord
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
 
-err_console = Console(stderr=True, highlight=False)
+    from tether.client.replies import ExecView, LineageView
+    from tether.model.records import Event, SandboxRecord
+
+
+@functools.cache
+def err_console() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
 
 
 def _console() -> Console:
+    from rich.console import Console
+
     # Piped output keeps whole ids instead of rich's 80-column default.
     return Console(highlight=False, width=None if sys.stdout.isatty() else 240)
+
+
+def _table() -> Table:
+    from rich.table import Table
+
+    return Table(box=None, pad_edge=False, header_style="bold")
 
 
 def when(ts: float | None) -> str:
@@ -37,13 +58,13 @@ def emit_json(obj: Any) -> None:
 
 
 def fail(message: str, hint: str | None = None) -> None:
-    err_console.print(f"[bold red]tether:[/] {message}", markup=True, soft_wrap=True)
+    err_console().print(f"[bold red]tether:[/] {message}", markup=True, soft_wrap=True)
     if hint:
-        err_console.print(f"  {hint}", soft_wrap=True)
+        err_console().print(f"  {hint}", soft_wrap=True)
 
 
 def note(message: str) -> None:
-    err_console.print(f"[dim]tether:[/] {message}", markup=True, soft_wrap=True)
+    err_console().print(f"[dim]tether:[/] {message}", markup=True, soft_wrap=True)
 
 
 def exec_row(x: ExecView) -> dict[str, Any]:
@@ -59,7 +80,7 @@ def exec_row(x: ExecView) -> dict[str, Any]:
 def exec_table(execs: Iterable[ExecView]) -> None:
     rows = list(execs)
     agents = any(x.agent for x in rows)
-    t = Table(box=None, pad_edge=False, header_style="bold")
+    t = _table()
     cols = ["ID", "NAME", "SANDBOX", "STATE", "EXIT", "PID", "STARTED"]
     if agents:
         cols += ["LINEAGE", "LIFECYCLE", "HEARTBEAT", "CTX", "TURNS", "REVIVALS"]
@@ -85,7 +106,7 @@ def exec_table(execs: Iterable[ExecView]) -> None:
 
 
 def lineage_table(rows: Iterable[LineageView]) -> None:
-    t = Table(box=None, pad_edge=False, header_style="bold")
+    t = _table()
     for col in ("LINEAGE", "NAME", "PROVIDER", "STATUS", "LIFECYCLE", "HEARTBEAT", "CTX",
                 "TURNS", "REVIVALS", "EXEC", "REASON"):
         t.add_column(col, no_wrap=col != "REASON")
@@ -98,7 +119,7 @@ def lineage_table(rows: Iterable[LineageView]) -> None:
 
 
 def sandbox_table(sbs: Iterable[SandboxRecord]) -> None:
-    t = Table(box=None, pad_edge=False, header_style="bold")
+    t = _table()
     for col in ("ID", "NAME", "STATE", "RUNTIME", "WORKSPACE", "CREATED"):
         t.add_column(col, no_wrap=True)
     for s in sbs:

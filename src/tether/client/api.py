@@ -10,7 +10,6 @@ one, with the same parameters.
 from __future__ import annotations
 
 import functools
-import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overload
 
@@ -20,6 +19,13 @@ from tether.model import records as rec
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+
+def _request_key() -> str:
+    """A fresh idempotency key; ``uuid`` is imported here, not by every command."""
+    import uuid
+
+    return uuid.uuid4().hex
 
 
 class rpc(Generic[P, T]):
@@ -127,7 +133,7 @@ class _Api:
         return Request("exec.start", {
             "argv": list(argv), "sandbox": sandbox, "env": env, "cwd": cwd,
             "timeout": timeout, "name": name, "kill_grace": kill_grace,
-            "request_key": request_key or uuid.uuid4().hex,
+            "request_key": request_key or _request_key(),
             "tty": tty or None, "stdin": stdin or None, "rows": rows, "cols": cols},
             r.ExecView)
 
@@ -189,7 +195,7 @@ class _Api:
             "stale_after": stale_after, "crashed_after": crashed_after,
             "worktree": worktree, "issue": issue, "issue_id": issue_id,
             "force": force or None,
-            "request_key": request_key or uuid.uuid4().hex}, r.AgentStarted)
+            "request_key": request_key or _request_key()}, r.AgentStarted)
 
     @rpc
     def agent_reap(self) -> Request[r.ReapReport]:

@@ -15,18 +15,20 @@ import socket
 import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
 from tether.client import core
 from tether.client.api import _Api
-from tether.client.attach import Attachment, find_socket
 from tether.client.core import Blocking, Cursor, Request, Resubscribe, Retry
 from tether.client.daemonctl import Autostart, resolve_home, trusted
 from tether.client.errors import DaemonUnavailable
 from tether.model.layout import HomeLayout
 from tether.model.records import Event
+
+if TYPE_CHECKING:
+    from tether.client.attach import Attachment
 
 T = TypeVar("T")
 
@@ -151,6 +153,8 @@ class Client(Blocking, _Api):
 
         Works while no daemon runs: the exec is then found from its files.
         """
+        from tether.client.attach import Attachment, find_socket
+
         try:
             sock = self._fetch(_Api.exec_get.request(self, exec)).socket
         except DaemonUnavailable:

@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 import msgspec
 
 from tether.client.daemonctl import Autostart
-from tether.client.errors import DaemonUnavailable, TetherError
+from tether.client.errors import CONNECTION_ERRORS, DaemonUnavailable, TetherError
 from tether.model.errors import RpcCode
 from tether.model.records import Event
 
@@ -86,12 +86,6 @@ def decode(line: bytes) -> Message:
 def error(msg: Message) -> TetherError | None:
     """A reply's error, if it is one."""
     return TetherError.from_wire(msg.error) if msg.error is not None else None
-
-
-#: Errors the daemon writes with id null, then closes the connection: they answer
-#: whatever request the client had sent.
-CONNECTION_ERRORS = frozenset({"TOO_MANY_CONNECTIONS", "CONNECTION_EVICTED",
-                               "REQUEST_TIMEOUT"})
 
 
 def connection_error(msg: Message) -> TetherError | None:

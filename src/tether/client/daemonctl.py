@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tether.client.errors import DaemonUnavailable, HomeUntrusted
 from tether.hostio.proc import is_running
 from tether.hostio.trust import UntrustedHome, check_home, open_private
 from tether.model.layout import HOME_LOCKED_EXIT, HomeLayout, default_home
+
+if TYPE_CHECKING:
+    import subprocess
 
 
 def resolve_home(home: str | os.PathLike[str] | None) -> Path:
@@ -32,6 +35,8 @@ def trusted(home: Path) -> None:
 
 def spawn_daemon(home: Path) -> subprocess.Popen[bytes]:
     """Start ``tether daemon`` detached, logging to ``daemon.log``."""
+    import subprocess  # only here: every command and hook call imports this module
+
     layout = HomeLayout(home)
     trusted(home)
     home.mkdir(mode=0o700, parents=True, exist_ok=True)

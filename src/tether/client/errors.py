@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from tether.model.errors import RpcCode, TetherError
 
-__all__ = ["DaemonUnavailable", "HomeUntrusted", "TetherError"]
+__all__ = ["CONNECTION_ERRORS", "DaemonUnavailable", "HomeUntrusted", "TetherError"]
+
+#: Errors the daemon writes with id null, then closes the connection: they answer
+#: whatever request the client had sent.
+CONNECTION_ERRORS = frozenset({"TOO_MANY_CONNECTIONS", "CONNECTION_EVICTED",
+                               "REQUEST_TIMEOUT"})
 
 
 class DaemonUnavailable(TetherError):

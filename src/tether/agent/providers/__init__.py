@@ -1,21 +1,56 @@
 """Agent providers: how to launch, resume and listen to a kind of agent.
 
 Adding a provider is one module that defines a :class:`~tether.agent.providers.base.Provider`
-subclass and registers it in :data:`REGISTRY` below.
+subclass and names it in :data:`PROVIDERS` below.
+
+A provider's module is imported when that provider is first looked up: the hook program,
+which Claude Code runs on every tool call, reads one provider's ``payload_in_argv`` and
+must not pay for the others (nor for ``base``'s file helpers when it needs none).
 """
 
 from __future__ import annotations
 
+import importlib
 import os
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
-from tether.agent.providers.base import Provider
-from tether.agent.providers.claude import ClaudeProvider
-from tether.agent.providers.codex import CodexProvider
-from tether.agent.providers.generic import GenericProvider
+if TYPE_CHECKING:
+    from tether.agent.providers.base import Provider
+    from tether.agent.providers.claude import ClaudeProvider
+    from tether.agent.providers.codex import CodexProvider
+    from tether.agent.providers.generic import GenericProvider
 
-REGISTRY: dict[str, Provider] = {
-    p.name: p for p in (GenericProvider(), ClaudeProvider(), CodexProvider())
+#: Every provider by name: ``module:class`` under ``tether.agent.providers``.
+PROVIDERS = {
+    "generic": "generic:GenericProvider",
+    "claude": "claude:ClaudeProvider",
+    "codex": "codex:CodexProvider",
 }
+
+
+class _Registry(Mapping[str, "Provider"]):
+    """The providers by name, each made the first time it is looked up."""
+
+    def __init__(self) -> None:
+        self._made: dict[str, Provider] = {}
+
+    def __getitem__(self, name: str) -> Provider:
+        provider = self._made.get(name)
+        if provider is None:
+            module, cls = PROVIDERS[name].split(":")
+            made = getattr(importlib.import_module(f"{__name__}.{module}"), cls)()
+            provider = self._made[name] = made
+        return provider
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(PROVIDERS)
+
+    def __len__(self) -> int:
+        return len(PROVIDERS)
+
+
+REGISTRY: Mapping[str, Provider] = _Registry()
 
 
 def get(name: str) -> Provider:
@@ -36,5 +71,17 @@ def for_command(argv0: str) -> Provider | None:
     return None
 
 
-__all__ = ["REGISTRY", "ClaudeProvider", "CodexProvider", "GenericProvider", "Provider",
-           "for_command", "get"]
+def __getattr__(name: str) -> Any:
+    """The provider classes, imported on first use like the providers themselves."""
+    for module, cls in (v.split(":") for v in PROVIDERS.values()):
+        if name == cls:
+            return getattr(importlib.import_module(f"{__name__}.{module}"), cls)
+    if name == "Provider":
+        from tether.agent.providers.base import Provider
+
+        return Provider
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["PROVIDERS", "REGISTRY", "ClaudeProvider", "CodexProvider", "GenericProvider",
+           "Provider", "for_command", "get"]

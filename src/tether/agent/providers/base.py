@@ -9,8 +9,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from tether.hostio.untrusted import NotRegular, open_regular
-
 
 @dataclass(frozen=True)
 class SessionContext:
@@ -158,7 +156,10 @@ MAX_AGENT_FILE_BYTES = 256 * 1024 * 1024  # a longer transcript or rollout is no
 def open_agent_file(path: str) -> TextIO | None:
     """Open a file an agent named (a transcript, a rollout) for reading, or None. The
     path comes from the agent: never block on a FIFO or device, never follow a planted
-    symlink, never read without bound."""
+    symlink, never read without bound. (Imported here: the daemon reads agent files,
+    the hook program, which loads this module, never does.)"""
+    from tether.hostio.untrusted import NotRegular, open_regular
+
     try:
         raw = open_regular(os.path.expanduser(path), max_bytes=MAX_AGENT_FILE_BYTES)
     except (OSError, ValueError, NotRegular):

@@ -1,5 +1,7 @@
 """Exec commands: ``run`` (a command, or an agent session, maybe in a sandbox of its own),
-``attach``, ``ps``, ``logs``, ``wait`` and ``kill``."""
+``attach``, ``ps``, ``logs``, ``wait`` and ``kill``. What only ``run`` and ``attach`` use
+(the foreground, the terminal, the providers) is imported inside them: ``ps`` and
+``logs`` load this module too."""
 
 from __future__ import annotations
 
@@ -8,11 +10,10 @@ import os
 import sys
 import threading
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from tether.cli import foreground as fg
 from tether.cli import output as out
 from tether.cli.context import client, die, kv
 from tether.cli.sandboxflags import create_params, sandbox_flags, wants_sandbox
@@ -26,6 +27,9 @@ from tether.model.records import (
     MAX_REVIVALS,
     STALE_AFTER,
 )
+
+if TYPE_CHECKING:
+    from tether.cli.terminal import EscapeStripper
 
 
 @click.command(context_settings={"ignore_unknown_options": True})
@@ -85,6 +89,7 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
     revived there).
     """
     from tether.agent.providers import for_command
+    from tether.cli import foreground as fg
     from tether.cli.terminal import terminal_size
 
     if issue_id is not None and not (issue and worktree):
@@ -191,6 +196,8 @@ def _prepare_worktree(branch: str, cwd: str) -> str:
 def attach(ctx: click.Context, detach_keys: str | None, read_only: bool, replay: int,
            exec_ref: str) -> None:
     """Attach this terminal to a running exec (works while the daemon is down)."""
+    from tether.cli import foreground as fg
+
     keys = fg.detach_keys(detach_keys)
     sys.exit(fg.attach_terminal(client(ctx), exec_ref, keys, read_only=read_only,
                                 replay=replay))
@@ -220,13 +227,15 @@ def ps(ctx: click.Context, all_: bool, sandbox: str | None, as_json: bool) -> No
 def logs(ctx: click.Context, follow: bool, use_stderr: bool, offset: int, plain: bool,
          exec_ref: str) -> None:
     """Print an exec's output, byte for byte (a terminal exec's raw terminal log)."""
-    from tether.cli.terminal import EscapeStripper
-
     c = client(ctx)
     x = c.exec_get(exec_ref)
     stream = "stderr" if use_stderr else ("pty" if x.spec.tty else "stdout")
     sink = sys.stdout.buffer
-    strip = EscapeStripper() if plain else None
+    strip: EscapeStripper | None = None
+    if plain:  # the terminal module (termios, the attach client) only when asked
+        from tether.cli.terminal import EscapeStripper
+
+        strip = EscapeStripper()
     try:
         for data in c.read_logs(x.id, stream=stream, offset=offset, follow=follow):
             sink.write(strip.feed(data) if strip else data)
@@ -245,6 +254,8 @@ def logs(ctx: click.Context, follow: bool, use_stderr: bool, offset: int, plain:
 @click.pass_context
 def wait(ctx: click.Context, exec_ref: str) -> None:
     """Wait for an exec to end; print its exit code and exit with it."""
+    from tether.cli import foreground as fg
+
     c = client(ctx)
     while True:
         x = c.exec_wait(exec_ref, timeout=30.0)

@@ -1,0 +1,74 @@
+"""One call over the daemon's socket with the standard library only (``json``, ``socket``).
+
+For a program that lives for a single call and must start fast: the hook program, which
+Claude Code runs on every tool call. Importing msgspec and the full client costs more than
+the rest of such a call. There are no retries and no auto-start here: ``None`` tells the
+caller to make the call with :class:`~tether.client.blocking.Client`, which has both.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+from tether.client.daemonctl import trusted
+from tether.client.errors import CONNECTION_ERRORS, TetherError
+from tether.model.errors import RpcCode
+
+MAX_REPLY = 64 * 1024 * 1024  # bytes in one reply line, as the full client
+
+
+def call_once(sock_path: Path, method: str, params: dict[str, Any], *,
+              home: Path | None = None) -> dict[str, Any] | None:
+    """``method``'s result, or ``None`` when the daemon did not answer it (no daemon, a
+    lost connection, a stopping or full daemon): the caller then makes the call with the
+    full client. An error a retry would not change is raised as ``TetherError``. With
+    ``home``, ``sock_path`` is that home's socket and the home must be trusted first
+    (``HomeUntrusted``), as the full client checks."""
+    if home is not None:
+        trusted(home)
+    line = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
+                      separators=(",", ":")).encode() + b"\n"
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(str(sock_path))
+            s.sendall(line)
+            msg = _reply(s)
+    except (OSError, ValueError):
+        return None
+    if msg is None:
+        return None
+    err = msg.get("error")
+    if err is None:
+        result = msg.get("result")
+        return result if isinstance(result, dict) else None
+    e = TetherError.from_wire(err)
+    if e.rpc_code == RpcCode.DAEMON_STOPPING or e.code in CONNECTION_ERRORS:
+        return None
+    raise e
+
+
+def _reply(s: socket.socket) -> dict[str, Any] | None:
+    """The reply to request 1 (notifications skipped), or ``None`` when the daemon closed
+    the connection first or refused it (id null)."""
+    buf = b""
+    while True:
+        nl = buf.find(b"\n")
+        if nl < 0:
+            if len(buf) > MAX_REPLY:
+                return None
+            chunk = s.recv(1 << 20)
+            if not chunk:
+                return None
+            buf += chunk
+            continue
+        msg = json.loads(buf[:nl])
+        buf = buf[nl + 1:]
+        if not isinstance(msg, dict):
+            return None
+        if msg.get("id") == 1:
+            return msg
+        if msg.get("id") is None and msg.get("method") is None:
+            return None  # the daemon's last word on this connection
