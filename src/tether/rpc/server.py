@@ -88,7 +88,7 @@ class _Unparsable:
 def _too_deep(raw: bytes, msg: Any) -> bool:
     """Does ``msg`` nest more than MAX_DEPTH levels? Walked only when the line has
     enough brackets to possibly do so (most lines have a handful)."""
-    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+    if len(raw) <= MAX_DEPTH or raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
         return False
     stack: list[tuple[Any, int]] = [(msg, 0)]
     while stack:
@@ -199,8 +199,8 @@ class RpcServer:
         self.refused = 0
         self.accepting = True
         self.inflight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        #: created by drain() while requests are in flight; resolved by the last to finish
+        self._idle: asyncio.Future[None] | None = None
         self.connections: set[Connection] = set()
 
     async def handle_connection(self, reader: asyncio.StreamReader,
@@ -216,6 +216,7 @@ class RpcServer:
                 writer.close()
             return
         lines = LineReader(reader, self.max_line)
+        methods = self.router.methods
         slots = asyncio.Semaphore(MAX_LONG_POLLS_PER_CONNECTION)
         with contextlib.suppress(Exception):
             writer.transport.set_write_buffer_limits(high=NOTIFY_BUFFER)
@@ -238,10 +239,16 @@ class RpcServer:
                                              {"code": "REQUEST_TOO_LARGE",
                                               "limit": self.max_line}))
                             continue
-                        if not item.strip():
+                        if not item or item.isspace():  # what strip() removes
                             continue
                         msg = _decode(item)
-                        if self.router.is_long(msg):
+                        if type(msg) is dict:  # not a batch: the is_long test, inline
+                            name = msg.get("method")
+                            method = methods.get(name) if type(name) is str else None
+                            long = method is not None and method.long
+                        else:
+                            long = self.router.is_long(msg)
+                        if long:
                             await slots.acquire()
                             conn.spawn_long(self._handle_line(conn, msg, slots))
                             await conn.drain()
@@ -299,19 +306,23 @@ class RpcServer:
     async def _handle_line(self, conn: Connection, msg: Any,
                            slots: asyncio.Semaphore | None) -> None:
         self.inflight += 1
-        self._idle.clear()
         try:
-            reply = await self._handle_message(conn, msg)
+            reply = await (self._handle_one(conn, msg) if type(msg) is dict
+                           else self._handle_message(conn, msg))
             if reply is not None:
-                conn.send(reply)
-                with contextlib.suppress(ConnectionError):
-                    await conn.drain()
+                writer = conn.writer
+                if not writer.is_closing():
+                    writer.write(_enc.encode(reply) + b"\n")
+                    # Nothing queued (the usual case) means nothing to wait for.
+                    if writer.transport.get_write_buffer_size():
+                        with contextlib.suppress(ConnectionError):
+                            await writer.drain()
         finally:
             if slots is not None:
                 slots.release()
             self.inflight -= 1
-            if self.inflight == 0:
-                self._idle.set()
+            if self.inflight == 0 and self._idle is not None and not self._idle.done():
+                self._idle.set_result(None)
 
     async def _handle_message(self, conn: Connection, msg: Any) -> Any:
         if isinstance(msg, _Unparsable):
@@ -348,17 +359,17 @@ class RpcServer:
             return _error(None, RpcCode.INVALID_REQUEST, "a request must be a JSON object",
                           {"code": "INVALID_REQUEST"})
         rid = msg.get("id")
+        version = msg.get("jsonrpc")
+        name = msg.get("method")
         # Only a well-formed request without an id is a notification (JSON-RPC 2.0 §4.1);
         # an invalid one is still answered, with id null.
-        is_notification = ("id" not in msg and msg.get("jsonrpc") == "2.0"
-                           and isinstance(msg.get("method"), str))
+        is_notification = "id" not in msg and version == "2.0" and isinstance(name, str)
         if not (rid is None or (isinstance(rid, (str, int, float)) and not isinstance(rid, bool))):
             return _error(None, RpcCode.INVALID_REQUEST, "id must be a string, number or null",
                           {"code": "INVALID_REQUEST"})
         try:
-            if msg.get("jsonrpc") != "2.0":
+            if version != "2.0":
                 raise _std(RpcCode.INVALID_REQUEST, 'missing or wrong "jsonrpc": "2.0"')
-            name = msg.get("method")
             if not isinstance(name, str):
                 raise _std(RpcCode.INVALID_REQUEST, '"method" must be a string')
             method = self.router.methods.get(name)
@@ -366,7 +377,7 @@ class RpcServer:
                 raise TetherError(RpcCode.METHOD_NOT_FOUND, "METHOD_NOT_FOUND",
                                   f"unknown method {name!r}; see docs/PROTOCOL.md for the list",
                                   {"method": name})
-            raw_params = msg.get("params", {})
+            raw_params = msg.get("params")
             if raw_params is None:
                 raw_params = {}
             if not isinstance(raw_params, dict):
@@ -420,5 +431,8 @@ class RpcServer:
         for conn in list(self.connections):
             for t in list(conn.long_tasks):
                 t.cancel()
+        if self.inflight == 0:
+            return
+        self._idle = asyncio.get_running_loop().create_future()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), timeout)
+            await asyncio.wait_for(self._idle, timeout)
