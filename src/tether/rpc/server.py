@@ -45,6 +45,7 @@ MAX_BATCH_REPLY = 8 * 1024 * 1024
 #: ones are refused whole: the decoder, the params' conversion and the store's encoder
 #: all recurse, and a recursion limit hit in any of them must not be a crash.
 MAX_DEPTH = 128
+_ID_TYPES = frozenset({type(None), str, int, float})
 MAX_CONNECTIONS = 1024  # per server (tether.sock and agent.sock each)
 HALF_LINE_TIMEOUT = 10.0  # seconds a line may take from its first byte to its newline
 NOTIFY_BUFFER = 64 * 1024  # bytes queued for a client above which notifications wait
@@ -381,7 +382,7 @@ class RpcServer:
         # Only a well-formed request without an id is a notification (JSON-RPC 2.0 §4.1);
         # an invalid one is still answered, with id null.
         is_notification = "id" not in msg and version == "2.0" and isinstance(name, str)
-        if not (rid is None or (isinstance(rid, (str, int, float)) and not isinstance(rid, bool))):
+        if type(rid) not in _ID_TYPES:  # decoded JSON: exact types (a bool is no number)
             return _error(None, RpcCode.INVALID_REQUEST, "id must be a string, number or null",
                           {"code": "INVALID_REQUEST"})
         try:
