@@ -452,6 +452,6 @@ class RpcServer:
                 t.cancel()
         if self.inflight == 0:
             return
-        self._idle = asyncio.get_running_loop().create_future()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle, timeout)
+        if self._idle is None or self._idle.done():
+            self._idle = asyncio.get_running_loop().create_future()
+        await asyncio.wait({self._idle}, timeout=timeout)  # never cancels it: others may wait
