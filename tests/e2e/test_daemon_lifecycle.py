@@ -8,11 +8,12 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.harness import TETHER, DaemonProc, raw_call, wait_for
+from tests.harness import TETHER, DaemonProc, RawConn, raw_call, wait_for
 from tether.client.blocking import Client
 from tether.client.errors import DaemonUnavailable
 from tether.client.replies import ExecView
@@ -81,6 +82,26 @@ def test_sigterm_drains_and_leaves_execs_running(daemon: DaemonProc, tmp_path: P
     types = [e.type for e in c.events_list().events if e.sandbox is None]
     assert types == ["daemon.recovered", "daemon.started", "daemon.stopping",
                      "daemon.recovered", "daemon.started"]
+
+
+def test_sigterm_answers_a_long_poll_in_flight_and_waits_no_longer(daemon: DaemonProc,
+                                                                    tmp_path: Path) -> None:
+    """Drain cancels a long poll, waits until its DAEMON_STOPPING reply is out (the last
+    request in flight wakes it) and goes on at once, not at the end of its 10 s timeout."""
+    wait = f"while [ ! -e {tmp_path}/go ]; do sleep 0.02; done"
+    x = daemon.client().exec_start(["sh", "-c", wait])
+    with RawConn(daemon.socket, timeout=20) as raw:
+        raw.send_obj({"jsonrpc": "2.0", "id": 1, "method": "exec.wait",
+                      "params": {"exec": x.id, "timeout": 60}})
+        # The next line is read only once the long poll runs: its reply proves it in flight.
+        assert raw.call("daemon.health")["result"]["status"] == "SERVING"
+        t0 = time.monotonic()
+        assert daemon.term() == 0
+        took = time.monotonic() - t0
+        reply = raw.recv_obj()
+    assert reply["id"] == 1 and reply["error"]["data"]["code"] == "DAEMON_STOPPING", reply
+    assert took < 8.0, f"the daemon took {took:.1f} s to stop: drain waited out its timeout"
+    (tmp_path / "go").touch()
 
 
 def test_sigint_also_drains(daemon: DaemonProc) -> None:

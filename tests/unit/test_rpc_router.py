@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import msgspec
 import pytest
 
+from tether.daemon.api import METHODS
 from tether.daemon.tasks import Tasks
 from tether.rpc.messages import Empty
-from tether.rpc.server import Router
+from tether.rpc.server import Method, Router
 
 
 async def _handler(p: Any, c: Any) -> Any:
@@ -52,3 +54,20 @@ def test_tasks_refuse_work_until_the_daemon_lends_its_group() -> None:
         return t.result()
 
     assert asyncio.run(main()) == 7
+
+
+def test_params_built_without_convert_equal_the_converted_ones() -> None:
+    """A request without params skips msgspec.convert where ``{}`` would convert: the bare
+    constructor must give the very value convert gives, for every method's params."""
+    bare = 0
+    for name, params in METHODS.items():
+        method = Method(name, params, _handler)
+        try:
+            want = msgspec.convert({}, params, strict=True)
+        except msgspec.ValidationError:
+            assert not method.bare, name
+            continue
+        assert method.bare, name
+        assert method.params() == want, name
+        bare += 1
+    assert bare >= 5  # daemon.health, daemon.status, the lists…

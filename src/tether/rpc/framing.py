@@ -34,6 +34,19 @@ class LineReader:
 
     async def next(self) -> bytes | LineTooLong | None:
         """The next line (without newline), a LineTooLong marker, or None at EOF."""
+        if not self._buf and not self._eof and not self._discarding:
+            # The common case, one whole request per read: handed over as read, without
+            # a pass through the buffer (the same line the general path would return).
+            chunk = await self._reader.read(_CHUNK)
+            end = len(chunk) - 1
+            if end >= 0 and chunk.find(b"\n") == end and end <= self._limit:
+                return chunk[:end]
+            if not chunk:
+                self._eof = True
+            else:
+                if self.partial_since is None:
+                    self.partial_since = time.monotonic()
+                self._buf += chunk
         while True:
             nl = self._buf.find(b"\n")
             if nl >= 0:
