@@ -25,6 +25,12 @@ from tether.client.blocking import Client
 from tether.client.replies import Handoff, Heartbeat, ToolDecision, TurnReply
 from tether.model.layout import HomeLayout
 
+#: Seconds an agent-side call keeps retrying while no daemon answers (a restart, an
+#: upgrade) before it fails with a clear error. It never starts a daemon: one started
+#: from an agent would inherit the agent's environment and token and take the home's
+#: lock, and the supervisor's own daemon would then refuse to start.
+RETRY_BUDGET = 5.0
+
 
 class NotAnAgent(RuntimeError):
     """The process was not started by tether as an agent session."""
@@ -54,10 +60,10 @@ class Session:
     @property
     def client(self) -> Client:
         if self._client is None:
-            # In a sandbox TETHER_SOCKET is the restricted agent socket: no autostart.
+            # In a sandbox TETHER_SOCKET is the restricted agent socket.
             own = self.socket is None or Path(self.socket) == HomeLayout(Path(self.home)).socket
-            self._client = Client(self.home, autostart=True, socket=None if own else
-                                  self.socket)
+            self._client = Client(self.home, autostart=False, reconnect=RETRY_BUDGET,
+                                  socket=None if own else self.socket)
         return self._client
 
     def turn(self, *, context_pct: float | None = None, usage: dict[str, int] | None = None,
