@@ -35,8 +35,13 @@ START_GATE = ["/bin/sh", "-c", 'read -r _ <&3 || exit 125; exec "$@" 3<&-', "sh"
 
 
 def resolve_command(name: str, env: dict[str, str]) -> str:
-    """``name`` looked up in the *exec's* PATH (posix_spawnp would use ours)."""
+    """``name`` looked up in the *exec's* PATH (posix_spawnp would use ours); a path is
+    checked here too, for the gate's ``exec`` would fail only after the start."""
     if "/" in name:
+        if not os.path.exists(name):
+            raise FileNotFoundError(errno.ENOENT, "command not found", name)
+        if os.path.isdir(name) or not os.access(name, os.X_OK):
+            raise PermissionError(errno.EACCES, "permission denied", name)
         return name
     for d in env.get("PATH", os.defpath).split(":"):
         path = os.path.join(d or ".", name)
