@@ -38,6 +38,7 @@ def test_agent_turn_never_autostarts_and_fails_clearly(stopped_daemon: DaemonPro
     took = time.monotonic() - t0
     assert r.returncode != 0
     assert b"no tether daemon answers" in r.stderr, r.stderr
+    assert b"an agent never starts a daemon" in r.stderr
     assert 4.0 <= took < 30, took  # it waited out its budget (5 s), no more than needed
     assert no_daemon_started(stopped_daemon.home)
 

@@ -16,12 +16,15 @@ An agent started by tether finds ``TETHER_HOME``, ``TETHER_SESSION`` and
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tether.client.blocking import Client
+from tether.client.errors import DaemonUnavailable
 from tether.client.replies import Handoff, Heartbeat, ToolDecision, TurnReply
 from tether.model.layout import HomeLayout
 
@@ -30,6 +33,18 @@ from tether.model.layout import HomeLayout
 #: from an agent would inherit the agent's environment and token and take the home's
 #: lock, and the supervisor's own daemon would then refuse to start.
 RETRY_BUDGET = 5.0
+
+
+@contextlib.contextmanager
+def agent_side() -> Iterator[None]:
+    """Say what an agent should do when no daemon answered: not start one."""
+    try:
+        yield
+    except DaemonUnavailable as e:
+        raise DaemonUnavailable(
+            f"{e.message.split('; ')[0]} (retried {RETRY_BUDGET:g} s); an agent never "
+            "starts a daemon: the one that started this session is gone or restarting, "
+            "and whoever runs tether must start it again") from None
 
 
 class NotAnAgent(RuntimeError):
@@ -70,19 +85,23 @@ class Session:
              model: str | None = None, messages: list[dict[str, Any]] | None = None,
              config: dict[str, Any] | None = None) -> TurnReply:
         """Report a completed turn; the reply carries the lifecycle and instructions."""
-        return self.client.agent_turn(self.session, self.token, context_pct=context_pct,
-                                      usage=usage, model=model, messages=messages,
-                                      config=config)
+        with agent_side():
+            return self.client.agent_turn(self.session, self.token, context_pct=context_pct,
+                                          usage=usage, model=model, messages=messages,
+                                          config=config)
 
     def heartbeat(self, activity: str | None = None) -> Heartbeat:
-        return self.client.agent_heartbeat(self.session, self.token, activity=activity)
+        with agent_side():
+            return self.client.agent_heartbeat(self.session, self.token, activity=activity)
 
     def authorize_tool(self, tool: str, input: Any = None) -> ToolDecision:
         """Whether the tool call is allowed (``allowed``), why, and the lifecycle."""
-        return self.client.agent_authorize_tool(self.session, self.token, tool, input)
+        with agent_side():
+            return self.client.agent_authorize_tool(self.session, self.token, tool, input)
 
     def handoff(self, text: str) -> Handoff:
-        return self.client.agent_handoff(self.session, self.token, text)
+        with agent_side():
+            return self.client.agent_handoff(self.session, self.token, text)
 
     def restored_messages(self) -> list[dict[str, Any]]:
         """The conversation from the drain snapshot this attempt was revived from."""
@@ -105,4 +124,4 @@ class Session:
             self._client.close()
 
 
-__all__ = ["NotAnAgent", "Session"]
+__all__ = ["NotAnAgent", "Session", "agent_side"]
