@@ -100,4 +100,6 @@ def test_monitor_killed_around_the_spawn_leaves_nothing_untracked(
         assert not running_with(str(mark)), f"round {n}: the command runs untracked ({rec})"
         if said_never_ran:
             assert not mark.exists(), f"round {n}: {exec_id} ran, yet FAILED {reason!r}"
+        if "before starting the command" in reason:  # at exec.start: never started
+            assert rec.never_started, rec
     print(outcomes)

@@ -227,6 +227,7 @@ class MonitorPool:
         finally:
             mon.proc.stdout.close()
         if report is None:
+            self._died_unreported(paths)
             raise StartError("the monitor exited before starting the command "
                              f"(see {paths.monitor_log})", "MONITOR_FAILED")
         if "error" in report:
@@ -234,6 +235,22 @@ class MonitorPool:
         return Started(pid=report["pid"], start_time=report["start_time"],
                        started_at=report["started_at"], monitor_pid=report["monitor"]["pid"],
                        monitor_start_time=report["monitor"]["start_time"])
+
+    @staticmethod
+    def _died_unreported(paths: ExecPaths) -> None:
+        """The monitor died before its start report, so before it opened the command's
+        gate: the command never ran. A handles file it wrote names a gate that ends on
+        its own (EOF); end it now and remove the file, so the exec is recorded as never
+        started (``never_started``: an agent's attempt is run again, not revived)."""
+        try:
+            handles = read_handles(str(paths.handles))
+        except FileCorrupt:
+            handles = None
+        if handles is not None:
+            child = handles["child"]
+            signal_verified_group(child["pid"], child["start_time"], 9)
+        with contextlib.suppress(OSError):
+            os.unlink(paths.handles)
 
     def _abandon(self, mon: _IdleMonitor, paths: ExecPaths) -> None:
         """Kill a monitor that failed to report, and its command if it got that far."""
