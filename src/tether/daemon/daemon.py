@@ -325,13 +325,14 @@ class Daemon:
     async def _sweep_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.sweep_interval)
-            if homes.identity(self.layout) != self._home_id:
-                log.error("the home %s was deleted or replaced; this daemon stops (start "
-                          "one on the new home with `tether daemon`)", self.layout.root)
-                self._home_lost = True
-                self.request_stop()
-                return
             try:
+                if homes.identity(self.layout) != self._home_id:
+                    log.error("the home %s was deleted or replaced; this daemon stops "
+                              "(start one on the new home with `tether daemon`)",
+                              self.layout.root)
+                    self._home_lost = True
+                    self.request_stop()
+                    return
                 self.execs.sweep()
                 await self.sandboxes.enforce_lifetimes(time.time())
                 for rt in self.runtimes:
