@@ -5,8 +5,9 @@ tool call for Claude, so it imports only the SDK and the providers, never click 
 it reads the payload (stdin, or the last argument for a provider with
 ``payload_in_argv``), calls ``agent.hook`` as ``TETHER_SESSION``/``TETHER_TOKEN``, prints
 the reply in the agent's own format and exits with its code. It never blocks the agent
-because of tether: outside a session or without a daemon it says why on stderr and exits 0
-(exit 2 would deny a tool call). ``--home`` is accepted for the command line's sake; the
+because of tether: outside a session, or when no daemon answered within
+``session.RETRY_BUDGET`` (it never starts one), it says why on stderr and exits 0 (exit 2
+would deny a tool call). ``--home`` is accepted for the command line's sake; the
 session's ``TETHER_HOME`` decides. ``tether agent hook …`` runs the same code.
 """
 
@@ -25,7 +26,7 @@ USAGE = "usage: python -m tether.agent.hook [--home HOME] PROVIDER EVENT [PAYLOA
 def run(provider: str, event: str, payload_arg: str | None) -> int:
     """Deliver one hook call; returns the exit code the agent must see."""
     from tether.agent.providers import REGISTRY
-    from tether.agent.session import NotAnAgent, Session
+    from tether.agent.session import NotAnAgent, Session, agent_side
     from tether.client.errors import TetherError
 
     try:
@@ -43,7 +44,8 @@ def run(provider: str, event: str, payload_arg: str | None) -> int:
     if not isinstance(payload, dict):
         payload = {"value": payload}
     try:
-        stdout, code = _deliver(s, provider, event, payload)
+        with agent_side():
+            stdout, code = _deliver(s, provider, event, payload)
     except TetherError as e:
         print(f"tether: hook {event} not delivered: {e.message}", file=sys.stderr)
         return 0
@@ -56,7 +58,7 @@ def _deliver(s: Session, provider: str, event: str, payload: dict[str, Any]
              ) -> tuple[bytes, int]:
     """The reply's stdout and exit code: one call with the standard library when the
     daemon answers it (the common case, and no msgspec to import), else through the full
-    client, which retries and auto-starts a daemon."""
+    client, which retries for ``session.RETRY_BUDGET`` (never starting a daemon)."""
     import base64
     from pathlib import Path
 

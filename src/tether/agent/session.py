@@ -16,14 +16,36 @@ An agent started by tether finds ``TETHER_HOME``, ``TETHER_SESSION`` and
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tether.client.errors import DaemonUnavailable
+
 if TYPE_CHECKING:  # imported on first use: the hook program may never need the client
     from tether.client.blocking import Client
     from tether.client.replies import Handoff, Heartbeat, ToolDecision, TurnReply
+
+#: Seconds an agent-side call keeps retrying while no daemon answers (a restart, an
+#: upgrade) before it fails with a clear error. It never starts a daemon: one started
+#: from an agent would inherit the agent's environment and token and take the home's
+#: lock, and the supervisor's own daemon would then refuse to start.
+RETRY_BUDGET = 5.0
+
+
+@contextlib.contextmanager
+def agent_side() -> Iterator[None]:
+    """Say what an agent should do when no daemon answered: not start one."""
+    try:
+        yield
+    except DaemonUnavailable as e:
+        raise DaemonUnavailable(
+            f"{e.message.split('; ')[0]} (retried {RETRY_BUDGET:g} s); an agent never "
+            "starts a daemon: the one that started this session is gone or restarting, "
+            "and whoever runs tether must start it again") from None
 
 
 class NotAnAgent(RuntimeError):
@@ -57,29 +79,33 @@ class Session:
             from tether.client.blocking import Client
             from tether.model.layout import HomeLayout
 
-            # In a sandbox TETHER_SOCKET is the restricted agent socket: no autostart.
+            # In a sandbox TETHER_SOCKET is the restricted agent socket.
             own = self.socket is None or Path(self.socket) == HomeLayout(Path(self.home)).socket
-            self._client = Client(self.home, autostart=True, socket=None if own else
-                                  self.socket)
+            self._client = Client(self.home, autostart=False, reconnect=RETRY_BUDGET,
+                                  socket=None if own else self.socket)
         return self._client
 
     def turn(self, *, context_pct: float | None = None, usage: dict[str, int] | None = None,
              model: str | None = None, messages: list[dict[str, Any]] | None = None,
              config: dict[str, Any] | None = None) -> TurnReply:
         """Report a completed turn; the reply carries the lifecycle and instructions."""
-        return self.client.agent_turn(self.session, self.token, context_pct=context_pct,
-                                      usage=usage, model=model, messages=messages,
-                                      config=config)
+        with agent_side():
+            return self.client.agent_turn(self.session, self.token, context_pct=context_pct,
+                                          usage=usage, model=model, messages=messages,
+                                          config=config)
 
     def heartbeat(self, activity: str | None = None) -> Heartbeat:
-        return self.client.agent_heartbeat(self.session, self.token, activity=activity)
+        with agent_side():
+            return self.client.agent_heartbeat(self.session, self.token, activity=activity)
 
     def authorize_tool(self, tool: str, input: Any = None) -> ToolDecision:
         """Whether the tool call is allowed (``allowed``), why, and the lifecycle."""
-        return self.client.agent_authorize_tool(self.session, self.token, tool, input)
+        with agent_side():
+            return self.client.agent_authorize_tool(self.session, self.token, tool, input)
 
     def handoff(self, text: str) -> Handoff:
-        return self.client.agent_handoff(self.session, self.token, text)
+        with agent_side():
+            return self.client.agent_handoff(self.session, self.token, text)
 
     def restored_messages(self) -> list[dict[str, Any]]:
         """The conversation from the drain snapshot this attempt was revived from."""
@@ -102,4 +128,4 @@ class Session:
             self._client.close()
 
 
-__all__ = ["NotAnAgent", "Session"]
+__all__ = ["NotAnAgent", "Session", "agent_side"]

@@ -81,6 +81,8 @@ class Daemon:
         self._rpc: RpcServer | None = None
         self._agent_server: asyncio.AbstractServer | None = None
         self._agent_rpc: RpcServer | None = None
+        self._home_id: tuple[int, int] | None = None  # the home's (dev, inode) at start
+        self._home_lost = False  # deleted or replaced under us: its paths are not ours
 
     # ------------------------------------------------------------------ lifecycle
     def _to(self, state: DaemonState) -> None:
@@ -175,6 +177,8 @@ class Daemon:
         finally:
             self._close_infrastructure()
         self._to(DaemonState.STOPPED)
+        if self._home_lost:
+            return 1
         if failed is not None:
             print(f"tether: {failed}", file=sys.stderr)
             return failed.exit_code
@@ -186,6 +190,7 @@ class Daemon:
             homes.prepare(self.layout)
         except UntrustedHome as e:
             raise StartupError(str(e), HOME_UNTRUSTED_EXIT) from None
+        self._home_id = homes.identity(self.layout)
         # The longest socket path we will bind is a monitor's (run/<12 hex>.sock).
         longest = self.layout.exec_paths("default", "0" * 12).socket
         if len(os.fsencode(longest)) > MAX_SOCKET_PATH:
@@ -314,13 +319,14 @@ class Daemon:
             self.monitors.close()
         with contextlib.suppress(Exception):
             self.store.close()
-        with contextlib.suppress(FileNotFoundError):
-            if self._server is not None:
-                self.layout.socket.unlink()
-        with contextlib.suppress(FileNotFoundError):
-            if self._agent_server is not None:
-                self.layout.agent_socket.unlink()
-        homes.remove_pid_file(self.layout)
+        if not self._home_lost:  # else these paths may be another daemon's by now
+            with contextlib.suppress(FileNotFoundError):
+                if self._server is not None:
+                    self.layout.socket.unlink()
+            with contextlib.suppress(FileNotFoundError):
+                if self._agent_server is not None:
+                    self.layout.agent_socket.unlink()
+            homes.remove_pid_file(self.layout)
         self._lock.release()
 
     # ------------------------------------------------------------------ background
@@ -339,6 +345,13 @@ class Daemon:
         while True:
             await asyncio.sleep(self.config.sweep_interval)
             try:
+                if homes.identity(self.layout) != self._home_id:
+                    log.error("the home %s was deleted or replaced; this daemon stops "
+                              "(start one on the new home with `tether daemon`)",
+                              self.layout.root)
+                    self._home_lost = True
+                    self.request_stop()
+                    return
                 self.execs.sweep()
                 await self.sandboxes.enforce_lifetimes(time.time())
                 for rt in self.runtimes:

@@ -119,3 +119,13 @@ def write_pid_file(layout: HomeLayout) -> None:
 def remove_pid_file(layout: HomeLayout) -> None:
     with contextlib.suppress(FileNotFoundError):
         layout.pid_file.unlink()
+
+
+def identity(layout: HomeLayout) -> tuple[int, int] | None:
+    """The home directory's (device, inode), or None when it is gone: a daemon whose home
+    was deleted or replaced serves state nobody can see any more, and must stop."""
+    try:
+        st = os.stat(layout.root)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return (st.st_dev, st.st_ino)

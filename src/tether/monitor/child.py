@@ -24,9 +24,24 @@ RESET_SIGNALS = {signal.SIGPIPE, signal.SIGXFSZ, signal.SIGHUP, signal.SIGINT, s
                  signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH}
 
 
+#: Every command starts behind this gate, reading fd 3 (``pin.GATE_FD``): the monitor
+#: opens it (one line) only once the handles file and its start report are out, so a
+#: command never runs untracked. A monitor killed before that closes the pipe; the gate
+#: reads EOF and exits without running the command (the process dies with its monitor,
+#: which ``posix_spawn`` cannot arrange with ``PR_SET_PDEATHSIG``). ``exec`` keeps the
+#: pid, so the handles name the command itself. A ``gated`` launch (bwrap) carries its
+#: own gate, inside the sandbox: then the argv is spawned as it is.
+START_GATE = ["/bin/sh", "-c", 'read -r _ <&3 || exit 125; exec "$@" 3<&-', "sh"]
+
+
 def resolve_command(name: str, env: dict[str, str]) -> str:
-    """``name`` looked up in the *exec's* PATH (posix_spawnp would use ours)."""
+    """``name`` looked up in the *exec's* PATH (posix_spawnp would use ours); a path is
+    checked here too, for the gate's ``exec`` would fail only after the start."""
     if "/" in name:
+        if not os.path.exists(name):
+            raise FileNotFoundError(errno.ENOENT, "command not found", name)
+        if os.path.isdir(name) or not os.access(name, os.X_OK):
+            raise PermissionError(errno.EACCES, "permission denied", name)
         return name
     for d in env.get("PATH", os.defpath).split(":"):
         path = os.path.join(d or ".", name)
@@ -50,16 +65,20 @@ class Child:
 
     # -------------------------------------------------------------- start
     def spawn(self, actions: list[tuple[Any, ...]], setsid: bool) -> None:
-        """Start the command in its own process group (a new session on a terminal).
+        """Start the command, behind its gate (``START_GATE``), in its own process group
+        (a new session on a terminal); ``actions`` put the gate's pipe on fd 3.
 
-        Raises OSError if it cannot be started (see :meth:`start_failed`)."""
+        Raises OSError if it cannot be started (see :meth:`start_failed`): the command
+        is looked up here, so that a missing one fails the start, not the gate."""
         argv: list[str] = self.spec["argv"]
         env: dict[str, str] = self.spec["env"]
         if self.spec.get("cwd"):
             os.chdir(self.spec["cwd"])
         spawn_kw: dict[str, Any] = {"setsid": True} if setsid else {"setpgroup": 0}
-        self.pid = os.posix_spawn(resolve_command(argv[0], env), argv, env,
-                                  file_actions=actions, setsigmask=(),
+        path = resolve_command(argv[0], env)
+        if not self.spec.get("gated"):
+            path, argv = START_GATE[0], [*START_GATE, *argv]
+        self.pid = os.posix_spawn(path, argv, env, file_actions=actions, setsigmask=(),
                                   setsigdef=RESET_SIGNALS, **spawn_kw)
 
     def start_failed(self, e: OSError) -> tuple[str, dict[str, Any]]:
@@ -73,16 +92,18 @@ class Child:
         return msg, {"exit_code": 127, "signal": None, "ended_at": time.time(),
                      "started_at": None, "outcome": "start_failed", "reason": msg}
 
-    def kill_untracked(self) -> dict[str, Any]:
-        """End a command that runs but that nobody could track; the exit record saying so.
+    def never_let_start(self, why: BaseException) -> dict[str, Any]:
+        """End a child whose gate the monitor will not open (it could not record the
+        start); the exit record saying so. Its gate is closed already, so the command
+        never ran; SIGKILL in case the gate has not even been reached.
 
         Raises OSError if it cannot be reaped."""
         self.killpg(signal.SIGKILL)
         os.waitpid(self.pid, 0)
-        return {"exit_code": None, "signal": signal.SIGKILL, "ended_at": time.time(),
-                "started_at": self.started_at, "outcome": "start_failed",
-                "reason": "the monitor failed right after starting the command; it "
-                          "was killed"}
+        return {"exit_code": None, "signal": None, "ended_at": time.time(),
+                "started_at": None, "outcome": "start_failed",
+                "reason": f"the monitor could not record the command's start ({why!r}); "
+                          "the command was never started"}
 
     def start_timeout(self) -> None:
         timeout = self.spec.get("timeout")

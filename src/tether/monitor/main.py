@@ -6,13 +6,15 @@ Life of a monitor (no asyncio; one ``epoll`` loop):
    daemon hands it an exec; EOF (the daemon died) means exit quietly.
 2. Claim the exec (``O_EXCL`` claim file, ``flock`` held for life). If a
    recovering daemon claimed it first, start nothing.
-3. Start the child with ``posix_spawnp`` in its own process group. Without a
+3. Start the child with ``posix_spawn`` in its own process group, behind a gate
+   (``child.START_GATE``: it waits on a pipe before it execs the command). Without a
    terminal its stdout and stderr *are* the log files: no byte passes through
    any tether process. With a terminal (``tty``) the child is a session leader
    on a PTY whose master we own; we copy its output to ``pty.log`` and to every
    attached client.
-4. Write the handles file, report ``{"pid": ...}`` on stdout, close both pipes:
-   from here on the daemon may die at any moment without affecting us.
+4. Write the handles file, report ``{"pid": ...}`` on stdout, open the gate, close
+   both pipes: from here on the daemon may die at any moment without affecting us.
+   Killed before the gate opens, we leave no command running: the gate reads EOF.
 5. Serve the socket (control commands, attach clients, daemon watchers),
    enforce the timeout, and when the child ends write the exit file (atomic,
    fsynced, into blocks reserved at start; on a full disk, retried with backoff
@@ -60,7 +62,7 @@ from tether.monitor.files import (  # noqa: E402
     write_exit,
     write_handles,
 )
-from tether.monitor.pin import GATE_FD, Pin, gate_pipe  # noqa: E402
+from tether.monitor.pin import GATE_FD, Pin, gate_pipe, open_gate  # noqa: E402
 from tether.monitor.terminal import Terminal  # noqa: E402
 
 
@@ -165,11 +167,10 @@ class Monitor:
             return 0
 
         actions, setsid, to_close = self.term.open()
-        gate_w = None
-        if self.spec.get("gated"):  # see tether.monitor.pin
-            gate_r, gate_w = gate_pipe()
-            actions.append((os.POSIX_SPAWN_DUP2, gate_r, GATE_FD))
-            to_close.append(gate_r)
+        # The command's gate (child.START_GATE, or a gated launch's own: monitor.pin).
+        gate_r, gate_w = gate_pipe()
+        actions.append((os.POSIX_SPAWN_DUP2, gate_r, GATE_FD))
+        to_close.append(gate_r)
         self.clients.listen()
 
         signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -184,8 +185,7 @@ class Monitor:
         try:
             self.child.spawn(actions, setsid)
         except OSError as e:
-            if gate_w is not None:
-                os.close(gate_w)
+            os.close(gate_w)
             msg, record = self.child.start_failed(e)
             self.clients.remove_socket()
             self._write_exit(record)
@@ -195,18 +195,21 @@ class Monitor:
             for f in to_close:
                 os.close(f)
         self.child.started_at = time.time()
-        if gate_w is not None:
-            self.pin.find(self.child.pid, gate_w)
+        if self.spec.get("gated"):
+            self.pin.find(self.child.pid)
             self.child.group = self.pin.pgid
         try:
             self._announce()
-        except BaseException:
-            # The command runs but nobody could track it: end it, and say so on disk.
+        except BaseException as e:
+            # Nobody could track the command: never let it start, and say so on disk.
+            os.close(gate_w)
             try:
-                write_exit(self.paths["exit"], self.child.kill_untracked())
+                write_exit(self.paths["exit"], self.child.never_let_start(e))
             except OSError:
                 pass
             raise
+        open_gate(gate_w)  # tracked from here: the command may run
+        _detach_pipes()
         return self.loop()
 
     def _announce(self) -> None:
@@ -225,7 +228,6 @@ class Monitor:
         self.child.start_timeout()
         _report({"pid": pid, "start_time": start_time, "started_at": started_at,
                  "monitor": me})
-        _detach_pipes()
 
     # -------------------------------------------------------------- loop
     def loop(self) -> int:

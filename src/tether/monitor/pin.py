@@ -53,6 +53,15 @@ def gate_pipe() -> tuple[int, int]:
     return r, w
 
 
+def open_gate(gate_w: int) -> None:
+    """Let the command start: one line, then close (an early EOF means: never start)."""
+    try:
+        os.write(gate_w, b"\n")
+    except OSError:
+        pass  # the gate is gone (the child died): its status says why
+    os.close(gate_w)
+
+
 class Pin:
     """The command's pidfd and process group, once the gate is found; else nothing."""
 
@@ -60,10 +69,9 @@ class Pin:
         self.pidfd: int | None = None
         self.pgid: int | None = None
 
-    def find(self, child: int, gate_w: int) -> None:
-        """Find the gate's process (the child's grandchild), pin it, then open the gate.
-
-        Always opens the gate (closing ``gate_w``): the command runs either way."""
+    def find(self, child: int) -> None:
+        """Find the gate's process (the child's grandchild) and pin it; the monitor
+        opens the gate afterwards (:func:`open_gate`), whether it was found or not."""
         deadline = time.monotonic() + FIND_TIMEOUT
         try:
             while time.monotonic() < deadline:
@@ -79,12 +87,6 @@ class Pin:
                 time.sleep(0.002)
         except OSError:
             pass
-        finally:
-            try:
-                os.write(gate_w, b"\n")
-            except OSError:
-                pass
-            os.close(gate_w)
 
     def status(self, wait: float = 2.0) -> tuple[int | None, int | None] | None:
         """The command's (exit code, signal), or None when the kernel cannot say.

@@ -72,7 +72,9 @@ HOST_ROOT_SECRET_DIRS = ("/var/lib/docker", "/var/lib/containerd", "/var/lib/con
 MAYBE_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 #: bwrap reports a death by signal N as exit status 128+N: the command waits at this gate
 #: until the monitor holds a pidfd to it, which tells the two apart (tether.monitor.pin).
-GATE = ["/bin/sh", "-c", 'read -r _ <&3; exec "$@" 3<&-', "sh"]
+#: Its monitor opens it only once the start is recorded; EOF (the monitor died before
+#: that) ends it without running the command, as ``monitor.child.START_GATE`` does.
+GATE = ["/bin/sh", "-c", 'read -r _ <&3 || exit 125; exec "$@" 3<&-', "sh"]
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from tether.hostio.pidfd import open_verified_pidfd, signal_verified_group
 from tether.hostio.proc import is_same_process
 from tether.model.layout import MAX_SOCKET_PATH, ExecPaths
 from tether.model.records import ExecRecord
+from tether.monitor.child import START_GATE
 from tether.monitor.files import (
     FileCorrupt,
     claim,
@@ -100,6 +101,18 @@ async def _read_report(fd: int) -> bytes:
 class _IdleMonitor:
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self.proc = proc
+
+
+def at_gate(pid: int, start_time: int) -> bool:
+    """Whether the child ``(pid, start_time)`` still waits at its start gate
+    (``START_GATE``), i.e. its command has not started."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return False
+    return (argv[:len(START_GATE)] == [os.fsencode(a) for a in START_GATE]
+            and is_same_process(pid, start_time))
 
 
 class MonitorPool:
@@ -214,6 +227,7 @@ class MonitorPool:
         finally:
             mon.proc.stdout.close()
         if report is None:
+            self._died_unreported(paths)
             raise StartError("the monitor exited before starting the command "
                              f"(see {paths.monitor_log})", "MONITOR_FAILED")
         if "error" in report:
@@ -221,6 +235,22 @@ class MonitorPool:
         return Started(pid=report["pid"], start_time=report["start_time"],
                        started_at=report["started_at"], monitor_pid=report["monitor"]["pid"],
                        monitor_start_time=report["monitor"]["start_time"])
+
+    @staticmethod
+    def _died_unreported(paths: ExecPaths) -> None:
+        """The monitor died before its start report, so before it opened the command's
+        gate: the command never ran. A handles file it wrote names a gate that ends on
+        its own (EOF); end it now and remove the file, so the exec is recorded as never
+        started (``never_started``: an agent's attempt is run again, not revived)."""
+        try:
+            handles = read_handles(str(paths.handles))
+        except FileCorrupt:
+            handles = None
+        if handles is not None:
+            child = handles["child"]
+            signal_verified_group(child["pid"], child["start_time"], 9)
+        with contextlib.suppress(OSError):
+            os.unlink(paths.handles)
 
     def _abandon(self, mon: _IdleMonitor, paths: ExecPaths) -> None:
         """Kill a monitor that failed to report, and its command if it got that far."""
@@ -278,13 +308,19 @@ class MonitorPool:
             return Inspection("lost", handles=handles, reason=str(e))
         if status is not None:
             return Inspection("exited", exit=status, handles=handles)
+        gated = at_gate(child["pid"], child["start_time"])
         if signal_verified_group(child["pid"], child["start_time"], 9):
+            if gated:
+                return Inspection("lost", handles=handles, reason=(
+                    f"monitor pid {mon['pid']} died before letting its command start; it "
+                    "never ran"))
             return Inspection("lost", handles=handles, reason=(
                 f"monitor pid {mon['pid']} died while its command (pid {child['pid']}) still "
                 "ran; the command was killed because nobody could record its exit status"))
         return Inspection("lost", handles=handles, reason=(
             f"monitor pid {mon['pid']} and command pid {child['pid']} are both gone and no "
-            "exit status was written (killed together, e.g. by the OOM killer or a reboot)"))
+            "exit status was written: killed together (e.g. by the OOM killer or a reboot), "
+            "or the command never started (its monitor died just before letting it)"))
 
     def _lost_with_corrupt_handles(self, paths: ExecPaths, why: str) -> Inspection:
         if claim_is_held(str(paths.claim)):

@@ -1,0 +1,105 @@
+"""A monitor SIGKILLed at any moment around its spawn of the command leaves no command
+running untracked, and the exec's recorded reason is true (issue 11 #9).
+
+The command marks that it ran (a file) before sleeping, and its shell keeps the marker's
+path in its command line, so an untracked survivor can be found in /proc.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import threading
+import time
+from pathlib import Path
+
+from tests.harness import DaemonProc, wait_for
+from tether.client.errors import TetherError
+
+ROUNDS = 60
+MAX_DELAY = 0.008  # seconds after exec.start is sent: before, during and after the spawn
+#: Reasons that say the command never ran; anything else must not claim it.
+NEVER_RAN = ("never ran", "before starting the command", "was never started")
+
+
+def monitor_children(daemon_pid: int) -> set[int]:
+    pids: set[int] = set()
+    for task in Path(f"/proc/{daemon_pid}/task").iterdir():
+        try:
+            kids = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for k in kids:
+            try:
+                if b"monitor/run.py" in Path(f"/proc/{k}/cmdline").read_bytes():
+                    pids.add(int(k))
+            except OSError:
+                pass
+    return pids
+
+
+def running_with(text: str) -> list[int]:
+    found = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if text.encode() in (p / "cmdline").read_bytes():
+                    found.append(int(p.name))
+            except OSError:
+                pass
+    return found
+
+
+def test_monitor_killed_around_the_spawn_leaves_nothing_untracked(
+        stopped_daemon: DaemonProc, tmp_path: Path) -> None:
+    d = stopped_daemon
+    d.start(pool=1)
+    c = d.client(reconnect=5)
+    rng = random.Random(11)
+    used: set[int] = set()
+    outcomes: dict[str, int] = {}
+    for n in range(ROUNDS):
+        mark = tmp_path / f"ran-{n}"
+        mon = wait_for(lambda: sorted(monitor_children(d.pid) - used), 10,
+                       what="an idle monitor")[0]
+        used.add(mon)
+        result: dict[str, object] = {}
+
+        def start(mark: Path = mark, result: dict[str, object] = result) -> None:
+            try:
+                result["id"] = c.exec_start(
+                    ["/bin/sh", "-c", 'touch "$0"; sleep 30', str(mark)]).id
+            except TetherError as e:
+                result["id"] = e.data.get("exec")
+                result["error"] = e.message
+
+        t = threading.Thread(target=start)
+        t.start()
+        time.sleep(rng.uniform(0, MAX_DELAY))
+        os.kill(mon, signal.SIGKILL)
+        t.join(30)
+        exec_id = result.get("id")
+        assert isinstance(exec_id, str), result
+        claim = d.home / "run" / f"{exec_id}.claim"
+        owner = claim.read_text().split() if claim.exists() else []
+        if owner and owner != ["monitor", str(mon)]:  # killed before the daemon took it
+            c.exec_cancel(exec_id, signal="KILL", grace=0)
+            outcomes["missed"] = outcomes.get("missed", 0) + 1
+            wait_for(lambda e=exec_id: c.exec_get(e).state == "CANCELLED", 15)
+            continue
+        rec = wait_for(lambda e=exec_id: (r := c.exec_get(e)).state not in
+                       ("PENDING", "RUNNING") and r, 15, what=f"{exec_id} settled")
+        time.sleep(0.05)  # room for an untracked command to show itself
+        reason = rec.reason or ""
+        said_never_ran = any(s in reason for s in NEVER_RAN)
+        key = re.sub(r"\d+", "N", reason.split(" (see ")[0])[:70]
+        outcomes[key] = outcomes.get(key, 0) + 1
+        assert rec.state == "FAILED", rec
+        assert not running_with(str(mark)), f"round {n}: the command runs untracked ({rec})"
+        if said_never_ran:
+            assert not mark.exists(), f"round {n}: {exec_id} ran, yet FAILED {reason!r}"
+        if "before starting the command" in reason:  # at exec.start: never started
+            assert rec.never_started, rec
+    print(outcomes)
