@@ -109,6 +109,9 @@ class Retry:
         self.auto = auto
         self.deadline = time.monotonic() + budget
         self.delay = 0.02
+        # A full daemon's refusal, if one came: what to report when the budget runs out
+        # on a connection that then broke before its answer could be read.
+        self.full: TetherError | None = None
 
     def refused(self, err: OSError) -> float:
         """A connect failed: the seconds to wait before the next, or raise."""
@@ -117,6 +120,8 @@ class Retry:
                 self.auto.refused()
             self.auto.check()
         if time.monotonic() >= self.deadline:
+            if self.full is not None:
+                raise self.full
             hint = "start one with `tether daemon`" if self.auto is None else self.auto.why()
             raise DaemonUnavailable(f"no tether daemon answers on {self.socket}; {hint}")
         delay, self.delay = self.delay, min(self.delay * 2, 0.5)
@@ -127,6 +132,8 @@ class Retry:
         if self.auto is not None:
             self.auto.forget()
         if time.monotonic() >= self.deadline:
+            if self.full is not None:
+                raise self.full from None
             raise DaemonUnavailable(f"lost the daemon at {self.socket} while calling "
                                     f"{method}") from None
         return 0.05
@@ -138,6 +145,7 @@ class Retry:
             if err.rpc_code == RpcCode.DAEMON_STOPPING or err.code == "CONNECTION_EVICTED":
                 return 0.1
             if err.code == "TOO_MANY_CONNECTIONS":
+                self.full = err
                 delay, self.delay = self.delay, min(self.delay * 2, 0.5)
                 return delay
         raise err
