@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -51,3 +52,27 @@ def kv(pairs: tuple[str, ...], what: str) -> dict[str, str]:
         k, v = p.split("=", 1)
         result[k] = v
     return result
+
+
+def listing(group: click.Group, *, ls_help: str, inspect_help: str, all_help: str,
+            fetch: Callable[[Client, bool], Sequence[Any]], get: Callable[[Client, str], Any],
+            table: Callable[[Any], None]) -> None:
+    """``ls [-a] [--json]`` and ``inspect REF`` for one kind of record: the same two
+    commands for sandboxes and lineages, written once."""
+
+    @group.command("ls", help=ls_help)
+    @click.option("-a", "--all", "all_", is_flag=True, help=all_help)
+    @click.option("--json", "as_json", is_flag=True)
+    @click.pass_context
+    def ls(ctx: click.Context, all_: bool, as_json: bool) -> None:
+        rows = fetch(client(ctx), all_)
+        if as_json:
+            out.emit_json(rows)
+        else:
+            table(rows)
+
+    @group.command("inspect", help=inspect_help)
+    @click.argument("ref")
+    @click.pass_context
+    def inspect(ctx: click.Context, ref: str) -> None:
+        out.emit_json(get(client(ctx), ref))

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from tether.cli import output as out
-from tether.cli.context import client, die
+from tether.cli.context import client, die, listing
 
 if TYPE_CHECKING:
     from tether.agent.session import Session
@@ -21,25 +21,10 @@ def lineage() -> None:
     """Agent lineages: stable identities across revivals."""
 
 
-@lineage.command("ls")
-@click.option("-a", "--all", "all_", is_flag=True, help="include finished lineages")
-@click.option("--json", "as_json", is_flag=True)
-@click.pass_context
-def lineage_ls(ctx: click.Context, all_: bool, as_json: bool) -> None:
-    """List lineages with their state."""
-    rows = client(ctx).lineage_list(all=all_)
-    if as_json:
-        out.emit_json(rows)
-    else:
-        out.lineage_table(rows)
-
-
-@lineage.command("inspect")
-@click.argument("ref")
-@click.pass_context
-def lineage_inspect(ctx: click.Context, ref: str) -> None:
-    """Show one lineage as JSON."""
-    out.emit_json(client(ctx).lineage_get(ref))
+listing(lineage, ls_help="List lineages with their state.",
+        inspect_help="Show one lineage as JSON.", all_help="include finished lineages",
+        fetch=lambda c, all_: c.lineage_list(all=all_), get=lambda c, ref: c.lineage_get(ref),
+        table=lambda rows: out.lineage_table(rows))
 
 
 @lineage.command("resolve")

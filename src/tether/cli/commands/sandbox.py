@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from tether.cli import output as out
-from tether.cli.context import client, die, kv
+from tether.cli.context import client, die, kv, listing
 from tether.cli.sandboxflags import create_params, sandbox_flags
 from tether.client.errors import TetherError
 from tether.model.records import KILL_GRACE
@@ -38,25 +38,10 @@ def sandbox_create(ctx: click.Context, /, envs: tuple[str, ...], name: str,
         out.fail(reason)
 
 
-@sandbox.command("ls")
-@click.option("-a", "--all", "all_", is_flag=True, help="include deleted sandboxes")
-@click.option("--json", "as_json", is_flag=True)
-@click.pass_context
-def sandbox_ls(ctx: click.Context, all_: bool, as_json: bool) -> None:
-    """List sandboxes."""
-    sbs = client(ctx).sandbox_list(all=all_)
-    if as_json:
-        out.emit_json(sbs)
-    else:
-        out.sandbox_table(sbs)
-
-
-@sandbox.command("inspect")
-@click.argument("ref")
-@click.pass_context
-def sandbox_inspect(ctx: click.Context, ref: str) -> None:
-    """Show a sandbox as JSON."""
-    out.emit_json(client(ctx).sandbox_get(ref))
+listing(sandbox, ls_help="List sandboxes.", inspect_help="Show a sandbox as JSON.",
+        all_help="include deleted sandboxes",
+        fetch=lambda c, all_: c.sandbox_list(all=all_), get=lambda c, ref: c.sandbox_get(ref),
+        table=lambda rows: out.sandbox_table(rows))
 
 
 @sandbox.command("stop")
