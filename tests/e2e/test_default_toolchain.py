@@ -162,3 +162,23 @@ def test_where_no_sandbox_applies_the_default_runs_unsandboxed_with_a_notice(
     d.start(env={"TETHER_DEFAULT_RUNTIME": "bwrap"})
     r = tether(d, "run", "--", "true", cwd=Path("/tmp"))
     assert r.returncode != 0 and "cannot run in a bwrap sandbox" in r.stderr, r.stderr
+
+
+def test_directories_made_to_hold_binds_are_read_only(auto_daemon: DaemonProc,
+                                                      user_home: Path) -> None:
+    """The home and `src/` above a workspace in a home, and the home above a toolchain,
+    exist inside only because bwrap made them to hold the binds: a write there must
+    fail, not land in the sandbox's own root and vanish (found by `make demo`)."""
+    d = auto_daemon
+    d.start()
+    app = user_home / "src" / "app"
+    app.mkdir(parents=True)
+    script = ("for f in \"$HOME/x\" \"$HOME/src/y\" /root/z /new-top; do "
+              "touch \"$f\" 2>/dev/null && echo \"wrote $f\" || echo \"refused $f\"; done; "
+              "echo ok > inside && echo wrote-workspace")
+    r = tether(d, "run", "--", "sh", "-c", script, cwd=app)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert "wrote-workspace" in lines and (app / "inside").read_text() == "ok\n"
+    assert not [x for x in lines if x.startswith("wrote /")], r.stdout
+    assert not (user_home / "x").exists() and not (user_home / "src" / "y").exists()

@@ -224,6 +224,12 @@ def wrap(argv: list[str], spec: SandboxSpec, *, cwd: str, tether_home: str,
         inside_cwd = target  # the host cwd does not exist inside: start in the workspace
     elif spec.workspace_target and _under(cwd, [workspace]):
         inside_cwd = os.path.normpath(os.path.join(target, os.path.relpath(cwd, workspace)))
+    if agent is None:
+        # Directories bwrap made to hold the binds (/root for a toolchain under it, /home/u
+        # for a workspace there) live on the sandbox's own root: writable, though nothing
+        # written there reaches the host. Read-only, so a write outside the workspace
+        # fails as the user expects instead of vanishing.
+        args += ["--remount-ro", "/"]
     args += ["--chdir", inside_cwd]
     if not tty:
         args.append("--new-session")  # no TIOCSTI into a terminal we do not own
