@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -30,7 +31,7 @@ from tether.hostio.proc import is_same_process
 FAST = {"TETHER_AGENT_TICK": "0.2"}
 TERMINAL = {"FINISHED", "FAILED", "CANCELLED"}
 LINEAGE_ENDS = {"revive": {"FINISHED", "FAILED"}, "reap": {"FINISHED", "REAPED"}}
-SEEDS = [11, 23, 37]
+SEEDS = [101, 108, 112]  # each also crashes the daemon while the sandbox is DELETING
 STEPS = 9
 
 
@@ -64,7 +65,8 @@ class Chaos:
         return f"seed {self.seed}: {what}\nschedule: {self.log}"
 
     # ------------------------------------------------------------------ actions
-    def start_exec(self, sandbox: str = "default", linger: float | None = None) -> None:
+    def start_exec(self, sandbox: str = "default", linger: float | None = None,
+                   trap: bool = False) -> None:
         rng = self.rng
         out = "".join(rng.choice("abcdefxyz019\n") for _ in range(rng.randint(1, 300)))
         tail = "".join(rng.choice("klmnop\n") for _ in range(rng.randint(0, 200)))
@@ -72,7 +74,8 @@ class Chaos:
         code = rng.choice([0, 1, 3, 7, 42, 255])
         nap = linger if linger is not None else round(rng.uniform(0.1, 3.0), 2)
         fmt = lambda s: s.replace("\n", "\\n")  # noqa: E731 - printf's escape, no quotes
-        script = (f": chaos-{self.seed}; printf '{fmt(out)}'; printf '{fmt(err)}' >&2; "
+        ignore = "trap '' TERM; " if trap else ""
+        script = (f": chaos-{self.seed}; {ignore}printf '{fmt(out)}'; printf '{fmt(err)}' >&2; "
                   f"sleep {nap}; printf '{fmt(tail)}'; exit {code}")
         x = self.c.exec_start(["sh", "-c", script], sandbox=sandbox)
         self.execs.append(Planned(x.id, (out + tail).encode(), err.encode(), code, sandbox))
@@ -81,7 +84,7 @@ class Chaos:
     def start_agent(self) -> None:
         policy = self.rng.choice(["revive", "reap"])
         log = self.tmp / f"agent-{len(self.lineages)}.log"
-        linger = round(self.rng.uniform(0.5, 2.5), 2)
+        linger = round(self.rng.uniform(1.0, 4.0), 2)
         lin = self.c.agent_start(
             [sys.executable, str(SCRIPTED_AGENT), "--log", str(log), "--pcts", "10,20",
              "--linger", str(linger)],
@@ -94,8 +97,11 @@ class Chaos:
         name = f"chaos{len(self.doomed)}"
         self.doomed_ids[name] = self.c.sandbox_create(name, runtime="process").id
         self.doomed.append(name)
-        self.start_exec(name, linger=30)
-        self.log.append(f"sandbox {name}")
+        # Half the time its exec ignores SIGTERM, so the deletion lasts its grace and a
+        # daemon SIGKILL may land while the sandbox is DELETING.
+        trap = self.rng.random() < 0.5
+        self.start_exec(name, linger=30, trap=trap)
+        self.log.append(f"sandbox {name} trap {trap}")
 
     def delete_sandbox(self) -> None:
         """In a thread, so that a daemon SIGKILL can land in the middle of it."""
@@ -110,10 +116,16 @@ class Chaos:
         t.start()
         self.deleters.append(t)
         self.log.append(f"delete {name}")
+        if self.rng.random() < 0.5:  # crash mid-deletion, once the intent is committed
+            sid = self.doomed_ids[name]
+            with contextlib.suppress(AssertionError):
+                wait_for(lambda: any(s.id == sid and s.state in ("DELETING", "DELETED")
+                                     for s in self.c.sandbox_list(all=True)), timeout=5)
+            self.kill_daemon()
 
     def kill_daemon(self) -> None:
         self.d.kill9()
-        self.log.append("daemon SIGKILL")
+        self.log.append(f"daemon SIGKILL {self._doomed_states()}")
         if self.rng.random() < 0.4:
             self.kill_monitor()  # while no daemon watches
         time.sleep(self.rng.uniform(0, 0.3))
@@ -144,6 +156,17 @@ class Chaos:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
         self.log.append(f"agent {lid} SIGKILL")
+
+    def _doomed_states(self) -> list[tuple[str, str]]:
+        """The doomed sandboxes' states as the store has them (no daemon to ask now)."""
+        db = sqlite3.connect(self.d.home / "tether.db")
+        try:
+            ids = list(self.doomed_ids.values())
+            rows = db.execute(f"SELECT name, state FROM sandboxes WHERE id IN "
+                              f"({','.join('?' * len(ids))})", ids).fetchall()
+            return [(str(n), str(st)) for n, st in rows]
+        finally:
+            db.close()
 
     def _handles(self, exec_id: str) -> dict[str, Any] | None:
         try:
@@ -181,14 +204,17 @@ def test_chaos(stopped_daemon: DaemonProc, tmp_path: Path, seed: int) -> None:
     for _ in range(rng.randint(1, 2)):
         ch.start_agent()
     ch.create_sandbox()
-    actions = [ch.kill_daemon, ch.kill_monitor, ch.kill_agent, ch.start_exec]
+    # Every kind of kill at least once, in a random order, among random others.
+    kinds = [ch.kill_daemon, ch.kill_monitor, ch.kill_agent, ch.start_exec]
+    actions = kinds[:3] + [rng.choice(kinds) for _ in range(STEPS - 3)]
+    rng.shuffle(actions)
     delete_at = rng.randrange(STEPS)
-    for step in range(STEPS):
+    for step, action in enumerate(actions):
         time.sleep(rng.uniform(0.05, 0.4))
         if step == delete_at:
             ch.delete_sandbox()
-            time.sleep(rng.uniform(0, 0.2))
-        rng.choice(actions)()
+            time.sleep(rng.uniform(0, 0.3))
+        action()
     if rng.random() < 0.5:
         ch.kill_daemon()  # often one more, right at the end
     for t in ch.deleters:
