@@ -35,6 +35,11 @@ SEEDS = [101, 108, 112]  # each also crashes the daemon while the sandbox is DEL
 STEPS = 9
 
 
+def fmt(text: str) -> str:
+    """``text`` as a printf format: newlines escaped (the alphabets hold no quote or %)."""
+    return text.replace("\n", "\\n")
+
+
 @dataclass
 class Planned:
     """An exec whose output and exit code are chosen before it starts."""
@@ -73,7 +78,6 @@ class Chaos:
         err = "".join(rng.choice("ERR\n") for _ in range(rng.randint(0, 50)))
         code = rng.choice([0, 1, 3, 7, 42, 255])
         nap = linger if linger is not None else round(rng.uniform(0.1, 3.0), 2)
-        fmt = lambda s: s.replace("\n", "\\n")  # noqa: E731 - printf's escape, no quotes
         ignore = "trap '' TERM; " if trap else ""
         script = (f": chaos-{self.seed}; {ignore}printf '{fmt(out)}'; printf '{fmt(err)}' >&2; "
                   f"sleep {nap}; printf '{fmt(tail)}'; exit {code}")
