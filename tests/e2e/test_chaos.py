@@ -137,14 +137,18 @@ class Chaos:
         self.c = self.d.client()
 
     def kill_monitor(self) -> None:
-        live = [(p, h) for p in self.execs for h in [self._handles(p.id)]
+        """A random live monitor, an agent attempt's included (its lineage then orphaned)."""
+        planned = {p.id: p for p in self.execs}
+        ids = [*planned, *self._agent_execs()]
+        live = [(i, h) for i in ids for h in [self._handles(i)]
                 if h and is_same_process(h["monitor"]["pid"], h["monitor"]["start_time"])]
         if not live:
             return
-        p, h = self.rng.choice(live)
+        i, h = self.rng.choice(sorted(live, key=lambda x: x[0]))
         os.kill(h["monitor"]["pid"], signal.SIGKILL)
-        p.monitor_killed = True
-        self.log.append(f"monitor of {p.id} SIGKILL")
+        if i in planned:
+            planned[i].monitor_killed = True
+        self.log.append(f"monitor of {i} SIGKILL")
 
     def kill_agent(self) -> None:
         live = []
@@ -169,6 +173,15 @@ class Chaos:
             rows = db.execute(f"SELECT name, state FROM sandboxes WHERE id IN "
                               f"({','.join('?' * len(ids))})", ids).fetchall()
             return [(str(n), str(st)) for n, st in rows]
+        finally:
+            db.close()
+
+    def _agent_execs(self) -> list[str]:
+        """Each lineage's current exec, from the store (the daemon may be down)."""
+        db = sqlite3.connect(self.d.home / "tether.db")
+        try:
+            rows = db.execute("SELECT json_extract(record, '$.exec_id') FROM lineages").fetchall()
+            return [str(r[0]) for r in rows if r[0]]
         finally:
             db.close()
 
