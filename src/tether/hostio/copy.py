@@ -20,11 +20,9 @@ from typing import BinaryIO
 
 from tether.hostio.beneath import open_dir_beneath
 from tether.hostio.copyout import CopyError, fd_path, open_destination, write_tree
-from tether.hostio.paths import is_within
 from tether.hostio.untrusted import NotRegular, open_regular
 
-__all__ = ["CopyError", "check_write", "copy_into", "copy_out_of", "copy_path",
-           "final_destination"]
+__all__ = ["CopyError", "copy_into", "copy_out_of", "copy_path", "final_destination"]
 
 
 def final_destination(src: str, dst: str) -> str:
@@ -32,21 +30,6 @@ def final_destination(src: str, dst: str) -> str:
     if os.path.isdir(dst) and not os.path.islink(dst):
         return os.path.join(dst, os.path.basename(src.rstrip("/")))
     return dst
-
-
-def check_write(dst: str, root: str | None, forbidden: str) -> None:
-    """Refuse a write that a symlink would carry out of ``root`` or into ``forbidden``
-    (tether's home). By path: for docker's extraction, which moves one entry in."""
-    parent = os.path.realpath(os.path.dirname(os.path.abspath(dst)) or "/")
-    if not os.path.isdir(parent):
-        raise CopyError(f"{os.path.dirname(dst)} does not exist", "PATH_NOT_FOUND")
-    where = os.path.join(parent, os.path.basename(dst))
-    if is_within(where, forbidden):
-        raise CopyError(f"{dst} is inside tether's home {forbidden}; copy elsewhere")
-    if root is not None and not is_within(where, root):
-        raise CopyError(f"{dst} leads out of the sandbox (through a symlink)")
-    if os.path.islink(where):
-        raise CopyError(f"{dst} is a symlink; tether cp does not write through one")
 
 
 def copy_path(src: str, dst: str, *, forbidden: str) -> int:

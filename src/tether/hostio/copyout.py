@@ -16,8 +16,10 @@ import os
 import secrets
 import shutil
 import stat
-from typing import BinaryIO
+import tarfile
+from typing import IO
 
+from tether.hostio.beneath import open_dir_beneath, split
 from tether.hostio.paths import is_within
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -128,7 +130,7 @@ def _open_dir(dfd: int, name: str, where: str) -> int:
         raise
 
 
-def write_file(src: BinaryIO, dfd: int, name: str, mode: int) -> int:
+def write_file(src: IO[bytes], dfd: int, name: str, mode: int) -> int:
     """A new file under a temporary name (``O_EXCL | O_NOFOLLOW``, ``mode`` under the
     umask, removed on failure) renamed over ``name`` once complete: never written
     through a planted symlink, FIFO or hard link."""
@@ -145,3 +147,76 @@ def write_file(src: BinaryIO, dfd: int, name: str, mode: int) -> int:
             os.unlink(tmp, dir_fd=dfd)
         raise
     return size
+
+
+def write_tar(tar: tarfile.TarFile, dfd: int, name: str, where: str) -> None:
+    """Extract an archive of one entry (a sandbox's ``docker cp`` tar) as ``name``
+    below ``dfd``, member by member, every parent reached by descriptor with no symlink
+    followed (so a directory swapped for one mid-way is refused, not written through).
+    The rules of tarfile's ``"data"`` filter, except that symlinks are kept as links:
+    no devices or FIFOs, no owners, no setuid bits, nothing outside ``name``. Every
+    member is checked before anything is written. ``where`` names ``name`` in errors."""
+    members = [(m, _below(m.name, name)) for m in tar.getmembers()]
+    if len({split(m.name)[0] for m, _ in members}) > 1:
+        raise CopyError("docker returned an archive of more than one entry", "COPY_FAILED")
+    for m, _ in members:
+        if not (m.isdir() or m.isreg() or m.issym() or m.islnk()):
+            raise CopyError(f"{m.name} is a device or a FIFO in the sandbox; tether cp does "
+                            "not copy one", "COPY_FAILED")
+        if m.islnk():
+            _below(m.linkname, name)
+    for m, parts in members:
+        pfd = open_dir_beneath(dfd, "/".join(parts[:-1]))
+        try:
+            _write_member(tar, m, pfd, parts[-1], os.path.join(where, *parts[1:]), dfd, name)
+        finally:
+            os.close(pfd)
+
+
+def _below(member: str, name: str) -> list[str]:
+    """A member's path below the destination directory, its first component renamed
+    ``name`` (the archive holds one entry); an absolute path or ``..`` is refused."""
+    try:
+        parts = split(member)
+    except OSError:
+        parts = []
+    if not parts:
+        raise CopyError(f"docker returned an unexpected archive (member {member!r})",
+                        "COPY_FAILED")
+    return [name, *parts[1:]]
+
+
+def _write_member(tar: tarfile.TarFile, m: tarfile.TarInfo, pfd: int, leaf: str,
+                  where: str, dfd: int, name: str) -> None:
+    mode = stat.S_IMODE(m.mode) & 0o755  # no setuid/setgid/sticky, no group/other write
+    if m.isdir():
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(leaf, mode | 0o700, dir_fd=pfd)
+        os.close(_open_dir(pfd, leaf, where))
+        return
+    if m.issym():
+        os.symlink(m.linkname, leaf, dir_fd=pfd)
+        return
+    if not stat.S_ISREG(_lstat(pfd, leaf, stat.S_IFREG)):
+        raise CopyError(f"{where} exists and is not a regular file (a symlink?); tether cp "
+                        "does not write through a symlink")
+    if m.islnk():  # to an earlier member, its directory reached beneath dfd again
+        target = _below(m.linkname, name)
+        tfd = open_dir_beneath(dfd, "/".join(target[:-1]))
+        tmp = f".{leaf}.tether-cp-{secrets.token_hex(4)}"
+        try:
+            os.link(target[-1], tmp, src_dir_fd=tfd, dst_dir_fd=pfd, follow_symlinks=False)
+        finally:
+            os.close(tfd)
+        try:
+            os.rename(tmp, leaf, src_dir_fd=pfd, dst_dir_fd=pfd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=pfd)
+            raise
+        return
+    src = tar.extractfile(m)
+    if src is None:
+        raise CopyError(f"{m.name} cannot be read from the archive", "COPY_FAILED")
+    with src:
+        write_file(src, pfd, leaf, mode | 0o600)

@@ -1,8 +1,8 @@
 """``tether cp`` through dockerd: tar archives to and from the primary container.
 
-What comes out of a sandbox is extracted into a private temporary directory
-beside the destination and moved into place, never written through a symlink the
-sandbox planted, never into tether's home.
+What comes out of a sandbox is extracted member by member below the destination
+directory's descriptor (``hostio.copyout``), never written through a symlink the
+sandbox planted or swapped in mid-way, never into tether's home.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import json
 import os
 import tarfile
 import tempfile
+from collections.abc import Iterable
 from typing import Any
 
-from tether.hostio.copy import CopyError, check_write
+from tether.hostio.copyout import CopyError, fd_path, open_destination, write_tar
 from tether.runtime.docker.engine import DockerEngine
 from tether.runtime.docker.names import primary_name
 from tether.runtime.docker.views import DockerError, short
@@ -71,43 +72,31 @@ def copy_out(engine: DockerEngine, sandbox: str, src: str, dst: str, forbidden: 
         raise DockerError(f"{src} does not exist in the sandbox", "PATH_NOT_FOUND") from None
     except docker.errors.APIError as e:
         raise DockerError(f"copying out of the sandbox failed: {short(e)}") from e
-    into_dir = os.path.isdir(dst)
-    parent = dst if into_dir else (os.path.dirname(os.path.abspath(dst)) or "/")
     try:
-        check_write(os.path.join(parent, "x") if into_dir else dst, None, forbidden)
-        return _extract(stream, dst, parent, into_dir, forbidden)
+        return extract(stream, dst, forbidden)
     except CopyError as e:
         raise DockerError(str(e), e.code) from None
     except (OSError, tarfile.TarError) as e:
         raise DockerError(f"copying to {dst} failed: {e}", "COPY_FAILED") from None
 
-def _extract(stream: Any, dst: str, parent: str, into_dir: bool, forbidden: str) -> int:
+
+def extract(stream: Iterable[bytes], dst: str, forbidden: str) -> int:
+    """Write docker's archive of one entry into ``dst`` if it is a directory, else as
+    ``dst``, by descriptor (``hostio.copyout``): nothing through a symlink at any level,
+    nothing into ``forbidden``. Returns the archive's size."""
     with tempfile.TemporaryFile() as buf:
         for chunk in stream:
             buf.write(chunk)
         size = buf.tell()
         buf.seek(0)
-        with tempfile.TemporaryDirectory(dir=parent, prefix=".tether-cp-") as tmp, \
-                tarfile.open(fileobj=buf, mode="r") as tar:
-            tar.extractall(tmp, filter=_copy_filter)
-            entries = os.listdir(tmp)
-            if len(entries) != 1:
-                raise DockerError("docker returned an unexpected archive", "COPY_FAILED")
-            final = os.path.join(dst, entries[0]) if into_dir else dst
-            check_write(final, None, forbidden)
-            os.replace(os.path.join(tmp, entries[0]), final)
+        with tarfile.open(fileobj=buf, mode="r") as tar:
+            first = tar.next()
+            if first is None:
+                raise CopyError("docker returned an empty archive", "COPY_FAILED")
+            top = first.name.strip("/").split("/")[0]
+            dfd, name = open_destination(top, dst, forbidden)
+            try:
+                write_tar(tar, dfd, name, os.path.join(fd_path(dfd), name))
+            finally:
+                os.close(dfd)
     return size
-
-
-def _copy_filter(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo | None:
-    """tarfile's "data" filter (no devices or FIFOs, no owners, no setuid, nothing
-    outside ``path``), except that symlinks are kept as they are, absolute ones too:
-    the archive comes from a sandbox, and a link is only a name until followed."""
-    if member.issym():
-        where = os.path.realpath(os.path.join(path, os.path.dirname(member.name)))
-        if not (where + "/").startswith(os.path.realpath(path).rstrip("/") + "/"):
-            raise tarfile.OutsideDestinationError(member, where)
-        # None: not chowned on extraction (what tarfile.data_filter does; typeshed says int)
-        return member.replace(uid=None, gid=None, uname=None, gname=None,  # type: ignore[arg-type]
-                              deep=False)
-    return tarfile.data_filter(member, path)
