@@ -253,15 +253,9 @@ class MonitorPool:
             os.unlink(paths.handles)
 
     def _abandon(self, mon: _IdleMonitor, paths: ExecPaths) -> None:
-        """Kill a monitor that failed to report, and its command if it got that far."""
+        """Kill a monitor that failed to report: it never opened its command's gate."""
         mon.proc.kill()
-        try:
-            handles = read_handles(str(paths.handles))
-        except FileCorrupt:
-            handles = None
-        if handles is not None:
-            child = handles["child"]
-            signal_verified_group(child["pid"], child["start_time"], 9)
+        self._died_unreported(paths)
 
     # ------------------------------------------------------------------ inspect
     def inspect(self, paths: ExecPaths) -> Inspection:

@@ -30,13 +30,8 @@ class AgentService:
     def __init__(self, store: Store, layout: HomeLayout, journal: Journal,
                  execs: ExecService, sandboxes: SandboxService, tasks: Tasks, instance: str,
                  faults: Faults, *, tick_interval: float) -> None:
-        self.faults = faults
-        self.store = store
+        self.store = store  # the read side's; the parts share everything through core
         self.layout = layout
-        self.journal = journal
-        self.execs = execs
-        self.sandboxes = sandboxes
-        self.instance = instance
         self.core = AgentCore(store, layout, journal, execs, sandboxes, tasks, instance,
                               faults)
         self.worktree = WorktreeFiles(self.core)
