@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tether.daemon.clock import Clock
 from tether.daemon.events import QUEUE_LIMIT
 from tether.rpc.server import HALF_LINE_TIMEOUT, MAX_CONNECTIONS
 
@@ -38,6 +39,8 @@ class DaemonConfig:
     docker_cli: str | None = None  # TETHER_DOCKER, else `docker` on PATH
     #: ``--recover-store``: rebuild a lost or corrupt store from the execs' files.
     recover_store: bool = False
+    #: TETHER_TEST_CLOCK: a file whose number is added to wall time (tests only).
+    test_clock: Path | None = None
 
     @classmethod
     def from_env(cls, home: Path, *, pool_size: int = POOL_SIZE,
@@ -57,4 +60,8 @@ class DaemonConfig:
             log_level=env.get("TETHER_LOG_LEVEL", "INFO"),
             docker_cli=env.get("TETHER_DOCKER") or shutil.which("docker"),
             recover_store=recover_store,
+            test_clock=Path(env["TETHER_TEST_CLOCK"]) if env.get("TETHER_TEST_CLOCK") else None,
         )
+
+    def clock(self) -> Clock:
+        return Clock(self.test_clock)
