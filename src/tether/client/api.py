@@ -16,6 +16,7 @@ from typing import Any, Concatenate, Generic, Literal, ParamSpec, TypeVar, overl
 from tether.client import replies as r
 from tether.client.core import Awaiting, Blocking, Request
 from tether.model import records as rec
+from tether.model.digest import DigestNode
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -216,6 +217,29 @@ class _Api:
         """Decide for a lineage waiting under the ``ask`` revival policy."""
         return Request("lineage.resolve", {"lineage": lineage, "action": action},
                        r.LineageView)
+
+    # activity digests
+    @rpc
+    def digest_build(self, *, summarizer: str | None = None) -> Request[r.DigestBuilt]:
+        """Run a rollup pass now (with ``summarizer``, a command, for its prose)."""
+        return Request("digest.build", {"summarizer": summarizer}, r.DigestBuilt)
+
+    @rpc
+    def digest_show(self, level: Literal["hour", "day", "week", "month"] = "day",
+                    label: str | None = None, *, versions: bool = False
+                    ) -> Request[r.DigestTree]:
+        return Request("digest.show", {"level": level, "label": label, "versions": versions},
+                       r.DigestTree)
+
+    @rpc
+    def digest_recent(self, level: Literal["hour", "day", "week", "month"] = "day",
+                      count: int = 7) -> Request[list[DigestNode]]:
+        return Request("digest.recent", {"level": level, "count": count}, r.DigestRecent,
+                       lambda x: x.nodes)
+
+    @rpc
+    def digest_lineage(self, lineage: str) -> Request[r.LineageStory]:
+        return Request("digest.lineage", {"lineage": lineage}, r.LineageStory)
 
     # agents: the agent's own reports, authenticated by its session and token
     @rpc

@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 
+from tether.model.digest import DigestNode
 from tether.model.records import Event, ExecRecord, SandboxRecord
 
 
@@ -189,6 +190,44 @@ class LineageList(_Reply):
     lineages: list[LineageView]
 
 
-__all__ = ["AgentStarted", "AgentSummary", "CopyReport", "EventPage", "ExecView", "Handoff",
-           "Health", "Heartbeat", "HookReply", "LineageView", "LogChunk", "ReapReport",
+class DigestBuilt(_Reply):
+    built: int = 0
+    failed: int = 0
+    drafts: int = 0
+    unchanged: int = 0
+    nodes: list[str] = msgspec.field(default_factory=list)  # "<id> v<N> <STATE>"
+
+
+class DigestPeriod(_Reply):
+    id: str
+    level: str
+    label: str
+    start: float
+    end: float
+
+
+class DigestTree(_Reply):
+    """A period's node (None until a pass has seen a child) and its children's nodes."""
+
+    period: DigestPeriod
+    node: DigestNode | None = None
+    children: list[DigestNode] = msgspec.field(default_factory=list)
+    versions: list[DigestNode] | None = None
+
+
+class DigestRecent(_Reply):
+    nodes: list[DigestNode]
+
+
+class LineageStory(_Reply):
+    """One agent's story: the lineage, its attempts in order, and their journal."""
+
+    lineage: LineageView
+    attempts: list[ExecRecord]
+    events: list[Event]
+
+
+__all__ = ["AgentStarted", "AgentSummary", "CopyReport", "DigestBuilt", "DigestPeriod",
+           "DigestRecent", "DigestTree", "EventPage", "ExecView", "Handoff", "Health",
+           "Heartbeat", "HookReply", "LineageStory", "LineageView", "LogChunk", "ReapReport",
            "RuntimeStatus", "Status", "StatusCounts", "ToolDecision", "TurnReply"]

@@ -16,7 +16,9 @@ from tether import __version__
 from tether.agent.lifecycle import Thresholds
 from tether.agent.providers import for_command
 from tether.agent.providers import get as get_provider
+from tether.daemon import digest_api
 from tether.daemon.agents import AgentService, git_common_dir
+from tether.daemon.digest import DigestService
 from tether.daemon.events import MAX_TOTAL_SUBSCRIPTIONS, EventBus
 from tether.daemon.execs import ExecService
 from tether.daemon.sandboxes import SandboxService
@@ -49,6 +51,7 @@ class Daemon(Protocol):
     execs: ExecService
     sandboxes: SandboxService
     agents: AgentService
+    digest: DigestService
     runtimes: Runtimes
     tasks: Tasks
     state: DaemonState
@@ -66,7 +69,7 @@ MAX_SUBSCRIPTIONS = 64  # per connection; each may queue up to QUEUE_LIMIT event
 # sandbox.create and sandbox.start stay inline although a docker one takes seconds:
 # a client's next request on the same connection may rely on the sandbox existing.
 LONG_POLL_METHODS = {"exec.wait", "exec.logs", "sandbox.stop", "sandbox.delete",
-                     "sandbox.copy", "agent.start", "lineage.resolve"}
+                     "sandbox.copy", "agent.start", "lineage.resolve", *digest_api.LONG}
 
 
 def provider_for(argv0: str) -> str:
@@ -128,6 +131,7 @@ METHODS: dict[str, type[Any]] = {
     "lineage.list": m.LineageList,
     "lineage.get": m.LineageRef,
     "lineage.resolve": m.LineageResolve,
+    **digest_api.METHODS,
 }
 
 #: All a sandboxed agent can reach (on ``agent.sock``): its own session, by token.
@@ -399,6 +403,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         "lineage.list": lineage_list,
         "lineage.get": lineage_get,
         "lineage.resolve": lineage_resolve,
+        **digest_api.handlers(d),
     }
     for name, params in METHODS.items():
         if only is None or name in only:

@@ -41,6 +41,12 @@ class DaemonConfig:
     recover_store: bool = False
     #: TETHER_TEST_CLOCK: a file whose number is added to wall time (tests only).
     test_clock: Path | None = None
+    #: Activity digests: seconds between rollup passes, the summarizer command (None:
+    #: the built-in deterministic one), the time zone of their days (None: $TZ, else
+    #: the system's).
+    digest_interval: float = 900.0
+    digest_summarizer: str | None = None
+    digest_tz: str | None = None
 
     @classmethod
     def from_env(cls, home: Path, *, pool_size: int = POOL_SIZE,
@@ -61,6 +67,9 @@ class DaemonConfig:
             docker_cli=env.get("TETHER_DOCKER") or shutil.which("docker"),
             recover_store=recover_store,
             test_clock=Path(env["TETHER_TEST_CLOCK"]) if env.get("TETHER_TEST_CLOCK") else None,
+            digest_interval=float(env.get("TETHER_DIGEST_INTERVAL", 900.0)),
+            digest_summarizer=env.get("TETHER_DIGEST_SUMMARIZER") or None,
+            digest_tz=env.get("TETHER_DIGEST_TZ") or None,
         )
 
     def clock(self) -> Clock:

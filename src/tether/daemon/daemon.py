@@ -33,12 +33,14 @@ from tether.daemon import lost_store
 from tether.daemon.agents import AgentService
 from tether.daemon.api import AGENT_METHODS, build_router
 from tether.daemon.config import DaemonConfig
+from tether.daemon.digest import DigestService
 from tether.daemon.events import EventBus
 from tether.daemon.execs import ExecService
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
 from tether.daemon.sandboxes import SandboxService
 from tether.daemon.tasks import Tasks
+from tether.digest import periods
 from tether.hostio.trust import UntrustedHome
 from tether.model.errors import TetherError, as_disk_full, as_store_corrupt
 from tether.model.layout import (
@@ -53,6 +55,7 @@ from tether.rpc.server import RpcServer
 from tether.runtime.monitors import MonitorPool
 from tether.runtime.registry import RuntimeContext, Runtimes
 from tether.store import SchemaTooNew
+from tether.store.digest import DigestTables
 
 log = logging.getLogger("tether.daemon")
 
@@ -163,6 +166,7 @@ class Daemon:
                     assert rpc is not None
                     tg.create_task(rpc.sweep_half_lines(), name=f"{name}-half-lines")
                 tg.create_task(self.agents.tick_loop(), name="agent-tick")
+                tg.create_task(self.digest.run(), name="digest")
                 for rt in self.runtimes:
                     tg.create_task(rt.run(), name=f"runtime-{rt.name}")
                 await self._stop.wait()
@@ -245,6 +249,15 @@ class Daemon:
         self.agents = AgentService(self.store, self.layout, self.journal, self.execs,
                                    self.sandboxes, self.tasks, self.instance, faults,
                                    tick_interval=self.config.agent_tick)
+        try:
+            tz = periods.zone(self.config.digest_tz)
+        except periods.BadPeriod as e:
+            self._lock.release()
+            raise StartupError(f"TETHER_DIGEST_TZ: {e}") from None
+        self.digest = DigestService(DigestTables(self.store), self.layout, self.journal,
+                                    self.config.clock(), faults, tz=tz,
+                                    summarizer=self.config.digest_summarizer,
+                                    interval=self.config.digest_interval)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)

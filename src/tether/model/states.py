@@ -92,6 +92,25 @@ LINEAGE_TRANSITIONS: dict[LineageStatus, frozenset[LineageStatus]] = {
 LINEAGE_LIVE = frozenset({LineageStatus.ACTIVE, LineageStatus.ORPHANED,
                           LineageStatus.ASK_PENDING, LineageStatus.REVIVING})
 
+class DigestState(StrEnum):
+    """A digest node's version (source 004's table of contents)."""
+
+    DRAFT = "DRAFT"  # its period is still open: children so far, no summary
+    BUILDING = "BUILDING"  # the summarizer runs (a crash here builds it again)
+    COMPLETE = "COMPLETE"  # summary written; a late child makes a new version
+    FAILED = "FAILED"  # the summarizer failed; the next pass builds it again
+
+
+DIGEST_TRANSITIONS: dict[DigestState, frozenset[DigestState]] = {
+    DigestState.DRAFT: frozenset({DigestState.BUILDING}),
+    # BUILDING -> BUILDING: a pass interrupted by a crash starts the build over.
+    DigestState.BUILDING: frozenset({DigestState.BUILDING, DigestState.COMPLETE,
+                                     DigestState.FAILED}),
+    DigestState.FAILED: frozenset({DigestState.BUILDING}),
+    # A COMPLETE version never changes; a late child appends version N+1 (BUILDING).
+    DigestState.COMPLETE: frozenset(),
+}
+
 EXEC_TERMINAL = frozenset({ExecState.FINISHED, ExecState.FAILED, ExecState.CANCELLED})
 SANDBOX_ACCEPTS_EXECS = frozenset({SandboxState.READY})
 
@@ -117,7 +136,7 @@ def check_transition(kind: str, ident: str, current: str, wanted: str) -> None:
     """The one guard: raise :class:`IllegalTransition` unless the edge exists."""
     tables: dict[str, Mapping[Any, frozenset[Any]]] = {
         "sandbox": SANDBOX_TRANSITIONS, "exec": EXEC_TRANSITIONS, "daemon": DAEMON_TRANSITIONS,
-        "lineage": LINEAGE_TRANSITIONS,
+        "lineage": LINEAGE_TRANSITIONS, "digest": DIGEST_TRANSITIONS,
     }
     table = tables[kind]
     if not can_transition(table, current, wanted):

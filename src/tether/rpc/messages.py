@@ -237,3 +237,23 @@ class LineageList(_P):
 class LineageResolve(_P):
     lineage: NonEmpty
     action: Literal["revive", "reap"]
+
+
+DigestLevel = Literal["hour", "day", "week", "month"]
+DigestLabel = Annotated[str, Meta(min_length=1, max_length=64)]
+
+
+class DigestBuild(_P):
+    #: A summarizer command for this pass (shell words), instead of the daemon's own.
+    summarizer: Annotated[str, Meta(min_length=1, max_length=4096)] | None = None
+
+
+class DigestShow(_P):
+    level: DigestLevel = "day"
+    label: DigestLabel | None = None  # None: the current period
+    versions: bool = False
+
+
+class DigestRecent(_P):
+    level: DigestLevel = "day"
+    count: Annotated[int, Meta(ge=1, le=1000)] = 7

@@ -104,4 +104,33 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         INSERT INTO meta VALUES ('epoch', lower(hex(randomblob(8))));
         """,
     ),
+    (
+        10,
+        "activity digests: versioned nodes, their latest version, rollup checkpoints",
+        # Versions are append-only (digest_nodes); digest_latest points at the newest.
+        """
+        CREATE INDEX execs_ended ON execs(json_extract(record, '$.ended_at'));
+        CREATE TABLE digest_nodes (
+            id           TEXT NOT NULL,
+            version      INTEGER NOT NULL,
+            state        TEXT NOT NULL,
+            record       BLOB NOT NULL,
+            PRIMARY KEY (id, version)
+        );
+        CREATE TABLE digest_latest (
+            id           TEXT PRIMARY KEY,
+            version      INTEGER NOT NULL,
+            level        TEXT NOT NULL,
+            period_start REAL NOT NULL,
+            state        TEXT NOT NULL
+        );
+        CREATE INDEX digest_latest_level ON digest_latest(level, period_start);
+        CREATE TABLE digest_checkpoints (
+            level        TEXT PRIMARY KEY,
+            period_start REAL NOT NULL,
+            processed    INTEGER NOT NULL,
+            updated_at   REAL NOT NULL
+        );
+        """,
+    ),
 ]

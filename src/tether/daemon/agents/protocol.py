@@ -102,7 +102,7 @@ class Protocol:
             model=model or rec.model, usage=total, last_turn_at=time.time(),
             reason=f"turn {turn_no}" + (f" at {context_pct:.0f}% context"
                                         if context_pct is not None else ""),
-            data={"turn": turn_no, "context_pct": context_pct}))
+            data={"turn": turn_no, "context_pct": context_pct, "usage": dict(usage or {})}))
         if after != before:
             self._lifecycle_event(rec, before, after, "turn report")
         if rec.config.tty:
