@@ -110,8 +110,10 @@ class DigestService:
             starts: Iterable[float] = self.tables.ended_times(since, float("inf"))
         else:
             starts = [n.period_start for n in self.tables.nodes(below, since, float("inf"))]
-        for t in starts:
-            p = periods.of(level, t, self.tz)
+        # Every zone's offset is a multiple of 15 minutes, so instants in one quarter
+        # hour share their periods: look each quarter up once, not each exec.
+        for quarter in {int(t // 900) for t in starts}:
+            p = periods.of(level, quarter * 900.0, self.tz)
             found.setdefault(p.id, p)
         for node in self.tables.unfinished(level):
             found.setdefault(node.id, Period(node.level, node.label, node.period_start,
@@ -207,6 +209,10 @@ class DigestService:
             await proc.wait()
             raise SummarizerFailed(f"summarizer {command!r} took longer than "
                                    f"{SUMMARIZER_TIMEOUT:.0f} s") from None
+        except asyncio.CancelledError:  # the caller went away, or the daemon stops:
+            proc.kill()  # the node stays BUILDING, and the next pass builds it
+            await proc.wait()
+            raise
         if proc.returncode != 0:
             tail = err.decode(errors="replace").strip().splitlines()[-1:] or [""]
             raise SummarizerFailed(f"summarizer {command!r} exited {proc.returncode}"
