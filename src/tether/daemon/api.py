@@ -19,6 +19,8 @@ from tether.agent.providers import get as get_provider
 from tether.daemon.agents import AgentService, git_common_dir
 from tether.daemon.events import MAX_TOTAL_SUBSCRIPTIONS, EventBus
 from tether.daemon.execs import ExecService
+from tether.daemon.outbox import HookService
+from tether.daemon.outbox.api import HOOK_METHODS, hook_handlers
 from tether.daemon.sandboxes import SandboxService
 from tether.daemon.signals import parse_signal
 from tether.daemon.tasks import Tasks
@@ -49,6 +51,7 @@ class Daemon(Protocol):
     execs: ExecService
     sandboxes: SandboxService
     agents: AgentService
+    hooks: HookService
     runtimes: Runtimes
     tasks: Tasks
     state: DaemonState
@@ -128,6 +131,7 @@ METHODS: dict[str, type[Any]] = {
     "lineage.list": m.LineageList,
     "lineage.get": m.LineageRef,
     "lineage.resolve": m.LineageResolve,
+    **HOOK_METHODS,
 }
 
 #: All a sandboxed agent can reach (on ``agent.sock``): its own session, by token.
@@ -399,6 +403,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         "lineage.list": lineage_list,
         "lineage.get": lineage_get,
         "lineage.resolve": lineage_resolve,
+        **hook_handlers(d.hooks),
     }
     for name, params in METHODS.items():
         if only is None or name in only:

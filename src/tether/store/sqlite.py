@@ -14,7 +14,7 @@ from __future__ import annotations
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,9 @@ class Store:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        #: Called with every event inside the transaction that journals it (the daemon's
+        #: outbox matcher writes its deliveries there: store/outbox.py).
+        self.on_append: Callable[[sqlite3.Connection, Event], None] | None = None
         self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
         try:
             self._quick_check()
@@ -176,6 +179,8 @@ class Store:
         ev = Event(gseq=gseq, seq=seq, type=type_, time=time.time(), sandbox=sandbox,
                    exec=exec_id, state=state, reason=reason, data=data or {})
         db.execute("UPDATE events SET body = ? WHERE gseq = ?", (_enc.encode(ev), gseq))
+        if self.on_append is not None:
+            self.on_append(db, ev)
         return ev
 
     def append_event(self, sandbox: str | None, type_: str, *, exec_id: str | None = None,
