@@ -19,6 +19,7 @@ from bench import (
     floods,
     logs,
     memory,
+    outbox,
     recovery,
     rpc,
     sandboxes,
@@ -51,12 +52,13 @@ BENCHMARKS: dict[str, Runner] = {
     "floods": lambda o, c: floods.run(o),
     "store_check": lambda o, c: store_check.run(o),
     "cli": lambda o, c: cli.run(o),
+    "outbox": lambda o, c: outbox.run(o),
 }
 ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
            "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents",
            "sandbox": "sandboxes", "docker": "sandboxes", "flood": "floods",
            "quick_check": "store_check", "store": "store_check",
-           "startup": "cli", "hook": "cli"}
+           "startup": "cli", "hook": "cli", "webhooks": "outbox", "webhook": "outbox"}
 
 
 def _names(value: str) -> list[str]:
