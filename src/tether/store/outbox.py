@@ -88,9 +88,8 @@ class Outbox:
         with self.store._tx() as db:
             if db.execute("DELETE FROM hooks WHERE name = ?", (name,)).rowcount == 0:
                 raise KeyError(name)
-            dropped = db.execute(
-                f"DELETE FROM outbox WHERE hook = ? AND NOT {_in(('COMPLETED',))}",
-                (name,)).rowcount
+            dropped = db.execute("SELECT COUNT(*) FROM outbox WHERE hook = ? AND "
+                                 "state != 'COMPLETED'", (name,)).fetchone()[0]
             db.execute("DELETE FROM outbox WHERE hook = ?", (name,))
             ev = self.store._append(db, None, "hook.removed",
                                     reason=f"hook {name} removed ({dropped} undelivered)",

@@ -179,18 +179,22 @@ class HookService:
             await asyncio.gather(waker, sleeper, return_exceptions=True)
 
     async def _try(self, d: Delivery) -> None:
-        hook = self.outbox.get_hook(d.hook)
-        if hook is None:
-            return  # removed meanwhile (with its rows)
         try:
-            await self._sender.send(hook, d.key, d.type, d.body, self._secret(hook.name))
-        except DeliveryFailed as e:
-            self._failed(hook, d, str(e))
-        except Exception as e:  # a bug in a try must not stop the worker
-            log.exception("outbox: delivery %s", d.key)
-            self._failed(hook, d, f"internal error: {e}")
-        else:
-            self.outbox.finish(d, DeliveryState.COMPLETED)
+            hook = self.outbox.get_hook(d.hook)
+            if hook is None:
+                return  # removed meanwhile (with its rows)
+            try:
+                await self._sender.send(hook, d.key, d.type, d.body, self._secret(hook.name))
+            except DeliveryFailed as e:
+                self._failed(hook, d, str(e))
+            except Exception as e:  # a bug in a try must not stop the worker
+                log.exception("outbox: delivery %s", d.key)
+                self._failed(hook, d, f"internal error: {e}")
+            else:
+                self.outbox.finish(d, DeliveryState.COMPLETED)
+        except Exception:  # the outcome could not be recorded (a full disk): the row stays
+            # PROCESSING, and the next daemon start tries it again
+            log.exception("outbox: could not record the outcome of %s", d.key)
 
     def _failed(self, hook: HookRecord, d: Delivery, error: str) -> None:
         if d.tries >= hook.max_tries:
