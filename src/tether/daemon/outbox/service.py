@@ -46,6 +46,7 @@ class HookService:
         self._slots = asyncio.Semaphore(CONCURRENCY)
         self._inflight: set[asyncio.Task[None]] = set()
         self._sender = Sender()
+        self._secrets: dict[str, bytes | None] = {}  # read once per hook, dropped at remove
         journal.hooks.on_enqueued = self._wake.set
 
     # ------------------------------------------------------------------ intent
@@ -61,6 +62,7 @@ class HookService:
             with contextlib.suppress(FileNotFoundError):
                 self._secret_path(rec.name).unlink()  # a removed namesake's, left by a crash
         self.journal.commit(self.outbox.add_hook(rec))
+        self._secrets.pop(rec.name, None)
         self.journal.hooks.reload()
         return self.view(rec)
 
@@ -71,6 +73,7 @@ class HookService:
             raise self._unknown(name) from None
         self.journal.commit_all([ev])
         self.journal.hooks.reload()
+        self._secrets.pop(name, None)
         with contextlib.suppress(FileNotFoundError):
             self._secret_path(name).unlink()
         return {"name": name, "undelivered": dropped}
@@ -113,11 +116,17 @@ class HookService:
     def _secret_path(self, name: str) -> Path:
         return self.dir / f"{name}.secret"
 
+    def _hook(self, name: str) -> HookRecord | None:
+        """From the matcher's cache (reloaded at every add and remove), not the store."""
+        return next((h for h in self.journal.hooks.hooks if h.name == name), None)
+
     def _secret(self, name: str) -> bytes | None:
-        try:
-            return self._secret_path(name).read_bytes()
-        except FileNotFoundError:
-            return None
+        if name not in self._secrets:
+            try:
+                self._secrets[name] = self._secret_path(name).read_bytes()
+            except FileNotFoundError:
+                self._secrets[name] = None
+        return self._secrets[name]
 
     # ------------------------------------------------------------------ delivery
     def recover(self) -> int:
@@ -180,7 +189,7 @@ class HookService:
 
     async def _try(self, d: Delivery) -> None:
         try:
-            hook = self.outbox.get_hook(d.hook)
+            hook = self._hook(d.hook)
             if hook is None:
                 return  # removed meanwhile (with its rows)
             try:
