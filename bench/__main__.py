@@ -20,6 +20,7 @@ from bench import (
     floods,
     logs,
     memory,
+    outbox,
     recovery,
     rpc,
     sandboxes,
@@ -53,12 +54,14 @@ BENCHMARKS: dict[str, Runner] = {
     "store_check": lambda o, c: store_check.run(o),
     "cli": lambda o, c: cli.run(o),
     "digest": lambda o, c: digest.run(o),
+    "outbox": lambda o, c: outbox.run(o),
 }
 ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
            "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents",
            "sandbox": "sandboxes", "docker": "sandboxes", "flood": "floods",
            "quick_check": "store_check", "store": "store_check",
-           "startup": "cli", "hook": "cli", "rollup": "digest"}
+           "startup": "cli", "hook": "cli", "rollup": "digest", "webhooks": "outbox",
+           "webhook": "outbox"}
 
 
 def _names(value: str) -> list[str]:

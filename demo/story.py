@@ -41,6 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # the harness shared with the tests and benchmarks
 from tests.harness import SCRIPTED_AGENT  # noqa: E402
 from tests.homes import kill_strays  # noqa: E402
+from tests.receiver import Receiver  # noqa: E402
 
 CMD_TIMEOUT = 30.0
 TERMINAL = ("FINISHED", "FAILED", "CANCELLED")
@@ -230,6 +231,7 @@ class Story:
         self.finish()
         self.record(pre_crash)
         self.agent()
+        self.webhook()
         self.stop()
 
     def start(self) -> None:
@@ -582,6 +584,31 @@ class Story:
         self.check(x.get("signal") == 9, f"exec {first_exec} is on record as killed by signal 9",
                    f"exec {first_exec}: {x.get('state')} exit {x.get('exit_code')} "
                    f"signal {x.get('signal')}")
+
+    def webhook(self) -> None:
+        self.chapter(
+            "A webhook received",
+            "A hook sends matching events to a URL, written in the same transaction as the "
+            "event, so a delivery survives a kill -9; the body is signed with a secret. "
+            "Here the receiver is a small http.server on 127.0.0.1.")
+        secret = self.work / "hook.secret"
+        secret.write_text("demo-secret\n")
+        with Receiver() as rx:
+            self.tether("hook", "add", "ci", "--on", "exec.failed", "--on", "exec.finished",
+                        "--nonzero", "--url", rx.url, "--secret-file", str(secret))
+            self.tether("run", "--name", "flaky-test", "--", "sh", "-c", "exit 1", ok=(1,))
+            self.wait_until(lambda: bool(rx.received), 15, "the webhook")
+            got = rx.received[0]
+            body = got.json()
+            self.say(f"received: {got.headers['tether-event']} {body['event']['state']} "
+                     f"of {body['exec']['name']} (exit {body['exec']['exit_code']}), "
+                     f"Idempotency-Key {got.key}")
+            self.check(got.signed_with(b"demo-secret"),
+                       "X-Tether-Signature-256 is the HMAC-SHA256 of the body")
+            self.wait_until(lambda: self.tether_json("hook", "show", "ci")["counts"]
+                            == {"COMPLETED": 1}, 10, "the delivery to be COMPLETED")
+            self.tether("hook", "ls")
+            self.check(True, "one delivery, COMPLETED")
 
     def execs_by_id(self) -> dict[str, dict[str, Any]]:
         return {x["id"]: x for x in self.tether_json("ps", "-a")}

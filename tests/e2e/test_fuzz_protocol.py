@@ -370,6 +370,10 @@ def _valid(draw: st.DrawFn, f: Fuzz, method: str) -> dict[str, Any]:
         "agent.hook": lambda: {**auth, "provider": "claude", "event": "Stop"},
         "lineage.get": lambda: {"lineage": ref("lineage")},
         "lineage.resolve": lambda: {"lineage": ref("lineage"), "action": "reap"},
+        "hook.add": lambda: {"name": "fz", "on": ["exec.*"], "url": "http://127.0.0.1:9/"},
+        "hook.show": lambda: {"name": "fz"},
+        "hook.retry": lambda: {"name": "fz"},
+        "hook.remove": lambda: {"name": "fz"},
     }.get(method, dict)()
 
 

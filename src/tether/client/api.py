@@ -240,6 +240,39 @@ class _Api:
     @rpc
     def digest_lineage(self, lineage: str) -> Request[r.LineageStory]:
         return Request("digest.lineage", {"lineage": lineage}, r.LineageStory)
+    # hooks (webhooks): deliveries of journal events to a URL or a command
+    @rpc
+    def hook_add(self, name: str, on: Sequence[str], *, url: str | None = None,
+                 exec: Sequence[str] | None = None, cwd: str | None = None,
+                 secret_file: str | None = None, sandbox: str | None = None,
+                 match_name: str | None = None, nonzero: bool = False,
+                 max_tries: int = 8) -> Request[r.WebhookView]:
+        """Deliver every event matching ``on`` (globs; ``exec.finished`` means an
+        exec.state event whose state is FINISHED) to ``url`` or to ``exec`` (on stdin).
+        ``secret_file`` is read by the daemon, now: bodies are then HMAC-signed."""
+        return Request("hook.add", {
+            "name": name, "on": list(on), "url": url,
+            "exec": list(exec) if exec is not None else None, "cwd": cwd,
+            "secret_file": secret_file, "sandbox": sandbox, "match_name": match_name,
+            "nonzero": nonzero, "max_tries": max_tries}, r.WebhookView)
+
+    @rpc
+    def hook_list(self) -> Request[list[r.WebhookView]]:
+        return Request("hook.list", {}, r.WebhookList, lambda x: x.hooks)
+
+    @rpc
+    def hook_show(self, name: str, *, limit: int = 20) -> Request[r.WebhookDetail]:
+        return Request("hook.show", {"name": name, "limit": limit}, r.WebhookDetail)
+
+    @rpc
+    def hook_retry(self, name: str, *, delivery: int | None = None,
+                   ) -> Request[r.WebhookRetried]:
+        """Try DEAD and FAILED deliveries (or the one given) again, from try 1, now."""
+        return Request("hook.retry", {"name": name, "delivery": delivery}, r.WebhookRetried)
+
+    @rpc
+    def hook_remove(self, name: str) -> Request[r.WebhookRemoved]:
+        return Request("hook.remove", {"name": name}, r.WebhookRemoved)
 
     # agents: the agent's own reports, authenticated by its session and token
     @rpc

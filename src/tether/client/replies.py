@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from tether.model.digest import DigestNode
+from tether.model.hooks import HookRecord
 from tether.model.records import Event, ExecRecord, SandboxRecord
 
 
@@ -227,7 +228,49 @@ class LineageStory(_Reply):
     events: list[Event]
 
 
-__all__ = ["AgentStarted", "AgentSummary", "CopyReport", "DigestBuilt", "DigestPeriod",
-           "DigestRecent", "DigestTree", "EventPage", "ExecView", "Handoff", "Health",
-           "Heartbeat", "HookReply", "LineageStory", "LineageView", "LogChunk", "ReapReport",
-           "RuntimeStatus", "Status", "StatusCounts", "ToolDecision", "TurnReply"]
+
+
+class DeliveryView(_Reply):
+    """One delivery of a hook (an outbox row); ``key`` is its idempotency key."""
+
+    id: int
+    key: str
+    gseq: int
+    type: str
+    state: str  # PENDING | PROCESSING | COMPLETED | FAILED | DEAD
+    tries: int
+    next_at: float
+    last_error: str | None = None
+    updated_at: float = 0.0
+
+
+class WebhookView(HookRecord, kw_only=True):
+    """A hook and how many of its deliveries are in each state."""
+
+    counts: dict[str, int] = msgspec.field(default_factory=dict)
+
+
+class WebhookDetail(WebhookView, kw_only=True):
+    deliveries: list[DeliveryView] = msgspec.field(default_factory=list)  # newest first
+    dead: list[DeliveryView] = msgspec.field(default_factory=list)  # the dead letters
+
+
+class WebhookList(_Reply):
+    hooks: list[WebhookView]
+
+
+class WebhookRemoved(_Reply):
+    name: str
+    undelivered: int = 0
+
+
+class WebhookRetried(_Reply):
+    name: str
+    retried: int = 0
+
+
+__all__ = ["AgentStarted", "AgentSummary", "CopyReport", "DeliveryView", "DigestBuilt",
+           "DigestPeriod", "DigestRecent", "DigestTree", "EventPage", "ExecView", "Handoff",
+           "Health", "Heartbeat", "HookReply", "LineageStory", "LineageView", "LogChunk",
+           "ReapReport", "RuntimeStatus", "Status", "StatusCounts", "ToolDecision", "TurnReply",
+           "WebhookDetail", "WebhookList", "WebhookRemoved", "WebhookRetried", "WebhookView"]

@@ -21,6 +21,8 @@ from tether.daemon.agents import AgentService, git_common_dir
 from tether.daemon.digest import DigestService
 from tether.daemon.events import MAX_TOTAL_SUBSCRIPTIONS, EventBus
 from tether.daemon.execs import ExecService
+from tether.daemon.outbox import HookService
+from tether.daemon.outbox.api import HOOK_METHODS, hook_handlers
 from tether.daemon.sandboxes import SandboxService
 from tether.daemon.signals import parse_signal
 from tether.daemon.tasks import Tasks
@@ -52,6 +54,7 @@ class Daemon(Protocol):
     sandboxes: SandboxService
     agents: AgentService
     digest: DigestService
+    hooks: HookService
     runtimes: Runtimes
     tasks: Tasks
     state: DaemonState
@@ -132,6 +135,7 @@ METHODS: dict[str, type[Any]] = {
     "lineage.get": m.LineageRef,
     "lineage.resolve": m.LineageResolve,
     **digest_api.METHODS,
+    **HOOK_METHODS,
 }
 
 #: All a sandboxed agent can reach (on ``agent.sock``): its own session, by token.
@@ -404,6 +408,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         "lineage.get": lineage_get,
         "lineage.resolve": lineage_resolve,
         **digest_api.handlers(d),
+        **hook_handlers(d.hooks),
     }
     for name, params in METHODS.items():
         if only is None or name in only:

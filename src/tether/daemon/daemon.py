@@ -38,6 +38,7 @@ from tether.daemon.events import EventBus
 from tether.daemon.execs import ExecService
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
+from tether.daemon.outbox import HookService
 from tether.daemon.sandboxes import SandboxService
 from tether.daemon.tasks import Tasks
 from tether.digest import periods
@@ -167,6 +168,7 @@ class Daemon:
                     tg.create_task(rpc.sweep_half_lines(), name=f"{name}-half-lines")
                 tg.create_task(self.agents.tick_loop(), name="agent-tick")
                 tg.create_task(self.digest.run(), name="digest")
+                tg.create_task(self.hooks.run(), name="outbox")
                 for rt in self.runtimes:
                     tg.create_task(rt.run(), name=f"runtime-{rt.name}")
                 await self._stop.wait()
@@ -258,6 +260,7 @@ class Daemon:
                                     self.config.clock(), faults, tz=tz,
                                     summarizer=self.config.digest_summarizer,
                                     interval=self.config.digest_interval)
+        self.hooks = HookService(self.journal, self.layout.root, self.config.clock())
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
@@ -276,6 +279,7 @@ class Daemon:
         await self.sandboxes.recover()
         # Agents last: a lineage is orphaned only once its exec's fate is known.
         summary.update({f"lineages_{k}": v for k, v in (await self.agents.recover()).items()})
+        summary["deliveries_requeued"] = self.hooks.recover()
         summary.update({f"rebuilt_{k}": v for k, v in rebuilt.items()})
         summary["ms"] = int((time.monotonic() - t0) * 1000)
         self.recovery_summary = summary

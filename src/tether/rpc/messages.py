@@ -257,3 +257,35 @@ class DigestShow(_P):
 class DigestRecent(_P):
     level: DigestLevel = "day"
     count: Annotated[int, Meta(ge=1, le=1000)] = 7
+# ---------------------------------------------------------------- hooks (webhooks)
+EventGlob = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.*?\[\]-]+$")]
+HookUrl = Annotated[str, Meta(max_length=4096, pattern=r"^https?://[^\s]+$")]
+
+
+class HookAdd(_P):
+    name: Name
+    on: Annotated[list[EventGlob], Meta(min_length=1, max_length=64)]
+    url: HookUrl | None = None
+    exec: Annotated[list[Arg], Meta(min_length=1)] | None = None
+    cwd: HostPath | None = None
+    #: A file the daemon reads once, now: its bytes become the HMAC key (stored 0600
+    #: in the home, never returned).
+    secret_file: HostPath | None = None
+    sandbox: NonEmpty | None = None
+    match_name: Annotated[str, Meta(min_length=1, max_length=256)] | None = None
+    nonzero: bool = False
+    max_tries: Annotated[int, Meta(ge=1, le=100)] = 8
+
+
+class HookRef(_P):
+    name: NonEmpty
+
+
+class HookShow(_P):
+    name: NonEmpty
+    limit: Annotated[int, Meta(ge=1, le=10000)] = 20
+
+
+class HookRetry(_P):
+    name: NonEmpty
+    delivery: Annotated[int, Meta(ge=1)] | None = None

@@ -105,6 +105,32 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         """,
     ),
     (
+        8,
+        "webhook subscriptions and their outbox",
+        # An outbox row is written in the transaction of the event it is about (the
+        # journal's matcher): at-least-once delivery, keyed by (hook, gseq).
+        """
+        CREATE TABLE hooks (
+            name   TEXT PRIMARY KEY,
+            record BLOB NOT NULL
+        );
+        CREATE TABLE outbox (
+            id         INTEGER PRIMARY KEY AUTOINCREMENT,
+            hook       TEXT NOT NULL,
+            gseq       INTEGER NOT NULL,
+            type       TEXT NOT NULL,
+            state      TEXT NOT NULL,
+            tries      INTEGER NOT NULL DEFAULT 0,
+            next_at    REAL NOT NULL,
+            last_error TEXT,
+            updated_at REAL NOT NULL,
+            body       BLOB NOT NULL,
+            UNIQUE(hook, gseq)
+        );
+        CREATE INDEX outbox_due ON outbox(state, next_at);
+        """,
+    ),
+    (
         10,
         "activity digests: versioned nodes, their latest version, rollup checkpoints",
         # Versions are append-only (digest_nodes); digest_latest points at the newest.

@@ -14,7 +14,7 @@ from __future__ import annotations
 import secrets
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,9 @@ class Store:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        #: Called with every event inside the transaction that journals it (the daemon's
+        #: outbox matcher writes its deliveries there: store/outbox.py).
+        self.on_append: Callable[[sqlite3.Connection, Event], None] | None = None
         self._db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
         try:
             self._quick_check()
@@ -117,15 +120,20 @@ class Store:
         return int(row[0] or 0)
 
     def migrate(self) -> None:
+        """Apply every known migration not yet recorded, in version order. By set, not
+        by the highest version: features numbered apart (7, 8, 9, 10) may land in any
+        order, and a store that has 10 must still get 8 when it arrives."""
         current = self.schema_version()
-        known = MIGRATIONS[-1][0]
+        known = max(v for v, _, _ in MIGRATIONS)
         if current > known:
             raise SchemaTooNew(
                 f"{self.path} has schema version {current} but this tether knows up to "
                 f"{known}; upgrade tether (migrations are forward-only)"
             )
-        for version, name, sql in MIGRATIONS:
-            if version <= current:
+        applied = {int(r[0]) for r in self._db.execute(
+            "SELECT version FROM schema_migrations").fetchall()}
+        for version, name, sql in sorted(MIGRATIONS):
+            if version in applied:
                 continue
             with self._tx() as db:
                 for statement in sql.split(";"):
@@ -176,6 +184,8 @@ class Store:
         ev = Event(gseq=gseq, seq=seq, type=type_, time=time.time(), sandbox=sandbox,
                    exec=exec_id, state=state, reason=reason, data=data or {})
         db.execute("UPDATE events SET body = ? WHERE gseq = ?", (_enc.encode(ev), gseq))
+        if self.on_append is not None:
+            self.on_append(db, ev)
         return ev
 
     def append_event(self, sandbox: str | None, type_: str, *, exec_id: str | None = None,

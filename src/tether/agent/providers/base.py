@@ -56,6 +56,7 @@ class HookEvent:
     ``kind`` is one of: ``session_start`` (carries ``provider_session_id``),
     ``turn_end`` (a completed turn), ``tool_request`` (asks whether a tool call
     is allowed: ``tool_name``, ``tool_input``), ``pre_compact``, ``session_end``,
+    ``waiting`` (the agent needs its user: journaled as ``agent.waiting``),
     ``other`` (refreshes the heartbeat only).
     """
 

@@ -58,7 +58,7 @@ EVENT_KINDS: dict[str, str] = {
     "SessionStart": "session_start",
     "UserPromptSubmit": "other",  # heartbeat at the start of every turn
     "PreToolUse": "tool_request",
-    "Notification": "other",  # heartbeat while Claude waits for the user
+    "Notification": "waiting",  # Claude waits for its user (permission, idle prompt)
     "PreCompact": "pre_compact",
     "Stop": "turn_end",
     "SessionEnd": "session_end",

@@ -294,10 +294,12 @@ class Attempts:
             core.forget(rec.id)
             return
         if cfg.revival == "ask":
-            core.commit(core.store.update_lineage(
+            rec = core.commit(core.store.update_lineage(
                 rec.id, status=LineageStatus.ASK_PENDING,
                 reason="revival policy ask: resolve with `tether lineage resolve "
                        f"{rec.id} --revive|--reap`"))
+            core.waiting(rec, "ask", f"agent {rec.name or rec.id} died; revive or reap it: "
+                         f"`tether lineage resolve {rec.id} --revive|--reap`")
             return
         if rec.attempt - 1 >= cfg.max_revivals:
             core.commit(core.store.update_lineage(

@@ -113,3 +113,11 @@ class AgentCore:
         last = self.last_sign_of_life(rec)
         th = lc.HeartbeatThresholds(rec.config.stale_after, rec.config.crashed_after)
         return str(lc.classify_heartbeat(time.time() - last, th))
+
+    def waiting(self, rec: LineageRecord, why: str, reason: str, **data: Any) -> None:
+        """Journal ``agent.waiting``: the agent needs its user (``why``: notification,
+        idle, ask), so that a webhook (``tether hook add --on agent.waiting``) can tell
+        a person."""
+        self.journal.record(rec.config.sandbox, "agent.waiting", exec_id=rec.exec_id,
+                            state=why, reason=reason,
+                            data={"lineage": rec.id, "name": rec.name, "why": why, **data})

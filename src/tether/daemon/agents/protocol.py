@@ -107,6 +107,8 @@ class Protocol:
             self._lifecycle_event(rec, before, after, "turn report")
         if rec.config.tty:
             core.awaiting_user[rec.id] = time.time()
+            core.waiting(rec, "idle", f"turn {turn_no} done; the agent waits at its prompt",
+                         turn=turn_no)
         self.worktree.update(rec)
         if after == lc.Lifecycle.DEAD and rec.exec_id and core.tasks.open:
             # Reap after the reply has reached the agent, not before.
@@ -181,7 +183,7 @@ class Protocol:
         provider = get_provider(provider_name)
         # In a thread: a turn-end hook reads the transcript file, which may be large.
         ev: HookEvent = await asyncio.to_thread(provider.parse_hook, event, payload)
-        core.touch(rec, activity=ev.kind not in ("other", "turn_end"))
+        core.touch(rec, activity=ev.kind not in ("other", "turn_end", "waiting"))
         allowed, reason = True, "ok"
         if ev.kind == "session_start" and ev.provider_session_id:
             rec = core.commit(core.store.update_lineage(
@@ -199,6 +201,12 @@ class Protocol:
                     rec.id, provider_session_id=ev.provider_session_id))
             await self.turn(rec, context_pct=u.context_pct if u else None, usage=usage,
                             model=ev.model, messages=ev.messages)
+        elif ev.kind == "waiting":
+            message = ev.raw.get("message")
+            core.waiting(rec, "notification",
+                         message if isinstance(message, str) and message
+                         else f"{provider_name} waits for its user",
+                         message=message, notification=ev.raw.get("notification_type"))
         elif ev.kind == "tool_request":
             decision = self.authorize_tool(rec, ev.tool_name or "?")
             allowed, reason = decision["allowed"], decision["reason"]

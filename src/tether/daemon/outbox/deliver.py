@@ -1,0 +1,116 @@
+"""One try of one delivery: an HTTP POST (``httpx``) or a command with the body on stdin.
+
+Headers of a POST (docs/PROTOCOL.md, "Webhooks"): ``Tether-Delivery`` and
+``Idempotency-Key`` (the same key, ``<gseq>-<hook>``, at every try), ``Tether-Event``
+(the event's type) and, when the hook has a secret, ``X-Tether-Signature-256:
+sha256=<hex HMAC-SHA256 of the body>`` (like GitHub's ``X-Hub-Signature-256``).
+A 2xx answer delivers; anything else, a timeout or a refused connection is a failed
+try. A command delivers by exiting 0 within :data:`EXEC_TIMEOUT`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import os
+import signal
+from typing import TYPE_CHECKING
+
+from tether import __version__
+from tether.model.hooks import HookRecord
+
+if TYPE_CHECKING:
+    import httpx
+
+#: Seconds for a whole HTTP try (connect: 5 s of it) and for a command hook to exit.
+HTTP_TIMEOUT = 10.0
+EXEC_TIMEOUT = 30.0
+#: The most of a command hook's stderr kept as the try's error.
+ERROR_TAIL = 300
+
+
+class DeliveryFailed(Exception):
+    """A try that did not deliver; the message is kept as the delivery's last error."""
+
+
+def signature(secret: bytes, body: bytes) -> str:
+    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+def headers(hook: HookRecord, key: str, event_type: str, body: bytes,
+            secret: bytes | None) -> dict[str, str]:
+    h = {"Content-Type": "application/json", "User-Agent": f"tether/{__version__}",
+         "Tether-Delivery": key, "Idempotency-Key": key, "Tether-Event": event_type,
+         "Tether-Hook": hook.name}
+    if secret is not None:
+        h["X-Tether-Signature-256"] = signature(secret, body)
+    return h
+
+
+class Sender:
+    """Makes tries; owns the HTTP client (one connection pool, opened on first use so
+    that a daemon without URL hooks never imports ``httpx``)."""
+
+    def __init__(self) -> None:
+        self._http: httpx.AsyncClient | None = None
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def send(self, hook: HookRecord, key: str, event_type: str, body: bytes,
+                   secret: bytes | None) -> None:
+        if hook.url is not None:
+            await self._post(hook, key, event_type, body, secret)
+        elif hook.exec is not None:
+            await self._run(hook, key, event_type, body)
+        else:
+            raise DeliveryFailed("the hook has neither a url nor a command")
+
+    async def _post(self, hook: HookRecord, key: str, event_type: str, body: bytes,
+                    secret: bytes | None) -> None:
+        import httpx
+
+        if self._http is None:
+            self._http = httpx.AsyncClient(
+                timeout=httpx.Timeout(HTTP_TIMEOUT, connect=5.0), follow_redirects=False,
+                trust_env=False)
+        assert hook.url is not None
+        try:
+            r = await self._http.post(hook.url, content=body,
+                                      headers=headers(hook, key, event_type, body, secret))
+        except httpx.HTTPError as e:
+            raise DeliveryFailed(f"{type(e).__name__}: {e}"[:ERROR_TAIL] or "HTTP error") from None
+        if not 200 <= r.status_code < 300:
+            raise DeliveryFailed(f"HTTP {r.status_code} from {hook.url}")
+
+    async def _run(self, hook: HookRecord, key: str, event_type: str, body: bytes) -> None:
+        assert hook.exec is not None
+        env = {**os.environ, "TETHER_HOOK": hook.name, "TETHER_DELIVERY": key,
+               "TETHER_EVENT": event_type}
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *hook.exec, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE, cwd=hook.cwd or "/", env=env,
+                start_new_session=True)  # its own group: a timeout kills all of it
+        except OSError as e:
+            raise DeliveryFailed(f"cannot run {hook.exec[0]!r}: {e.strerror or e}") from None
+        try:
+            _, err = await asyncio.wait_for(proc.communicate(body), EXEC_TIMEOUT)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+            raise DeliveryFailed(f"the command did not exit within {EXEC_TIMEOUT:g} s; "
+                                 "killed") from None
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            raise
+        if proc.returncode != 0:
+            tail = err.decode(errors="replace").strip()[-ERROR_TAIL:]
+            raise DeliveryFailed(f"the command exited {proc.returncode}"
+                                 + (f": {tail}" if tail else ""))
