@@ -9,6 +9,7 @@ provisions it (`.ci/provision.sh`): then a missing browser fails.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import TETHER, DaemonProc, new_home, remove_home, wait_for
+from tests.harness import FIXTURES, TETHER, DaemonProc, new_home, remove_home, wait_for
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 SHOTS = os.environ.get("TETHER_SCREENSHOTS")  # a directory: save a picture of each view
@@ -191,7 +192,6 @@ def test_the_page_survives_a_daemon_kill_with_no_event_lost_or_twice(
 
 
 def test_the_token_guards_every_route_and_read_only_refuses_actions(d: DaemonProc) -> None:
-    import json
     import urllib.error
     import urllib.request
 
@@ -230,3 +230,26 @@ def test_the_token_guards_every_route_and_read_only_refuses_actions(d: DaemonPro
         assert mode == 0o600 and (d.home / "web.token").read_text() == token
     finally:
         w.stop()
+
+
+def test_the_needs_you_list_resolves_an_ask_revival_and_shows_a_waiting_agent(
+        d: DaemonProc, page: Any, tmp_path: Path) -> None:
+    c = d.client()
+    dead = c.agent_start(["sh", "-c", "sleep 0.3; exit 3"], provider="generic",
+                         name="asker", revival="ask")
+    item = f'#needs li[data-needs="{dead.id}"]'
+    page.wait_for_selector(f'{item} button[data-action="revive"]', timeout=20000)
+    creds = tmp_path / "creds"
+    waiter = c.agent_start(["sh", "-c", f'printf "%s %s" "$TETHER_SESSION" "$TETHER_TOKEN" > '
+                            f"{creds}.tmp; mv {creds}.tmp {creds}; exec sleep 120"],
+                           provider="generic", name="waiter")
+    wait_for(creds.exists, 20, what="the agent's credentials")
+    session, token = creds.read_text().split()
+    payload = json.loads((FIXTURES / "claude" / "Notification.json").read_text())
+    c.agent_hook(session, token, "claude", "Notification", payload)
+    page.wait_for_selector(f'#needs li[data-needs="{waiter.id}"]', timeout=10000)
+    assert "waiting for you" in page.text_content(f'#needs li[data-needs="{waiter.id}"]')
+    shot(page, "needs-you")
+    page.click(f'{item} button[data-action="reap-lineage"]')
+    wait_for(lambda: c.lineage_get(dead.id).status == "REAPED", 15, what="the reap")
+    page.wait_for_selector(item, state="detached", timeout=10000)

@@ -74,7 +74,7 @@ function render(st) {
   for (const l of lineages) {
     if (l.status === "ASK_PENDING") {
       needs.push(`<li data-needs="${esc(l.id)}"><b>${esc(l.name || short(l.id))}</b>
-        <span>died; its revival policy is <i>ask</i>: ${esc(l.reason || "")}</span>
+        <span>died (revival policy <i>ask</i>): revive it from its last turn, or reap it</span>
         ${act("revive", "revive", l.id)} ${act("reap", "reap-lineage", l.id, "danger")}</li>`);
     } else if (waiting.has(l.id) && l.status === "ACTIVE") {
       needs.push(`<li data-needs="${esc(l.id)}"><b>${esc(l.name || short(l.id))}</b>
