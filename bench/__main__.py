@@ -27,6 +27,7 @@ from bench import (
     start_latency,
     store_check,
     terminal,
+    web,
 )
 from bench.harness import (
     BenchResult,
@@ -55,13 +56,14 @@ BENCHMARKS: dict[str, Runner] = {
     "cli": lambda o, c: cli.run(o),
     "digest": lambda o, c: digest.run(o),
     "outbox": lambda o, c: outbox.run(o),
+    "web": lambda o, c: web.run(o),
 }
 ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
            "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents",
            "sandbox": "sandboxes", "docker": "sandboxes", "flood": "floods",
            "quick_check": "store_check", "store": "store_check",
            "startup": "cli", "hook": "cli", "rollup": "digest", "webhooks": "outbox",
-           "webhook": "outbox"}
+           "webhook": "outbox", "dashboard": "web"}
 
 
 def _names(value: str) -> list[str]:
