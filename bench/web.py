@@ -6,7 +6,7 @@ keystroke through its terminal bridge beside ``tether attach``'s SDK path.
   server-sent-event stream of the journal open and consumed, and ``/api/state``
   fetched every second (what an open page does).
 * Events to browser: headless chromium (Debian's) on the page; an ``EventSource`` on
-  ``/api/events`` records when each event arrives; latency = arrival − the moment
+  ``/api/events`` records when each event arrives; latency = arrival minus the moment
   ``exec.start`` was sent (one clock).
 * Keystroke echo: one byte into ``cat`` on a terminal and its echo back, through the
   WebSocket bridge (``/api/term``) and through the SDK's ``Attachment`` (the same
