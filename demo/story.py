@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -232,6 +233,8 @@ class Story:
         self.record(pre_crash)
         self.agent()
         self.webhook()
+        self.digest()
+        self.dashboard()
         self.stop()
 
     def start(self) -> None:
@@ -609,6 +612,51 @@ class Story:
                             == {"COMPLETED": 1}, 10, "the delivery to be COMPLETED")
             self.tether("hook", "ls")
             self.check(True, "one delivery, COMPLETED")
+
+    def digest(self) -> None:
+        self.chapter(
+            "What did my agents do?",
+            "The daemon rolls finished execs up into hours, days, weeks and months. Today is "
+            "not over, so its node is a DRAFT with the figures so far; it is built (COMPLETE) "
+            "an hour after midnight, and a late exec would make a version 2.")
+        self.tether("digest", "--build")
+        today = self.tether_json("digest", "--day")
+        node = today.get("node") or {}
+        runs = (node.get("summary") or {}).get("runs", 0)
+        self.tether("digest", "--day")
+        self.check(node.get("state") == "DRAFT" and runs >= 1,
+                   f"today's digest counts the {runs} runs that ended (a DRAFT: the day is open)")
+
+    def dashboard(self) -> None:
+        self.chapter(
+            "A dashboard in the browser",
+            "`tether web` serves the same state live on 127.0.0.1, behind a token kept 0600 "
+            "in the home: agents and their context, what needs you, logs, a terminal.")
+        proc = subprocess.Popen([*TETHER, "web", "--port", "0"], cwd=self.work, env=self.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline().decode().strip()
+            self.show_cmd("tether web --port 0")
+            self.say(line)
+            url = line.split(" ", 2)[-1]
+            base, token = url.split("/?token=")
+            req = urllib.request.Request(base + "/api/state",
+                                         headers={"Authorization": f"Bearer {token}"})
+            with urllib.request.urlopen(req, timeout=10) as r:
+                state = json.loads(r.read())
+            self.check({x["id"] for x in state["execs"]} >= set(self.ids.values()),
+                       "the dashboard's /api/state lists every exec of this story")
+            if os.environ.get("TETHER_DEMO_SERVE") == "1":
+                self.say(f"Open {url} — serving until Ctrl-C (TETHER_DEMO_SERVE=1).")
+                with contextlib.suppress(KeyboardInterrupt):
+                    proc.wait()
+            else:
+                self.say("Run `TETHER_DEMO_SERVE=1 make demo` to keep it serving until Ctrl-C.")
+        finally:
+            proc.kill()
+            proc.wait()
 
     def execs_by_id(self) -> dict[str, dict[str, Any]]:
         return {x["id"]: x for x in self.tether_json("ps", "-a")}
