@@ -227,7 +227,35 @@ class LineageStory(_Reply):
     events: list[Event]
 
 
-__all__ = ["AgentStarted", "AgentSummary", "CopyReport", "DigestBuilt", "DigestPeriod",
-           "DigestRecent", "DigestTree", "EventPage", "ExecView", "Handoff", "Health",
-           "Heartbeat", "HookReply", "LineageStory", "LineageView", "LogChunk", "ReapReport",
-           "RuntimeStatus", "Status", "StatusCounts", "ToolDecision", "TurnReply"]
+class Metrics(_Reply):
+    """``daemon.metrics``: the Prometheus text exposition, ready to serve."""
+
+    text: str
+    content_type: str = "text/plain; version=0.0.4; charset=utf-8"
+
+
+__all__ = [
+    "AgentStarted",
+    "AgentSummary",
+    "CopyReport",
+    "DigestBuilt",
+    "DigestPeriod",
+    "DigestRecent",
+    "DigestTree",
+    "EventPage",
+    "ExecView",
+    "Handoff",
+    "Health",
+    "Heartbeat",
+    "HookReply",
+    "LineageStory",
+    "LineageView",
+    "LogChunk",
+    "Metrics",
+    "ReapReport",
+    "RuntimeStatus",
+    "Status",
+    "StatusCounts",
+    "ToolDecision",
+    "TurnReply",
+]

@@ -24,6 +24,7 @@ import signal
 import socket
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,14 @@ class Daemon:
 
     def connection_count(self) -> int:
         return len(self._rpc.connections) if self._rpc else 0
+
+    def rpc_requests(self) -> Counter[tuple[str, str]]:
+        """Requests answered on both sockets, by method and error code (for metrics)."""
+        total: Counter[tuple[str, str]] = Counter()
+        for rpc in (self._rpc, self._agent_rpc):
+            if rpc is not None:
+                total.update(rpc.requests())
+        return total
 
     def request_stop(self) -> None:
         self._stop.set()

@@ -21,6 +21,7 @@ from typing import Any
 
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
+from tether.daemon.metrics import Histogram
 from tether.daemon.signals import describe_exit
 from tether.daemon.tasks import Tasks
 from tether.daemon.terminal_events import watch_terminal
@@ -95,6 +96,8 @@ class ExecService:
         self.default_falls_back = False
         # Called (synchronously) with every exec that reaches a terminal state.
         self.on_terminal: list[Callable[[ExecRecord], None]] = []
+        #: exec.start → RUNNING, for ``daemon.metrics`` (C: since this daemon started)
+        self.start_latency = Histogram()
 
     # ------------------------------------------------------------------ helpers
     def paths(self, rec: ExecRecord) -> ExecPaths:
@@ -143,6 +146,7 @@ class ExecService:
     async def start(self, sandbox: SandboxRecord, spec: ExecSpec, request_key: str | None,
                     *, lineage: str | None = None,
                     agent_view: AgentView | None = None) -> ExecRecord:
+        t0 = time.monotonic()
         if request_key:
             existing = self.store.exec_by_request_key(request_key)
             if existing is not None:
@@ -221,6 +225,7 @@ class ExecService:
         except Exception:
             self._unsettled.add(exec_id)  # it runs: the sweep adopts it once it can
             raise
+        self.start_latency.observe(time.monotonic() - t0)
         handles = {"monitor": {"pid": started.monitor_pid,
                                "start_time": started.monitor_start_time},
                    "child": {"pid": started.pid, "start_time": started.start_time}}
