@@ -21,6 +21,7 @@ from typing import Any
 
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
+from tether.daemon.logfmt import ids
 from tether.daemon.metrics import Histogram
 from tether.daemon.signals import describe_exit
 from tether.daemon.tasks import Tasks
@@ -106,6 +107,9 @@ class ExecService:
     def _commit(self, result: tuple[ExecRecord, Event]) -> ExecRecord:
         rec = self.journal.commit(result)
         if rec.state in EXEC_TERMINAL:
+            log.info("exec %s %s%s", rec.id, rec.state,
+                     "" if rec.exit_code is None else f" (exit {rec.exit_code})",
+                     extra=ids(exec=rec.id, sandbox=rec.sandbox, lineage=rec.lineage))
             done = self._done.pop(rec.id, None)  # later waiters read the store
             if done is not None:
                 done.set()
@@ -113,7 +117,8 @@ class ExecService:
                 try:
                     callback(rec)
                 except Exception:
-                    log.exception("exec-end callback failed for %s", rec.id)
+                    log.exception("exec-end callback failed for %s", rec.id,
+                                  extra=ids(exec=rec.id, sandbox=rec.sandbox))
         return rec
 
     def resolve(self, ref: str) -> ExecRecord:
@@ -194,7 +199,8 @@ class ExecService:
             except (StartError, asyncio.CancelledError):
                 raise
             except Exception as e:  # never leave a committed exec PENDING and unwatched
-                log.exception("starting exec %s failed", exec_id)
+                log.exception("starting exec %s failed", exec_id,
+                              extra=ids(exec=exec_id, sandbox=sandbox.id, lineage=lineage))
                 raise StartError(f"starting the monitor failed: {e!r}",
                                  "MONITOR_FAILED") from e
         except StartError as e:
