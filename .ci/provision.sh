@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # System packages the tests and benchmarks need, on a fresh Debian machine (root, no
-# container registry): bubblewrap, tmux (bench baseline), and a Docker engine with a
-# small local busybox image, chromium for the dashboard's browser tests, (docker.io's dockerd started by hand; `docker import`).
+# container registry): bubblewrap, tmux (bench baseline), systemd-analyze, chromium (the
+# dashboard's browser tests), and a Docker engine with a small local busybox image
+# (docker.io's dockerd started by hand; `docker import`).
 set -eu
 IMAGE=${TETHER_TEST_IMAGE:-tether-test:busybox}
 export DEBIAN_FRONTEND=noninteractive
@@ -11,6 +12,7 @@ command -v tmux    >/dev/null || need+=(tmux)
 command -v dockerd >/dev/null || need+=(docker.io)
 command -v busybox >/dev/null || need+=(busybox-static)
 command -v chromium >/dev/null || need+=(chromium)   # the dashboard's browser tests
+command -v systemd-analyze >/dev/null || need+=(systemd)  # verifies `tether daemon install`'s unit
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq "${need[@]}" >/dev/null

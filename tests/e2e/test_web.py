@@ -226,6 +226,9 @@ def test_the_token_guards_every_route_and_read_only_refuses_actions(d: DaemonPro
                     Origin="http://evil.example")[0] == 401
         status, body = post("/api/kill", Authorization=f"Bearer {token}")
         assert status == 403 and json.loads(body)["error"]["code"] == "READ_ONLY"
+        status, body = get("/metrics", Authorization=f"Bearer {token}")
+        assert status == 200 and b"# TYPE tether_" in body
+        assert get("/metrics")[0] == 401
         mode = (d.home / "web.token").stat().st_mode & 0o777
         assert mode == 0o600 and (d.home / "web.token").read_text() == token
     finally:

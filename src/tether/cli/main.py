@@ -34,7 +34,7 @@ COMMANDS = {
     "sandbox": "sandbox:sandbox", "cp": "sandbox:cp", "lineage": "agent:lineage",
     "reap": "agent:reap", "agent": "agent:agent", "status": "daemon:status",
     "daemon": "daemon:daemon", "digest": "digest:digest", "hook": "hook:hook",
-    "web": "web:web",
+    "web": "web:web", "mcp": "mcp:mcp", "metrics": "metrics:metrics",
 }
 
 

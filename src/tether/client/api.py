@@ -68,6 +68,11 @@ class _Api:
     def status(self) -> Request[r.Status]:
         return Request("daemon.status", {}, r.Status)
 
+    @rpc
+    def metrics(self) -> Request[r.Metrics]:
+        """The daemon's Prometheus metrics (text exposition format)."""
+        return Request("daemon.metrics", {}, r.Metrics)
+
     # sandboxes
     @rpc
     def sandbox_create(self, name: str, *, runtime: str = "process",

@@ -269,8 +269,16 @@ class WebhookRetried(_Reply):
     retried: int = 0
 
 
+class Metrics(_Reply):
+    """``daemon.metrics``: the Prometheus text exposition, ready to serve."""
+
+    text: str
+    content_type: str = "text/plain; version=0.0.4; charset=utf-8"
+
+
 __all__ = ["AgentStarted", "AgentSummary", "CopyReport", "DeliveryView", "DigestBuilt",
            "DigestPeriod", "DigestRecent", "DigestTree", "EventPage", "ExecView", "Handoff",
            "Health", "Heartbeat", "HookReply", "LineageStory", "LineageView", "LogChunk",
-           "ReapReport", "RuntimeStatus", "Status", "StatusCounts", "ToolDecision", "TurnReply",
-           "WebhookDetail", "WebhookList", "WebhookRemoved", "WebhookRetried", "WebhookView"]
+           "Metrics", "ReapReport", "RuntimeStatus", "Status", "StatusCounts", "ToolDecision",
+           "TurnReply", "WebhookDetail", "WebhookList", "WebhookRemoved", "WebhookRetried",
+           "WebhookView"]

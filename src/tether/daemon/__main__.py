@@ -21,10 +21,13 @@ def main() -> int:
     p.add_argument("--recover-store", action="store_true",
                    help="the store is missing, empty or corrupt: move it aside, make a new "
                    "one and put back the execs its monitors' files name")
+    p.add_argument("--log-format", choices=("text", "json"), default=None,
+                   help="the daemon's log lines (default: $TETHER_LOG_FORMAT, else text)")
     args = p.parse_args()
     home = args.home.expanduser().absolute() if args.home else default_home()
     return serve(home, pool_size=max(0, min(args.pool, 64)),
-                 default_runtime=args.default_runtime, recover_store=args.recover_store)
+                 default_runtime=args.default_runtime, recover_store=args.recover_store,
+                 log_format=args.log_format)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections import Counter
 from typing import Any, Protocol, cast
 
 import msgspec
@@ -16,7 +17,7 @@ from tether import __version__
 from tether.agent.lifecycle import Thresholds
 from tether.agent.providers import for_command
 from tether.agent.providers import get as get_provider
-from tether.daemon import digest_api
+from tether.daemon import digest_api, metrics_api
 from tether.daemon.agents import AgentService, git_common_dir
 from tether.daemon.digest import DigestService
 from tether.daemon.events import MAX_TOTAL_SUBSCRIPTIONS, EventBus
@@ -65,6 +66,8 @@ class Daemon(Protocol):
     def connection_count(self) -> int: ...
 
     def server_accepting(self) -> bool: ...
+
+    def rpc_requests(self) -> Counter[tuple[str, str]]: ...
 
 MAX_SUBSCRIPTIONS = 64  # per connection; each may queue up to QUEUE_LIMIT events
 
@@ -136,6 +139,7 @@ METHODS: dict[str, type[Any]] = {
     "lineage.resolve": m.LineageResolve,
     **digest_api.METHODS,
     **HOOK_METHODS,
+    **metrics_api.METHODS,
 }
 
 #: All a sandboxed agent can reach (on ``agent.sock``): its own session, by token.
@@ -409,6 +413,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         "lineage.resolve": lineage_resolve,
         **digest_api.handlers(d),
         **hook_handlers(d.hooks),
+        **metrics_api.handlers(d),
     }
     for name, params in METHODS.items():
         if only is None or name in only:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from tether.daemon import systemd
 from tether.daemon.clock import Clock
 from tether.daemon.events import QUEUE_LIMIT
 from tether.rpc.server import HALF_LINE_TIMEOUT, MAX_CONNECTIONS
@@ -47,10 +48,15 @@ class DaemonConfig:
     digest_interval: float = 900.0
     digest_summarizer: str | None = None
     digest_tz: str | None = None
+    #: ``--log-format``, else TETHER_LOG_FORMAT: ``text`` or ``json`` (JSON lines).
+    log_format: str = "text"
+    #: systemd's watchdog: seconds between WATCHDOG=1 pings (None: no watchdog asked).
+    watchdog: float | None = None
 
     @classmethod
     def from_env(cls, home: Path, *, pool_size: int = POOL_SIZE,
                  default_runtime: str | None = None, recover_store: bool = False,
+                 log_format: str | None = None,
                  env: Mapping[str, str] = os.environ) -> DaemonConfig:
         """Flags win over the environment, which wins over the defaults."""
         return cls(
@@ -70,6 +76,8 @@ class DaemonConfig:
             digest_interval=float(env.get("TETHER_DIGEST_INTERVAL", 900.0)),
             digest_summarizer=env.get("TETHER_DIGEST_SUMMARIZER") or None,
             digest_tz=env.get("TETHER_DIGEST_TZ") or None,
+            log_format=log_format or env.get("TETHER_LOG_FORMAT") or "text",
+            watchdog=systemd.watchdog_interval(env, os.getpid()),
         )
 
     def clock(self) -> Clock:

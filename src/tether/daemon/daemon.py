@@ -24,12 +24,13 @@ import signal
 import socket
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from tether import __version__
 from tether.daemon import home as homes
-from tether.daemon import lost_store
+from tether.daemon import logfmt, lost_store, systemd
 from tether.daemon.agents import AgentService
 from tether.daemon.api import AGENT_METHODS, build_router
 from tether.daemon.config import DaemonConfig
@@ -100,6 +101,14 @@ class Daemon:
     def connection_count(self) -> int:
         return len(self._rpc.connections) if self._rpc else 0
 
+    def rpc_requests(self) -> Counter[tuple[str, str]]:
+        """Requests answered on both sockets, by method and error code (for metrics)."""
+        total: Counter[tuple[str, str]] = Counter()
+        for rpc in (self._rpc, self._agent_rpc):
+            if rpc is not None:
+                total.update(rpc.requests())
+        return total
+
     def request_stop(self) -> None:
         self._stop.set()
 
@@ -160,7 +169,9 @@ class Daemon:
                     if (err := self._startup_error(e)) is None:
                         raise
                     raise err from None
-                _sd_notify("READY=1")
+                systemd.notify("READY=1")
+                if self.config.watchdog is not None:
+                    tg.create_task(systemd.watchdog(self.config.watchdog), name="watchdog")
                 tg.create_task(self._pool_loop(), name="monitor-pool")
                 tg.create_task(self._sweep_loop(), name="sweep")
                 for name, rpc in (("rpc", self._rpc), ("agent-rpc", self._agent_rpc)):
@@ -315,7 +326,7 @@ class Daemon:
 
     async def _shutdown(self) -> None:
         self._to(DaemonState.STOPPING)
-        _sd_notify("STOPPING=1")
+        systemd.notify("STOPPING=1")
         assert self._server is not None and self._rpc is not None
         self._server.close()  # stop accepting connections
         if self._agent_server is not None and self._agent_rpc is not None:
@@ -391,19 +402,11 @@ def _raise_fd_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def _sd_notify(state: str) -> None:
-    """Tell systemd (Type=notify) about our state, if it asked."""
-    addr = os.environ.get("NOTIFY_SOCKET")
-    if not addr:
-        return
-    if addr.startswith("@"):
-        addr = "\0" + addr[1:]
-    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
-        s.sendto(state.encode(), addr)
-
-
 def serve(home: Path, **kw: Any) -> int:
     config = DaemonConfig.from_env(home, **kw)
-    logging.basicConfig(level=config.log_level,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if config.log_format not in logfmt.FORMATS:
+        print(f"tether: unknown log format {config.log_format!r} (--log-format or "
+              f"TETHER_LOG_FORMAT); use one of: {', '.join(logfmt.FORMATS)}", file=sys.stderr)
+        return 2
+    logfmt.configure(config.log_level, config.log_format)
     return Daemon(config).run()

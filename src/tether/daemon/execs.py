@@ -21,6 +21,8 @@ from typing import Any
 
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
+from tether.daemon.logfmt import ids
+from tether.daemon.metrics import Histogram
 from tether.daemon.signals import describe_exit
 from tether.daemon.tasks import Tasks
 from tether.daemon.terminal_events import watch_terminal
@@ -95,6 +97,8 @@ class ExecService:
         self.default_falls_back = False
         # Called (synchronously) with every exec that reaches a terminal state.
         self.on_terminal: list[Callable[[ExecRecord], None]] = []
+        #: exec.start → RUNNING, for ``daemon.metrics`` (C: since this daemon started)
+        self.start_latency = Histogram()
 
     # ------------------------------------------------------------------ helpers
     def paths(self, rec: ExecRecord) -> ExecPaths:
@@ -103,6 +107,9 @@ class ExecService:
     def _commit(self, result: tuple[ExecRecord, Event]) -> ExecRecord:
         rec = self.journal.commit(result)
         if rec.state in EXEC_TERMINAL:
+            log.info("exec %s %s%s", rec.id, rec.state,
+                     "" if rec.exit_code is None else f" (exit {rec.exit_code})",
+                     extra=ids(exec=rec.id, sandbox=rec.sandbox, lineage=rec.lineage))
             done = self._done.pop(rec.id, None)  # later waiters read the store
             if done is not None:
                 done.set()
@@ -110,7 +117,8 @@ class ExecService:
                 try:
                     callback(rec)
                 except Exception:
-                    log.exception("exec-end callback failed for %s", rec.id)
+                    log.exception("exec-end callback failed for %s", rec.id,
+                                  extra=ids(exec=rec.id, sandbox=rec.sandbox))
         return rec
 
     def resolve(self, ref: str) -> ExecRecord:
@@ -143,6 +151,7 @@ class ExecService:
     async def start(self, sandbox: SandboxRecord, spec: ExecSpec, request_key: str | None,
                     *, lineage: str | None = None,
                     agent_view: AgentView | None = None) -> ExecRecord:
+        t0 = time.monotonic()
         if request_key:
             existing = self.store.exec_by_request_key(request_key)
             if existing is not None:
@@ -190,7 +199,8 @@ class ExecService:
             except (StartError, asyncio.CancelledError):
                 raise
             except Exception as e:  # never leave a committed exec PENDING and unwatched
-                log.exception("starting exec %s failed", exec_id)
+                log.exception("starting exec %s failed", exec_id,
+                              extra=ids(exec=exec_id, sandbox=sandbox.id, lineage=lineage))
                 raise StartError(f"starting the monitor failed: {e!r}",
                                  "MONITOR_FAILED") from e
         except StartError as e:
@@ -221,6 +231,7 @@ class ExecService:
         except Exception:
             self._unsettled.add(exec_id)  # it runs: the sweep adopts it once it can
             raise
+        self.start_latency.observe(time.monotonic() - t0)
         handles = {"monitor": {"pid": started.monitor_pid,
                                "start_time": started.monitor_start_time},
                    "child": {"pid": started.pid, "start_time": started.start_time}}

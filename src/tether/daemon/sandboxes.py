@@ -20,6 +20,7 @@ import msgspec
 
 from tether.daemon.execs import ExecService
 from tether.daemon.journal import Journal
+from tether.daemon.logfmt import ids
 from tether.hostio.copy import CopyError
 from tether.hostio.paths import paths_overlap
 from tether.model.errors import RpcCode, TetherError, invalid_params, not_found
@@ -219,7 +220,7 @@ class SandboxService:
             try:
                 await self._enforce(sb, now)
             except (TetherError, IllegalTransition) as e:  # dockerd down, or a race
-                log.warning("lifetime of sandbox %s: %s", sb.id, e)
+                log.warning("lifetime of sandbox %s: %s", sb.id, e, extra=ids(sandbox=sb.id))
 
     async def _enforce(self, sb: SandboxRecord, now: float) -> None:
         ttl, idle = sb.spec.ttl, sb.spec.idle_timeout

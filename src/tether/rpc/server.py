@@ -25,6 +25,7 @@ import contextlib
 import itertools
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +63,7 @@ class Method:
     #: the params are a Struct that ``{}`` converts to: its bare constructor then builds
     #: them (the same value), at a fraction of msgspec.convert's cost per call
     bare: bool = False
+    ok: int = 0  # requests its handler answered without error (for ``daemon.metrics``)
 
     def __post_init__(self) -> None:
         if isinstance(self.params, type) and issubclass(self.params, msgspec.Struct):
@@ -219,6 +221,10 @@ class RpcServer:
         self._idle: asyncio.Future[None] | None = None
         self.connections: set[Connection] = set()
         self._ticks = itertools.count()  # orders connections by their last activity
+        #: requests answered with an error, by (method, ``data.code``), for
+        #: ``daemon.metrics`` (successes: ``Method.ok``); a name the router lacks counts
+        #: as "unknown" (clients choose names: no unbounded label set)
+        self.errors: Counter[tuple[str, str]] = Counter()
 
     async def handle_connection(self, reader: asyncio.StreamReader,
                                 writer: asyncio.StreamWriter) -> None:
@@ -325,8 +331,12 @@ class RpcServer:
                            slots: asyncio.Semaphore | None) -> None:
         self.inflight += 1
         try:
-            reply = await (self._handle_one(conn, msg) if type(msg) is dict
-                           else self._handle_message(conn, msg))
+            if type(msg) is dict:
+                reply = await self._handle_one(conn, msg)
+                if reply is not None and "error" in reply:
+                    self._count_error(msg, reply)
+            else:
+                reply = await self._handle_message(conn, msg)
             if reply is not None:
                 transport = conn.writer.transport  # what StreamWriter.write calls anyway
                 if not transport.is_closing():
@@ -366,11 +376,26 @@ class RpcServer:
                                    {"code": "BATCH_REPLY_TOO_LARGE"})
                 else:
                     reply = await self._handle_one(conn, member)
+                    if reply is not None and "error" in reply:
+                        self._count_error(member, reply)
                 if reply is not None:
                     out.append(reply)
                     size += len(_enc.encode(reply))
             return out or None
         return await self._handle_one(conn, msg)
+
+    def requests(self) -> Counter[tuple[str, str]]:
+        """Requests answered, by (method, ``data.code``, "OK" for no error)."""
+        out = Counter({(m.name, "OK"): m.ok for m in self.router.methods.values() if m.ok})
+        out.update(self.errors)
+        return out
+
+    def _count_error(self, msg: Any, reply: dict[str, Any]) -> None:
+        name = msg.get("method") if type(msg) is dict else None
+        data = reply["error"].get("data")
+        code = data.get("code", "ERROR") if type(data) is dict else "ERROR"
+        label = name if isinstance(name, str) and name in self.router.methods else "unknown"
+        self.errors[(label, str(code))] += 1
 
     async def _handle_one(self, conn: Connection, msg: Any) -> dict[str, Any] | None:
         if not isinstance(msg, dict):
@@ -410,6 +435,7 @@ class RpcServer:
                                   "the daemon is stopping; retry in a moment (a new daemon "
                                   "starts on the next command)")
             result = await method.handler(params, conn)
+            method.ok += 1
         except IllegalTransition as e:  # lost a race with another state change
             if is_notification:
                 return None

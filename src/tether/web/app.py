@@ -158,6 +158,14 @@ def create_app(home: Path, token: str, *, read_only: bool = False) -> ASGIApp:
                     "lineages": lineages, "read_only": read_only}
         return await call(gather)
 
+    async def metrics(request: Request) -> Response:
+        """Prometheus scrapes this (with ``Authorization: Bearer <token>``)."""
+        try:
+            m = await client.metrics()
+        except (TetherError, DaemonUnavailable) as e:
+            return _error(e)
+        return Response(m.text, media_type=m.content_type)
+
     async def events(request: Request) -> Response:
         last = request.headers.get("last-event-id") or request.query_params.get("since") or "0"
         since = int(last) if last.isdigit() else 0
@@ -243,6 +251,7 @@ def create_app(home: Path, token: str, *, read_only: bool = False) -> ASGIApp:
         Route("/", index),
         Route("/favicon.ico", lambda request: Response(status_code=204)),
         Route("/api/state", state),
+        Route("/metrics", metrics),
         Route("/api/events", events),
         Route("/api/logs/{exec}", logs),
         Route("/api/{action}", action, methods=["POST"]),

@@ -47,9 +47,12 @@ def status(ctx: click.Context, as_json: bool) -> None:
 @click.option("--recover-store", is_flag=True,
               help="the store is missing, empty or corrupt: move it aside, make a new one "
               "and re-adopt the running execs from their monitors' files")
+@click.option("--log-format", type=click.Choice(["text", "json"]), default=None,
+              help="log lines as text or JSON lines with exec, sandbox and lineage fields "
+              "(default: $TETHER_LOG_FORMAT, else text)")
 @click.pass_context
 def daemon(ctx: click.Context, pool: int, default_runtime: str | None,
-           recover_store: bool) -> None:
+           recover_store: bool, log_format: str | None) -> None:
     """Run the daemon in the foreground (systemd Type=notify friendly)."""
     if ctx.invoked_subcommand is not None:
         return
@@ -61,6 +64,8 @@ def daemon(ctx: click.Context, pool: int, default_runtime: str | None,
         argv += ["--default-runtime", default_runtime]
     if recover_store:
         argv.append("--recover-store")
+    if log_format is not None:
+        argv += ["--log-format", log_format]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, argv)
@@ -76,3 +81,56 @@ def daemon_stop(ctx: click.Context, timeout: float) -> None:
     except TimeoutError as e:
         die(str(e), 1)
     click.echo("no daemon is running" if pid is None else f"daemon {pid} stopped")
+
+
+@daemon.command("install")
+@click.option("--user", "scope", flag_value="user", default=True,
+              help="a user unit, ~/.config/systemd/user (the default)")
+@click.option("--system", "scope", flag_value="system",
+              help="a system unit, /etc/systemd/system (run as root)")
+@click.option("--name", default="tether", show_default=True, help="the unit's name")
+@click.option("--dry-run", is_flag=True, help="print the unit and where it would go")
+@click.pass_context
+def daemon_install(ctx: click.Context, scope: str, name: str, dry_run: bool) -> None:
+    """Write a systemd unit for this home's daemon (Type=notify, KillMode=process)."""
+    from tether.cli import unitfile
+
+    path = unitfile.unit_path(scope, name)
+    text = unitfile.render(scope, ctx.obj.home)
+    if dry_run:
+        click.echo(f"# {path}")
+        click.echo(text, nl=False)
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    except OSError as e:
+        die(f"cannot write {path}: {e}", 1,
+            hint="use --system as root, or --user" if scope == "system" else None)
+    flag = " --user" if scope == "user" else ""
+    why = unitfile.systemctl(scope, "daemon-reload")
+    click.echo(f"wrote {path}")
+    if why is not None:
+        click.echo(f"(systemctl{flag} daemon-reload: {why})")
+    click.echo(f"start it with: systemctl{flag} enable --now {name}")
+
+
+@daemon.command("uninstall")
+@click.option("--user", "scope", flag_value="user", default=True, help="the user unit")
+@click.option("--system", "scope", flag_value="system", help="the system unit")
+@click.option("--name", default="tether", show_default=True, help="the unit's name")
+@click.pass_context
+def daemon_uninstall(ctx: click.Context, scope: str, name: str) -> None:
+    """Disable and remove the unit; the daemon stops, its execs keep running."""
+    from tether.cli import unitfile
+
+    path = unitfile.unit_path(scope, name)
+    if not path.exists():
+        die(f"no unit at {path}", 1, hint="tether daemon install writes one")
+    unitfile.systemctl(scope, "disable", "--now", f"{name}.service")
+    try:
+        path.unlink()
+    except OSError as e:
+        die(f"cannot remove {path}: {e}", 1)
+    unitfile.systemctl(scope, "daemon-reload")
+    click.echo(f"removed {path}")

@@ -1,0 +1,67 @@
+"""``daemon.metrics`` and ``tether metrics``: the Prometheus exposition, parsed with
+prometheus_client's own parser, after real execs, errors and a SIGKILLed daemon."""
+
+from __future__ import annotations
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.harness import DaemonProc, raw_call
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+
+def _scrape(daemon: DaemonProc) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    p = daemon.cli("metrics")
+    assert p.returncode == 0, p.stderr
+    return _samples(p.stdout.decode())
+
+
+def test_metrics_after_execs_errors_and_a_crash(daemon: DaemonProc) -> None:
+    c = daemon.client()
+    done = c.exec_start(["sh", "-c", "echo some output"])
+    c.exec_wait(done.id, timeout=20)
+    running = c.exec_start(["sleep", "300"])
+    assert "error" in raw_call(daemon.socket, "exec.get", {"exec": "nosuchexec"})
+    m = _scrape(daemon)
+    assert m[("tether_execs", (("runtime", "process"), ("state", "FINISHED")))] == 1
+    assert m[("tether_execs", (("runtime", "process"), ("state", "RUNNING")))] == 1
+    assert m[("tether_execs_watched", ())] == 1
+    assert m[("tether_exec_starts_total", ())] == 2
+    assert m[("tether_exec_start_seconds_count", ())] == 2
+    assert 0 < m[("tether_exec_start_seconds_sum", ())] < 60
+    assert m[("tether_rpc_requests_total",
+              (("code", "OK"), ("method", "exec.start")))] == 2
+    assert m[("tether_rpc_requests_total",
+              (("code", "EXEC_NOT_FOUND"), ("method", "exec.get")))] == 1
+    assert m[("tether_sandboxes", (("runtime", "process"), ("state", "READY")))] == 1
+    assert m[("tether_journal_events_total", ())] > 0
+    assert m[("tether_log_bytes", ())] > 0
+    assert m[("tether_runtime_available", (("runtime", "process"),))] == 1
+
+    # A method name a client made up is one "unknown" label, not a new series.
+    for name in ("made.up.one", "made.up.two"):
+        raw_call(daemon.socket, name)
+    m = _scrape(daemon)
+    assert m[("tether_rpc_requests_total",
+              (("code", "METHOD_NOT_FOUND"), ("method", "unknown")))] == 2
+
+    # A crash and a restart: recovery adopts the running exec, and says so.
+    daemon.kill9()
+    daemon.start()
+    m = _scrape(daemon)
+    assert m[("tether_recovery_execs", (("outcome", "adopted"),))] == 1
+    assert m[("tether_recovery_seconds", ())] >= 0
+    assert m[("tether_exec_starts_total", ())] == 0  # counted per daemon
+    c.exec_cancel(running.id, signal="KILL")
+
+
+def test_metrics_rpc_returns_the_exposition(daemon: DaemonProc) -> None:
+    reply = raw_call(daemon.socket, "daemon.metrics")["result"]
+    assert reply["content_type"].startswith("text/plain; version=0.0.4")
+    names = {f.name for f in text_string_to_metric_families(reply["text"])}
+    assert {"tether_execs", "tether_exec_start_seconds", "tether_rpc_requests",
+            "tether_lineages", "tether_agent_tokens", "tether_subscriber_lag_events",
+            "tether_recovery_seconds", "tether_runtime_flag", "tether_log_bytes"} <= names
