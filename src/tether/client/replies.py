@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 
 from tether.model.records import Event, ExecRecord, SandboxRecord
+from tether.model.schedule import JobRecord, RunRecord
 
 
 class _Reply(msgspec.Struct, kw_only=True):
@@ -192,3 +193,22 @@ class LineageList(_Reply):
 __all__ = ["AgentStarted", "AgentSummary", "CopyReport", "EventPage", "ExecView", "Handoff",
            "Health", "Heartbeat", "HookReply", "LineageView", "LogChunk", "ReapReport",
            "RuntimeStatus", "Status", "StatusCounts", "ToolDecision", "TurnReply"]
+
+
+class JobView(JobRecord, kw_only=True):
+    """A scheduled job as shown (its env's names only), with its live runs' count."""
+
+    live: int = 0
+
+
+class JobDetail(JobView, kw_only=True):
+    recent: list[RunRecord] = msgspec.field(default_factory=list)  # newest first
+
+
+class JobList(_Reply):
+    jobs: list[JobView]
+
+
+class SchedulerStatus(_Reply):
+    jobs: list[JobView]
+    next_due: float | None = None

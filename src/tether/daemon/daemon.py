@@ -38,6 +38,7 @@ from tether.daemon.execs import ExecService
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
 from tether.daemon.sandboxes import SandboxService
+from tether.daemon.scheduler import Scheduler
 from tether.daemon.tasks import Tasks
 from tether.hostio.trust import UntrustedHome
 from tether.model.errors import TetherError, as_disk_full, as_store_corrupt
@@ -163,6 +164,7 @@ class Daemon:
                     assert rpc is not None
                     tg.create_task(rpc.sweep_half_lines(), name=f"{name}-half-lines")
                 tg.create_task(self.agents.tick_loop(), name="agent-tick")
+                tg.create_task(self.scheduler.loop(), name="scheduler")
                 for rt in self.runtimes:
                     tg.create_task(rt.run(), name=f"runtime-{rt.name}")
                 await self._stop.wait()
@@ -245,6 +247,8 @@ class Daemon:
         self.agents = AgentService(self.store, self.layout, self.journal, self.execs,
                                    self.sandboxes, self.tasks, self.instance, faults,
                                    tick_interval=self.config.agent_tick)
+        self.scheduler = Scheduler(self.store, self.journal, self.execs, self.sandboxes,
+                                   self.tasks, self.config.clock(), faults)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
@@ -263,6 +267,9 @@ class Daemon:
         await self.sandboxes.recover()
         # Agents last: a lineage is orphaned only once its exec's fate is known.
         summary.update({f"lineages_{k}": v for k, v in (await self.agents.recover()).items()})
+        # Schedules after execs: a run settles from its exec's recovered end.
+        summary.update({f"schedule_{k}": v
+                        for k, v in (await self.scheduler.recover()).items()})
         summary.update({f"rebuilt_{k}": v for k, v in rebuilt.items()})
         summary["ms"] = int((time.monotonic() - t0) * 1000)
         self.recovery_summary = summary
