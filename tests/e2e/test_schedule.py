@@ -3,6 +3,7 @@ execs, real SIGKILLs (issue 12, Scheduler)."""
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -152,6 +153,35 @@ def test_a_fire_time_runs_exactly_once_across_a_sigkill(s: Sched, fault: str) ->
     assert sum(1 for x in execs if x["exit_code"] == 0) == 1
     # The next fire time is the next one, not the one the crash interrupted.
     assert s.show("once")["next_fire"] == job["next_fire"] + HOUR
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_sigkills_neither_double_nor_lose_a_fire_time(s: Sched, seed: int) -> None:
+    """Six fire times, the daemon SIGKILLed at a random moment after each: every fire
+    time ends with exactly one run and its command ran exactly once."""
+    rng = random.Random(seed)
+    out = s.home / "out"
+    s.d.start()
+    job = s.add("k", ["sh", "-c", f"sleep 0.2; echo $TETHER_EXEC_ID >> {out}"], every=HOUR,
+                overlap="concurrent")  # no fire time skipped for a run still running
+    fires = [job["next_fire"] + i * HOUR for i in range(6)]
+    for at in fires:
+        s.set_now(at + 1)
+        time.sleep(rng.uniform(0.0, 0.5))
+        s.d.kill9()
+        s.d.start()
+    try:
+        done = wait_for(lambda: (lambda rs: rs if len(rs) == 6 else None)(
+            [r for r in s.runs("k") if r["state"] in ("SUCCESS", "FAILED")]), 30,
+            what="six settled runs")
+    except AssertionError:
+        raise AssertionError(f"{s.runs('k')}\n{s.call('exec.list', {'all': True})}"
+                             f"\n{s.d.log_text()[-3000:]}") from None
+    time.sleep(1.0)
+    assert sorted(r["fire_at"] for r in s.runs("k")) == fires, s.runs("k")
+    assert [r["state"] for r in done] == ["SUCCESS"] * 6, done
+    ran = out.read_text().split()
+    assert len(ran) == 6 and sorted(ran) == sorted(r["exec_id"] for r in done)
 
 
 @pytest.mark.parametrize("policy", ["skip", "run-once"])

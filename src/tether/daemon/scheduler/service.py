@@ -240,7 +240,7 @@ class Scheduler:
             return
         run = self.journal.commit(self.db.transition_run(
             run.id, RunState.RUNNING, f"exec {rec.id} started", exec_id=rec.id,
-            started_at=self.clock.now()))
+            started_at=rec.started_at or rec.created_at))
         rec = self.store.get_exec(rec.id) or rec
         if rec.state in EXEC_TERMINAL:  # ended before the run knew its exec
             self._settle(run, rec)
@@ -257,7 +257,7 @@ class Scheduler:
         self.journal.commit(self.db.transition_run(
             run.id, RunState.SUCCESS if ok else RunState.FAILED,
             f"exec {rec.id}: {rec.reason or rec.state}", exit_code=rec.exit_code,
-            ended_at=rec.ended_at or self.clock.now()))
+            ended_at=rec.ended_at or rec.started_at))
         self._start_queued(run.job)
 
     def _start_queued(self, job_id: str) -> None:
