@@ -22,6 +22,7 @@ from bench import (
     recovery,
     rpc,
     sandboxes,
+    scheduler,
     start_latency,
     store_check,
     terminal,
@@ -51,12 +52,13 @@ BENCHMARKS: dict[str, Runner] = {
     "floods": lambda o, c: floods.run(o),
     "store_check": lambda o, c: store_check.run(o),
     "cli": lambda o, c: cli.run(o),
+    "scheduler": lambda o, c: scheduler.run(o),
 }
 ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
            "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents",
            "sandbox": "sandboxes", "docker": "sandboxes", "flood": "floods",
            "quick_check": "store_check", "store": "store_check",
-           "startup": "cli", "hook": "cli"}
+           "startup": "cli", "hook": "cli", "schedule": "scheduler", "cron": "scheduler"}
 
 
 def _names(value: str) -> list[str]:
