@@ -120,6 +120,10 @@ def test_invalid_cron_and_zone_are_named_and_the_daemon_keeps_serving(s: Sched) 
                          {"name": "bad", "argv": ["true"], **params})
         assert reply["error"]["data"]["code"] == code, reply
         assert word in reply["error"]["message"]
+    reply = raw_call(s.d.socket, "schedule.add", {"name": "bad", "argv": ["true"],
+                                                  "every": 60, "cwd": "/nonexistent"})
+    assert reply["error"]["data"]["code"] == "INVALID_PARAMS" and "cwd" in reply["error"][
+        "message"]
     r = s.d.cli("schedule", "add", "bad", "--cron", "0 25 * * *", "--", "true")
     assert r.returncode == 1 and b"invalid cron expression" in r.stderr, r
     r = s.d.cli("schedule", "add", "bad", "--every", "1h", "--tz", "Nowhere/X", "--", "true")
@@ -254,6 +258,24 @@ def test_overlap_skip_queue_concurrent_with_slow_jobs(s: Sched) -> None:
     wait_for(lambda: len(s.runs("sk", "SUCCESS")) == 1, 20, what="the skip job's run")
     assert len(s.runs("sk", "SKIPPED")) == 2  # its second and third fire times
     assert t0 < first
+
+
+def test_a_run_whose_exec_ends_while_the_daemon_is_down_settles_at_restart(s: Sched) -> None:
+    gate = s.home / "go"
+    s.d.start()
+    job = s.add("g", ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done; exit 3"],
+                every=HOUR)
+    s.set_now(job["next_fire"] + 1)
+    [run] = s.wait_runs("g", "RUNNING")
+    s.d.kill9()
+    gate.touch()
+    time.sleep(0.3)
+    s.d.start()
+    [failed] = s.wait_runs("g", "FAILED")
+    assert failed["exit_code"] == 3 and failed["exec_id"] == run["exec_id"]
+    after = s.show("g")
+    assert (after["runs"], after["errors"], after["next_fire"]) == (1, 1,
+                                                                   job["next_fire"] + HOUR)
 
 
 def test_a_run_times_out_and_fails(s: Sched) -> None:

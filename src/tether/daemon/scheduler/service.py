@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from typing import Any
 
 import msgspec
@@ -27,7 +28,7 @@ from tether.daemon.journal import Journal
 from tether.daemon.sandboxes import SandboxService
 from tether.daemon.scheduler import timing
 from tether.daemon.tasks import Tasks
-from tether.model.errors import RpcCode, TetherError
+from tether.model.errors import RpcCode, TetherError, invalid_params
 from tether.model.records import ExecRecord, to_builtins
 from tether.model.schedule import JobRecord, JobSpec, JobState, RunRecord, RunState
 from tether.model.states import EXEC_TERMINAL, ExecState
@@ -74,6 +75,10 @@ class Scheduler:
     def add(self, name: str, spec: JobSpec) -> JobRecord:
         timing.check(spec)
         self.sandboxes.resolve(spec.sandbox)  # a clear error now rather than at 02:00
+        cwd = spec.exec.cwd
+        if cwd is not None and not (os.path.isabs(cwd) and os.path.isdir(cwd)):
+            raise invalid_params(f"cwd {cwd!r} is not an absolute path to an existing "
+                                 "directory", cwd=cwd)
         now = self.clock.now()
         ident = self.store.reserve_id("job")
         nf = timing.next_fire(spec, now, now)
