@@ -299,3 +299,30 @@ def test_run_now_and_remove(s: Sched) -> None:
     with pytest.raises(RpcFailed) as e:
         s.call("schedule.show", {"job": "r"})
     assert e.value.error["data"]["code"] == "JOB_NOT_FOUND"
+
+
+def test_the_sdk_and_the_cli_show_jobs_and_runs(s: Sched) -> None:
+    out = s.home / "out"
+    s.d.start()
+    c = s.d.client()
+    job = c.schedule_add("sdk", appender(out), every=HOUR, env={"SECRET": "hunter2"},
+                         overlap="queue", queue=2, jitter=5.0)
+    assert job.spec.exec.env == {"SECRET": ""}  # names only, the value is kept to run it
+    assert job.next_fire <= job.due_at < job.next_fire + 5.0
+    run = c.schedule_run_now("sdk")
+    assert run is not None and run.manual
+    wait_for(lambda: c.schedule_show("sdk").recent[0].state == "SUCCESS", 20, what="the run")
+    st = c.scheduler_status()
+    assert [j.name for j in st.jobs] == ["sdk"] and st.jobs[0].runs == 1
+    assert st.next_due == job.due_at
+    r = s.d.cli("scheduler", "status")
+    assert r.returncode == 0
+    header, row = r.stdout.decode().splitlines()[:2]
+    assert header.split() == ["JOB", "STATUS", "SCHEDULE", "LAST", "RUN", "NEXT", "RUN",
+                              "RUNS", "ERRORS"]
+    assert row.split()[:2] == ["sdk", "ACTIVE"] and "SUCCESS" in row
+    r = s.d.cli("schedule", "show", "sdk")
+    assert r.returncode == 0 and run.exec_id is None and b"exited with code 0" in r.stdout
+    assert [j.name for j in c.schedule_list()] == ["sdk"]
+    assert c.schedule_remove("sdk").state == "REMOVED"
+    assert c.schedule_list() == [] and [j.name for j in c.schedule_list(all=True)] == ["sdk"]
