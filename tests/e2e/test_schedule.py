@@ -239,6 +239,7 @@ def test_overlap_skip_queue_concurrent_with_slow_jobs(s: Sched) -> None:
     t0 = s.now()
     for name, overlap in (("sk", "skip"), ("qu", "queue"), ("co", "concurrent")):
         s.add(name, slow, every=HOUR, overlap=overlap)
+    s.add("c2", slow, every=HOUR, overlap="concurrent", max_concurrent=2)
     first = s.show("sk")["next_fire"]
     s.set_now(first + 1)
     for name in ("sk", "qu", "co"):
@@ -252,9 +253,12 @@ def test_overlap_skip_queue_concurrent_with_slow_jobs(s: Sched) -> None:
     s.set_now(first + 2 * HOUR + 1)  # a third: the queue (1) is full
     [full] = s.wait_runs("qu", "SKIPPED")
     assert "queue full" in full["reason"]
+    [capped] = s.wait_runs("c2", "SKIPPED")  # its third: two already run
+    assert "2 run(s) still running" in capped["reason"] and len(s.runs("c2", "RUNNING")) == 2
     gate.touch()  # the slow runs end: the queued one starts, then ends
     s.wait_runs("qu", "SUCCESS", 2)
     s.wait_runs("co", "SUCCESS", 3)
+    s.wait_runs("c2", "SUCCESS", 2)
     wait_for(lambda: len(s.runs("sk", "SUCCESS")) == 1, 20, what="the skip job's run")
     assert len(s.runs("sk", "SKIPPED")) == 2  # its second and third fire times
     assert t0 < first
