@@ -21,6 +21,7 @@ from tether.daemon.events import MAX_TOTAL_SUBSCRIPTIONS, EventBus
 from tether.daemon.execs import ExecService
 from tether.daemon.sandboxes import SandboxService
 from tether.daemon.scheduler import Scheduler
+from tether.daemon.scheduler.handlers import schedule_handlers
 from tether.daemon.signals import parse_signal
 from tether.daemon.tasks import Tasks
 from tether.model.errors import RpcCode, TetherError
@@ -33,7 +34,6 @@ from tether.model.records import (
     SandboxSpec,
     to_builtins,
 )
-from tether.model.schedule import JobSpec
 from tether.model.states import LINEAGE_LIVE, DaemonState
 from tether.rpc import messages as m
 from tether.rpc.server import Connection, Handler, Router
@@ -381,45 +381,6 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         return agents.view(await owned(agents.resolve_ask(agents.resolve(p.lineage),
                                                           p.action)))
 
-    sched = d.scheduler
-
-    async def schedule_add(p: m.ScheduleAdd, c: Connection) -> Any:
-        spec = JobSpec(cron=p.cron, every=p.every, tz=p.tz, sandbox=p.sandbox,
-                       exec=ExecSpec(argv=p.argv, env=p.env, cwd=p.cwd, timeout=p.timeout,
-                                     kill_grace=p.kill_grace),
-                       overlap=p.overlap, queue=p.queue, max_concurrent=p.max_concurrent,
-                       jitter=p.jitter, missed=p.missed)
-        return sched.view(sched.add(p.name, spec))
-
-    async def schedule_list(p: m.ScheduleList, c: Connection) -> Any:
-        return {"jobs": [sched.view(j) for j in store.schedules.list_jobs(p.all)]}
-
-    async def schedule_show(p: m.ScheduleShow, c: Connection) -> Any:
-        job = sched.resolve(p.job)
-        runs = store.schedules.runs(job=job.id, limit=p.limit, newest_first=True)
-        return {**sched.view(job), "recent": to_builtins(runs)}
-
-    async def schedule_pause(p: m.ScheduleRef, c: Connection) -> Any:
-        return sched.view(sched.pause(sched.resolve(p.job)))
-
-    async def schedule_resume(p: m.ScheduleRef, c: Connection) -> Any:
-        return sched.view(sched.resume(sched.resolve(p.job)))
-
-    async def schedule_run_now(p: m.ScheduleRef, c: Connection) -> Any:
-        job = sched.resolve(p.job)
-        if job.state != "ACTIVE":
-            raise TetherError(RpcCode.INVALID_STATE, "JOB_PAUSED",
-                              f"job {job.name!r} is paused; resume it with `tether schedule "
-                              f"resume {job.name}` first", {"job": job.id})
-        return to_builtins(sched.run_now(job))
-
-    async def schedule_remove(p: m.ScheduleRef, c: Connection) -> Any:
-        return sched.view(sched.remove(sched.resolve(p.job)))
-
-    async def scheduler_status(p: m.Empty, c: Connection) -> Any:
-        return {"jobs": [sched.view(j) for j in store.schedules.list_jobs()],
-                "next_due": store.schedules.next_due()}
-
     handlers: dict[str, Handler] = {
         "daemon.health": health,
         "daemon.status": status,
@@ -449,14 +410,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         "lineage.list": lineage_list,
         "lineage.get": lineage_get,
         "lineage.resolve": lineage_resolve,
-        "schedule.add": schedule_add,
-        "schedule.list": schedule_list,
-        "schedule.show": schedule_show,
-        "schedule.pause": schedule_pause,
-        "schedule.resume": schedule_resume,
-        "schedule.run_now": schedule_run_now,
-        "schedule.remove": schedule_remove,
-        "scheduler.status": scheduler_status,
+        **schedule_handlers(d.scheduler),
     }
     for name, params in METHODS.items():
         if only is None or name in only:
