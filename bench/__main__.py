@@ -24,6 +24,7 @@ from bench import (
     recovery,
     rpc,
     sandboxes,
+    scheduler,
     start_latency,
     store_check,
     terminal,
@@ -57,13 +58,15 @@ BENCHMARKS: dict[str, Runner] = {
     "digest": lambda o, c: digest.run(o),
     "outbox": lambda o, c: outbox.run(o),
     "web": lambda o, c: web.run(o),
+    "scheduler": lambda o, c: scheduler.run(o),
 }
 ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
            "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents",
            "sandbox": "sandboxes", "docker": "sandboxes", "flood": "floods",
            "quick_check": "store_check", "store": "store_check",
            "startup": "cli", "hook": "cli", "rollup": "digest", "webhooks": "outbox",
-           "webhook": "outbox", "dashboard": "web"}
+           "webhook": "outbox", "dashboard": "web", "schedule": "scheduler",
+           "cron": "scheduler"}
 
 
 def _names(value: str) -> list[str]:

@@ -233,6 +233,7 @@ class Story:
         self.record(pre_crash)
         self.agent()
         self.webhook()
+        self.scheduled()
         self.digest()
         self.dashboard()
         self.stop()
@@ -657,6 +658,33 @@ class Story:
         finally:
             proc.kill()
             proc.wait()
+    def scheduled(self) -> None:
+        self.chapter(
+            "A scheduled job",
+            "`tether schedule add` makes a job whose runs are ordinary execs: at cron times in a "
+            "time zone (--cron '0 2 * * *' --tz Europe/Paris), or every period, as here. Each "
+            "fire time is committed before its exec starts, so a daemon killed at any moment "
+            "starts no run twice and loses none.")
+        beats = self.work / "beats"
+        self.tether("schedule", "add", "beat", "--every", "2s", "--", "sh", "-c",
+                    f"date +%s >> {beats}")
+        self.wait_until(lambda: sum(r["state"] == "SUCCESS" for r in self.tether_json(
+            "schedule", "show", "beat")["recent"]) >= 2, 20, "two runs of the job")
+        self.tether("schedule", "pause", "beat")
+        self.wait_until(lambda: self.tether_json("schedule", "show", "beat")["live"] == 0, 20,
+                        "the job's last run to end")  # one may have started just before
+        self.tether("scheduler", "status")
+        self.tether("schedule", "show", "beat")
+        runs = self.tether_json("schedule", "show", "beat")["recent"]
+        ok = [r for r in runs if r["state"] == "SUCCESS"]
+        self.check(len(ok) >= 2 and all(r["exit_code"] == 0 for r in ok),
+                   f"{len(ok)} runs, each an exec that exited 0 "
+                   f"({', '.join(r['exec_id'] for r in ok)})")
+        fired = [r["fire_at"] for r in runs]
+        self.check(len(fired) == len(set(fired)), "one run per fire time")
+        self.check(len(beats.read_text().splitlines()) == len(ok),
+                   f"the command ran {len(ok)} times, once per run")
+        self.tether("schedule", "rm", "beat")
 
     def execs_by_id(self) -> dict[str, dict[str, Any]]:
         return {x["id"]: x for x in self.tether_json("ps", "-a")}

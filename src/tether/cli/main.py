@@ -35,6 +35,7 @@ COMMANDS = {
     "reap": "agent:reap", "agent": "agent:agent", "status": "daemon:status",
     "daemon": "daemon:daemon", "digest": "digest:digest", "hook": "hook:hook",
     "web": "web:web", "mcp": "mcp:mcp", "metrics": "metrics:metrics",
+    "schedule": "schedule:schedule", "scheduler": "schedule:scheduler",
 }
 
 

@@ -17,6 +17,7 @@ from tether.client import replies as r
 from tether.client.core import Awaiting, Blocking, Request
 from tether.model import records as rec
 from tether.model.digest import DigestNode
+from tether.model.schedule import RunRecord
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -314,3 +315,52 @@ class _Api:
         return Request("agent.hook", {"session": session, "token": token,
                                       "provider": provider, "event": event,
                                       "payload": payload or {}}, r.HookReply)
+
+    # scheduled jobs
+    @rpc
+    def schedule_add(self, name: str, argv: Sequence[str], *, cron: str | None = None,
+                     every: float | None = None, tz: str | None = None,
+                     sandbox: str | None = None, env: dict[str, str] | None = None,
+                     cwd: str | None = None, timeout: float | None = None,
+                     overlap: Literal["skip", "concurrent", "queue"] | None = None,
+                     queue: int | None = None, max_concurrent: int | None = None,
+                     jitter: float | None = None,
+                     missed: Literal["skip", "run-once"] | None = None,
+                     ) -> Request[r.JobView]:
+        """A job whose runs are execs of ``argv``: at each ``cron`` time (in ``tz``), or
+        every ``every`` seconds. Each fire time runs once, across daemon crashes."""
+        return Request("schedule.add", {
+            "name": name, "argv": list(argv), "cron": cron, "every": every, "tz": tz,
+            "sandbox": sandbox, "env": env, "cwd": cwd, "timeout": timeout,
+            "overlap": overlap, "queue": queue, "max_concurrent": max_concurrent,
+            "jitter": jitter, "missed": missed}, r.JobView)
+
+    @rpc
+    def schedule_list(self, *, all: bool = False) -> Request[list[r.JobView]]:
+        return Request("schedule.list", {"all": all}, r.JobList, lambda x: x.jobs)
+
+    @rpc
+    def schedule_show(self, job: str, *, limit: int = 20) -> Request[r.JobDetail]:
+        return Request("schedule.show", {"job": job, "limit": limit}, r.JobDetail)
+
+    @rpc
+    def schedule_pause(self, job: str) -> Request[r.JobView]:
+        return Request("schedule.pause", {"job": job}, r.JobView)
+
+    @rpc
+    def schedule_resume(self, job: str) -> Request[r.JobView]:
+        return Request("schedule.resume", {"job": job}, r.JobView)
+
+    @rpc
+    def schedule_run_now(self, job: str) -> Request[RunRecord | None]:
+        """One run now, under the job's overlap policy (SKIPPED says why)."""
+        return Request("schedule.run_now", {"job": job}, RunRecord | None)
+
+    @rpc
+    def schedule_remove(self, job: str) -> Request[r.JobView]:
+        return Request("schedule.remove", {"job": job}, r.JobView)
+
+    @rpc
+    def scheduler_status(self) -> Request[r.SchedulerStatus]:
+        return Request("scheduler.status", {}, r.SchedulerStatus)
+

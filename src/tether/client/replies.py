@@ -15,6 +15,7 @@ import msgspec
 from tether.model.digest import DigestNode
 from tether.model.hooks import HookRecord
 from tether.model.records import Event, ExecRecord, SandboxRecord
+from tether.model.schedule import JobRecord, RunRecord
 
 
 class _Reply(msgspec.Struct, kw_only=True):
@@ -276,9 +277,30 @@ class Metrics(_Reply):
     content_type: str = "text/plain; version=0.0.4; charset=utf-8"
 
 
+
+
+class JobView(JobRecord, kw_only=True):
+    """A scheduled job as shown (its env's names only), with its live runs' count."""
+
+    live: int = 0
+
+
+class JobDetail(JobView, kw_only=True):
+    recent: list[RunRecord] = msgspec.field(default_factory=list)  # newest first
+
+
+class JobList(_Reply):
+    jobs: list[JobView]
+
+
+class SchedulerStatus(_Reply):
+    jobs: list[JobView]
+    next_due: float | None = None
+
+
 __all__ = ["AgentStarted", "AgentSummary", "CopyReport", "DeliveryView", "DigestBuilt",
            "DigestPeriod", "DigestRecent", "DigestTree", "EventPage", "ExecView", "Handoff",
-           "Health", "Heartbeat", "HookReply", "LineageStory", "LineageView", "LogChunk",
-           "Metrics", "ReapReport", "RuntimeStatus", "Status", "StatusCounts", "ToolDecision",
-           "TurnReply", "WebhookDetail", "WebhookList", "WebhookRemoved", "WebhookRetried",
-           "WebhookView"]
+           "Health", "Heartbeat", "HookReply", "JobDetail", "JobList", "JobView", "LineageStory",
+           "LineageView", "LogChunk", "Metrics", "ReapReport", "RuntimeStatus", "SchedulerStatus",
+           "Status", "StatusCounts", "ToolDecision", "TurnReply", "WebhookDetail", "WebhookList",
+           "WebhookRemoved", "WebhookRetried", "WebhookView"]

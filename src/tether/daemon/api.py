@@ -25,6 +25,8 @@ from tether.daemon.execs import ExecService
 from tether.daemon.outbox import HookService
 from tether.daemon.outbox.api import HOOK_METHODS, hook_handlers
 from tether.daemon.sandboxes import SandboxService
+from tether.daemon.scheduler import Scheduler
+from tether.daemon.scheduler.handlers import schedule_handlers
 from tether.daemon.signals import parse_signal
 from tether.daemon.tasks import Tasks
 from tether.model.errors import RpcCode, TetherError
@@ -56,6 +58,7 @@ class Daemon(Protocol):
     agents: AgentService
     digest: DigestService
     hooks: HookService
+    scheduler: Scheduler
     runtimes: Runtimes
     tasks: Tasks
     state: DaemonState
@@ -140,6 +143,14 @@ METHODS: dict[str, type[Any]] = {
     **digest_api.METHODS,
     **HOOK_METHODS,
     **metrics_api.METHODS,
+    "schedule.add": m.ScheduleAdd,
+    "schedule.list": m.ScheduleList,
+    "schedule.show": m.ScheduleShow,
+    "schedule.pause": m.ScheduleRef,
+    "schedule.resume": m.ScheduleRef,
+    "schedule.run_now": m.ScheduleRef,
+    "schedule.remove": m.ScheduleRef,
+    "scheduler.status": m.Empty,
 }
 
 #: All a sandboxed agent can reach (on ``agent.sock``): its own session, by token.
@@ -414,6 +425,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         **digest_api.handlers(d),
         **hook_handlers(d.hooks),
         **metrics_api.handlers(d),
+        **schedule_handlers(d.scheduler),
     }
     for name, params in METHODS.items():
         if only is None or name in only:

@@ -41,6 +41,7 @@ from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
 from tether.daemon.outbox import HookService
 from tether.daemon.sandboxes import SandboxService
+from tether.daemon.scheduler import Scheduler
 from tether.daemon.tasks import Tasks
 from tether.digest import periods
 from tether.hostio.trust import UntrustedHome
@@ -180,6 +181,7 @@ class Daemon:
                 tg.create_task(self.agents.tick_loop(), name="agent-tick")
                 tg.create_task(self.digest.run(), name="digest")
                 tg.create_task(self.hooks.run(), name="outbox")
+                tg.create_task(self.scheduler.loop(), name="scheduler")
                 for rt in self.runtimes:
                     tg.create_task(rt.run(), name=f"runtime-{rt.name}")
                 await self._stop.wait()
@@ -272,6 +274,8 @@ class Daemon:
                                     summarizer=self.config.digest_summarizer,
                                     interval=self.config.digest_interval)
         self.hooks = HookService(self.journal, self.layout.root, self.config.clock())
+        self.scheduler = Scheduler(self.store, self.journal, self.execs, self.sandboxes,
+                                   self.tasks, self.config.clock(), faults)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
@@ -291,6 +295,9 @@ class Daemon:
         # Agents last: a lineage is orphaned only once its exec's fate is known.
         summary.update({f"lineages_{k}": v for k, v in (await self.agents.recover()).items()})
         summary["deliveries_requeued"] = self.hooks.recover()
+        # Schedules after execs: a run settles from its exec's recovered end.
+        summary.update({f"schedule_{k}": v
+                        for k, v in (await self.scheduler.recover()).items()})
         summary.update({f"rebuilt_{k}": v for k, v in rebuilt.items()})
         summary["ms"] = int((time.monotonic() - t0) * 1000)
         self.recovery_summary = summary

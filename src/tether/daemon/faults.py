@@ -9,6 +9,8 @@ Points (docs/STATE.md lists what each must leave):
   committed, its exec is not started yet;
 * ``digest.after_node`` — a rollup pass has finished one digest node (and its
   checkpoint), others remain.
+* ``schedule.after_fire_commit`` — a scheduled fire time's run is committed, its exec
+  is not created yet.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import os
 import signal
 
 POINTS = frozenset({"exec.after_commit", "exec.after_handoff", "agent.after_attempt_commit",
-                    "digest.after_node"})
+                    "digest.after_node", "schedule.after_fire_commit"})
 
 
 class Faults:

@@ -289,3 +289,38 @@ class HookShow(_P):
 class HookRetry(_P):
     name: NonEmpty
     delivery: Annotated[int, Meta(ge=1)] | None = None
+Duration = Annotated[float, Meta(gt=0, le=10 * 365 * 86400)]
+
+
+class ScheduleAdd(_P):
+    """A ``JobSpec`` flattened: when (``cron`` in ``tz``, or ``every`` seconds), what
+    (``exec.start``'s fields), and the policies; the daemon builds the record."""
+
+    name: Name
+    argv: Argv
+    cron: Annotated[str, Meta(min_length=1, max_length=256)] | None = None
+    every: Duration | None = None
+    tz: Annotated[str, Meta(min_length=1, max_length=128)] = "UTC"
+    env: Env = msgspec.field(default_factory=dict)
+    cwd: HostPath | None = None
+    timeout: Duration | None = None  # per run
+    kill_grace: Seconds = KILL_GRACE
+    sandbox: NonEmpty = DEFAULT_SANDBOX
+    overlap: Literal["skip", "concurrent", "queue"] = "skip"
+    queue: Annotated[int, Meta(ge=1, le=1000)] = 1
+    max_concurrent: Annotated[int, Meta(ge=1, le=10000)] | None = None
+    jitter: Seconds = 0.0
+    missed: Literal["skip", "run-once"] = "skip"
+
+
+class ScheduleRef(_P):
+    job: NonEmpty
+
+
+class ScheduleShow(_P):
+    job: NonEmpty
+    limit: Annotated[int, Meta(gt=0, le=10000)] = 20
+
+
+class ScheduleList(_P):
+    all: bool = False

@@ -105,6 +105,35 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         """,
     ),
     (
+        7,
+        "scheduled jobs and their runs",
+        # A run's (job, fire_at) is unique: a fire time is committed once, before its exec.
+        """
+        CREATE TABLE schedule_jobs (
+            id     TEXT PRIMARY KEY,
+            name   TEXT NOT NULL,
+            state  TEXT NOT NULL,
+            due_at REAL NOT NULL,
+            record BLOB NOT NULL
+        );
+        CREATE UNIQUE INDEX schedule_jobs_live_name ON schedule_jobs(name)
+            WHERE state != 'REMOVED';
+        CREATE INDEX schedule_jobs_due ON schedule_jobs(due_at) WHERE state = 'ACTIVE';
+        CREATE TABLE schedule_runs (
+            id      INTEGER PRIMARY KEY AUTOINCREMENT,
+            job_id  TEXT NOT NULL REFERENCES schedule_jobs(id),
+            fire_at REAL NOT NULL,
+            state   TEXT NOT NULL,
+            exec_id TEXT,
+            record  BLOB NOT NULL,
+            UNIQUE(job_id, fire_at)
+        );
+        CREATE INDEX schedule_runs_live ON schedule_runs(state)
+            WHERE state IN ('PENDING', 'PAUSED', 'RUNNING');
+        CREATE INDEX schedule_runs_exec ON schedule_runs(exec_id);
+        """,
+    ),
+    (
         8,
         "webhook subscriptions and their outbox",
         # An outbox row is written in the transaction of the event it is about (the

@@ -32,6 +32,7 @@ from tether.model.records import (
 )
 from tether.model.states import ExecState, LineageStatus, SandboxState, check_transition
 from tether.store.migrations import MIGRATIONS
+from tether.store.schedules import ScheduleStore
 
 _enc = msgspec.json.Encoder()
 _dec_sandbox = msgspec.json.Decoder(SandboxRecord)
@@ -74,6 +75,7 @@ class Store:
         self._db.execute("PRAGMA busy_timeout=5000")
         self.migrate()
         self._epoch: str | None = None
+        self.schedules = ScheduleStore(self)
 
     @property
     def epoch(self) -> str:
