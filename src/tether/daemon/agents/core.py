@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.agent import lifecycle as lc
+from tether.daemon.clock import Clock
 from tether.daemon.execs import ExecService
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
@@ -37,8 +38,10 @@ def token_digest(token: str) -> str:
 class AgentCore:
     def __init__(self, store: Store, layout: HomeLayout, journal: Journal, execs: ExecService,
                  sandboxes: SandboxService, tasks: Tasks, instance: str,
-                 faults: Faults) -> None:
+                 faults: Faults, clock: Clock | None = None) -> None:
         self.tasks = tasks
+        # Usage-limit reset times are wall-clock times a test must be able to reach.
+        self.clock = clock or Clock()
         self.faults = faults
         self.store = store
         self.layout = layout

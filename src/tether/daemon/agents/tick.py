@@ -54,7 +54,15 @@ class Tick:
         while core.successor_wanted:
             await self.attempts.start_successor(core.successor_wanted.pop(0))
         for rec in core.store.list_lineages(tuple(LINEAGE_LIVE)):
-            if rec.status == LineageStatus.ORPHANED and rec.revive_at is not None:
+            if rec.status == LineageStatus.WAITING_LIMIT:
+                # The reset time is on the daemon's clock (a test may move it); the
+                # wait until then is in real seconds.
+                left = (rec.revive_at or 0.0) - core.clock.now()
+                if left <= 0:
+                    await self.attempts.revive_due(rec.id)
+                else:
+                    next_due = min(next_due or now + left, now + left)
+            elif rec.status == LineageStatus.ORPHANED and rec.revive_at is not None:
                 if rec.revive_at <= now:
                     await self.attempts.revive_due(rec.id)
                 else:
