@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,36 +17,9 @@ from typing import Any
 import pytest
 
 from tests.harness import DaemonProc, wait_for
-from tether.client.blocking import Client
-from tether.client.replies import LineageView
+from tests.standin import start, starts
 
-STANDIN = Path(__file__).resolve().parents[1] / "agents" / "standin_cli.py"
 FAST = {"TETHER_AGENT_TICK": "0.2"}
-
-
-def install(tmp: Path, name: str) -> Path:
-    """The stand-in as ``name`` in a bin directory of its own."""
-    bindir = tmp / "bin"
-    bindir.mkdir(exist_ok=True)
-    exe = bindir / name
-    exe.write_text(f"#!{sys.executable}\n" + STANDIN.read_text())
-    exe.chmod(0o755)
-    return bindir
-
-
-def start(c: Client, tmp: Path, name: str, plan: dict[str, list[dict[str, Any]]],
-          *args: str, **params: Any) -> LineageView:
-    bindir = install(tmp, name)
-    env = {"PATH": f"{bindir}:{os.environ['PATH']}", "STANDIN_PLAN": json.dumps(plan),
-           "STANDIN_LOG": str(tmp / "standin.log")}
-    params.setdefault("revival", "revive")
-    return c.agent_start([name, *args], env=env, **params)
-
-
-def starts(tmp: Path) -> list[dict[str, Any]]:
-    path = tmp / "standin.log"
-    lines = [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
-    return [x for x in lines if "start" in x]
 
 
 def test_a_usage_limit_waits_for_its_reset_time_then_resumes_without_spending_a_revival(

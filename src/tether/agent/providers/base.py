@@ -100,8 +100,12 @@ class Provider:
     # CLI reports its turns itself (hooks, notify, or the tether protocol).
     turn_idle_seconds: float | None = None
     turn_end_pattern: str | None = None
-    # A regex whose group 1 is the context used, in percent, in the CLI's output.
+    # Regexes over the CLI's output: group 1 is the context used, in percent; group 1
+    # the provider session id; groups 1 and 2 a turn's input and output tokens (with an
+    # optional k/M suffix). Read at a turn the daemon inferred from the output.
     context_pattern: str | None = None
+    session_pattern: str | None = None
+    usage_pattern: str | None = None
     # Where this profile comes from and how deep it goes (``tether`` docs, README).
     notes = ""
 

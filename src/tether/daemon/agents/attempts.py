@@ -201,6 +201,7 @@ class Attempts:
             if rec.status != LineageStatus.REVIVING:
                 return rec  # gave up
         core.touch(rec)
+        core.output_marks[rec.id] = 0.0  # its first output is a turn's (CLIs without hooks)
         starts = [*rec.recent_starts, x.started_at or time.time()][-5:]
         rec = core.commit(core.store.update_lineage(
             rec.id, status=LineageStatus.ACTIVE if rec.status != LineageStatus.ACTIVE else None,

@@ -56,6 +56,8 @@ class AgentCore:
         self.hung_kills: set[str] = set()  # exec ids we cancelled as hung
         self.successor_wanted: list[str] = []  # DEAD lineages whose successor is due
         self.tool_calls: dict[str, int] = {}  # for heartbeat.json toolCallsCount
+        # lineage -> mtime of the output at its last inferred turn (CLIs without hooks).
+        self.output_marks: dict[str, float] = {}
         # Interactive sessions whose last turn ended: waiting for their user, not hung.
         self.awaiting_user: dict[str, float] = {}
         # One per lineage: turns, revivals and resolutions of a lineage never interleave.
@@ -82,6 +84,7 @@ class AgentCore:
         self.hb_class.pop(lineage, None)
         self.messages.pop(lineage, None)
         self.tokens.pop(lineage, None)
+        self.output_marks.pop(lineage, None)
 
     def new_token(self, lineage: str) -> str:
         """A new token for ``lineage``'s current attempt, remembered here; returns the

@@ -6,14 +6,17 @@ side (``resolve``, ``view``, ``summary_for_exec``) is its own.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from tether.agent import snapshot
+from tether.agent.providers import load_user
 from tether.daemon.agents import recovery
 from tether.daemon.agents.attempts import Attempts, revivals
 from tether.daemon.agents.core import AgentCore
 from tether.daemon.agents.protocol import Protocol
 from tether.daemon.agents.tick import Tick
+from tether.daemon.agents.turns import OutputTurns
 from tether.daemon.agents.worktree import WorktreeFiles
 from tether.daemon.clock import Clock
 from tether.daemon.execs import ExecService
@@ -25,6 +28,8 @@ from tether.model.errors import RpcCode, TetherError
 from tether.model.layout import HomeLayout
 from tether.model.records import AgentConfig, LineageRecord
 from tether.store import Store
+
+log = logging.getLogger("tether.agents")
 
 
 class AgentService:
@@ -39,9 +44,18 @@ class AgentService:
         self.worktree = WorktreeFiles(self.core)
         self.attempts = Attempts(self.core, self.worktree)
         self.protocol = Protocol(self.core, self.worktree)
-        self.ticker = Tick(self.core, self.attempts, self.worktree, tick_interval)
+        self.ticker = Tick(self.core, self.attempts, self.worktree, tick_interval,
+                           OutputTurns(self.core, self.protocol))
         self.wake = self.core.wake
         execs.on_terminal.append(self.attempts.on_exec_terminal)
+        self.reload_providers()  # before recovery, which may resume a user provider's agent
+
+    def reload_providers(self) -> list[str]:
+        """Load ``<home>/providers/*.toml`` again; returns why any file was refused."""
+        errors = load_user(self.layout.root / "providers")
+        for e in errors:
+            log.warning("provider file refused: %s", e)
+        return errors
 
     @property
     def tick_interval(self) -> float:

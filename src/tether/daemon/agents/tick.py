@@ -14,6 +14,7 @@ import time
 from tether.agent import lifecycle as lc
 from tether.daemon.agents.attempts import Attempts
 from tether.daemon.agents.core import AgentCore
+from tether.daemon.agents.turns import OutputTurns
 from tether.daemon.agents.worktree import WorktreeFiles
 from tether.model.records import LineageRecord
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE, ExecState, LineageStatus
@@ -25,8 +26,9 @@ WORKTREE_HEARTBEAT_EVERY = 10.0
 
 class Tick:
     def __init__(self, core: AgentCore, attempts: Attempts, worktree: WorktreeFiles,
-                 interval: float) -> None:
+                 interval: float, turns: OutputTurns) -> None:
         self.core = core
+        self.turns = turns
         self.attempts = attempts
         self.worktree = worktree
         self.interval = interval
@@ -68,6 +70,7 @@ class Tick:
                 else:
                     next_due = min(next_due or rec.revive_at, rec.revive_at)
             elif rec.status == LineageStatus.ACTIVE and rec.exec_id:
+                await self.turns.check(rec, now)
                 await self._check_heartbeat(rec, now)
         return next_due
 
