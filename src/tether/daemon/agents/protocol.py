@@ -208,8 +208,8 @@ class Protocol:
                 "cache_read_tokens": u.cache_read_tokens,
                 "cache_creation_tokens": u.cache_creation_tokens}
             if ev.provider_session_id and ev.provider_session_id != rec.provider_session_id:
-                rec = core.commit(core.store.update_lineage(
-                    rec.id, provider_session_id=ev.provider_session_id))
+                ev.session_source = ev.session_source or "turn"  # learned at a turn's end
+                rec = self.follow_session(rec, provider_name, ev)
             await self.turn(rec, context_pct=u.context_pct if u else None, usage=usage,
                             model=ev.model, messages=ev.messages)
         elif ev.kind == "tool_request":
