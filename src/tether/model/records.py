@@ -242,7 +242,7 @@ class LineageRecord(msgspec.Struct, kw_only=True):
     status: str = "ACTIVE"
     lifecycle: str = "HEALTHY"
     exec_id: str | None = None
-    attempt: int = 0  # execs started so far; revivals = attempt - 1
+    attempt: int = 0  # attempts begun so far; revivals = attempt - 1 - limit_waits
     # The current attempt's TETHER_TOKEN is never stored (tether.db is readable by every
     # process of its user, a process-runtime agent's too): only its SHA-256, hex.
     token_sha256: str = ""
