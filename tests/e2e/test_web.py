@@ -188,7 +188,9 @@ def test_the_page_survives_a_daemon_kill_with_no_event_lost_or_twice(
     wait_for(lambda: set(shown()) >= set(journal), 15, what="every journaled event on the page")
     on_page = shown()
     assert len(on_page) == len(set(on_page)), "an event is shown twice"
-    assert sorted(on_page) == sorted(journal), "the page shows events the journal lacks"
+    # The daemon may journal more meanwhile: read the journal again after the page.
+    now = {e.gseq for e in c.events_list(since=0, limit=1000).events}
+    assert set(on_page) <= now, "the page shows events the journal lacks"
 
 
 def test_the_token_guards_every_route_and_read_only_refuses_actions(d: DaemonProc) -> None:

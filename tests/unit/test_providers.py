@@ -72,14 +72,14 @@ def ctx(tmp_path: Path) -> SessionContext:
 # ---------------------------------------------------------------------------- registry
 
 
-def test_registry_knows_all_three() -> None:
-    assert set(REGISTRY) == {"generic", "claude", "codex"}
+def test_registry_knows_the_built_in_providers() -> None:
+    assert set(REGISTRY) == {"generic", "claude", "codex", "gemini", "opencode", "aider", "amp"}
     assert isinstance(get("claude"), ClaudeProvider)
     assert isinstance(get("codex"), CodexProvider)
     assert isinstance(get("generic"), GenericProvider)
     with pytest.raises(KeyError) as e:
-        get("gemini")
-    assert "gemini" in str(e.value) and "claude, codex, generic" in str(e.value)
+        get("cursor")
+    assert "cursor" in str(e.value) and "aider, amp, claude, codex" in str(e.value)
 
 
 def test_for_command_matches_the_basename() -> None:

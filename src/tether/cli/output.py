@@ -98,7 +98,9 @@ def exec_table(execs: Iterable[ExecView]) -> None:
                 cells += ["-", "-", "-", "-", "-", "-"]
             else:
                 pct = a.context_pct
-                cells += [a.lineage or "-", a.lifecycle or "-", a.heartbeat or "-",
+                # A lineage that is not running shows why (e.g. WAITING_LIMIT).
+                who = a.lineage if a.status == "ACTIVE" else f"{a.lineage} {a.status}"
+                cells += [who or "-", a.lifecycle or "-", a.heartbeat or "-",
                           f"{pct:.0f}%" if pct is not None else "-",
                           str(a.turns), str(a.revivals)]
         t.add_row(*cells, shlex.join(x.spec.argv)[:60])
@@ -108,13 +110,14 @@ def exec_table(execs: Iterable[ExecView]) -> None:
 def lineage_table(rows: Iterable[LineageView]) -> None:
     t = _table()
     for col in ("LINEAGE", "NAME", "PROVIDER", "STATUS", "LIFECYCLE", "HEARTBEAT", "CTX",
-                "TURNS", "REVIVALS", "EXEC", "REASON"):
+                "TURNS", "REVIVALS", "EXEC", "EXIT", "REASON"):
         t.add_column(col, no_wrap=col != "REASON")
     for r in rows:
         pct = r.context_pct
         t.add_row(r.id, r.name or "-", r.provider, r.status, r.lifecycle,
                   r.heartbeat or "-", f"{pct:.0f}%" if pct is not None else "-",
-                  str(r.turns), str(r.revivals), r.exec or "-", (r.reason or "")[:70])
+                  str(r.turns), str(r.revivals), r.exec or "-", r.exit_reason or "-",
+                  (r.reason or "")[:70])
     _console().print(t)
 
 

@@ -72,6 +72,7 @@ class AgentSummary(_Reply):
     context_pct: float | None = None
     turns: int = 0
     revivals: int = 0
+    exit_reason: str | None = None  # why the lineage's last attempt ended
 
 
 class ExecView(ExecRecord, kw_only=True):
@@ -128,7 +129,9 @@ class LineageView(_Reply):
     reason: str | None = None
     revival: str = "revive"
     heartbeat: str | None = None
-    revive_at: float | None = None
+    revive_at: float | None = None  # ORPHANED: revival due; WAITING_LIMIT: the reset time
+    exit_reason: str | None = None  # why the last attempt ended (tether.agent.exits)
+    limit_waits: int = 0  # attempts that ended usage-limited (not revivals)
     has_handoff: bool = False
     snapshot: str | None = None
     worktree: str | None = None

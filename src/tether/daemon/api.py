@@ -15,7 +15,7 @@ import msgspec
 
 from tether import __version__
 from tether.agent.lifecycle import Thresholds
-from tether.agent.providers import for_command
+from tether.agent.providers import REGISTRY, for_command
 from tether.agent.providers import get as get_provider
 from tether.daemon import digest_api, metrics_api
 from tether.daemon.agents import AgentService, git_common_dir
@@ -333,7 +333,12 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
 
     # ------------------------------------------------------------------ agents
     async def agent_start(p: m.AgentStart, c: Connection) -> Any:
+        refused = agents.reload_providers()  # <home>/providers/*.toml, edited at any time
         provider = p.provider or provider_for(p.argv[0])
+        if refused and provider not in REGISTRY:
+            raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
+                              f"unknown agent provider {provider!r}; refused provider "
+                              f"files: {'; '.join(refused)}")
         if p.cwd is not None and not os.path.isdir(p.cwd):
             raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
                               f"cwd {p.cwd!r} is not an existing directory")

@@ -263,7 +263,8 @@ class Daemon:
             log.warning("the default sandbox: %s", warning)
         self.agents = AgentService(self.store, self.layout, self.journal, self.execs,
                                    self.sandboxes, self.tasks, self.instance, faults,
-                                   tick_interval=self.config.agent_tick)
+                                   tick_interval=self.config.agent_tick,
+                                   clock=self.config.clock())
         try:
             tz = periods.zone(self.config.digest_tz)
         except periods.BadPeriod as e:

@@ -242,7 +242,7 @@ class LineageRecord(msgspec.Struct, kw_only=True):
     status: str = "ACTIVE"
     lifecycle: str = "HEALTHY"
     exec_id: str | None = None
-    attempt: int = 0  # execs started so far; revivals = attempt - 1
+    attempt: int = 0  # attempts begun so far; revivals = attempt - 1 - limit_waits
     # The current attempt's TETHER_TOKEN is never stored (tether.db is readable by every
     # process of its user, a process-runtime agent's too): only its SHA-256, hex.
     token_sha256: str = ""
@@ -256,7 +256,13 @@ class LineageRecord(msgspec.Struct, kw_only=True):
     model: str | None = None
     usage: dict[str, int] = msgspec.field(default_factory=dict)
     handoff: str | None = None
-    revive_at: float | None = None  # when an ORPHANED lineage is due for revival
+    # When an ORPHANED lineage is due for revival (wall time), or a WAITING_LIMIT one's
+    # usage limit resets (the daemon's clock, which tests may move).
+    revive_at: float | None = None
+    # Why the last attempt ended (tether.agent.exits.ExitReason), None while it runs.
+    exit_reason: str | None = None
+    # Attempts that ended usage-limited: not revivals (revivals = attempt - 1 - these).
+    limit_waits: int = 0
     recent_starts: list[float] = msgspec.field(default_factory=list)
     created_at: float = 0.0
     updated_at: float = 0.0

@@ -70,6 +70,9 @@ class LineageStatus(StrEnum):
     ORPHANED = "ORPHANED"  # its process died; the revival policy decides
     ASK_PENDING = "ASK_PENDING"  # waiting for `tether lineage resolve`
     REVIVING = "REVIVING"  # intent to start attempt N is committed
+    # Its last attempt hit the provider's usage limit: revived at ``revive_at`` (the
+    # reset time), without spending the revival budget.
+    WAITING_LIMIT = "WAITING_LIMIT"
     FINISHED = "FINISHED"  # the agent ended on its own (exit 0), was killed, or is DEAD
     REAPED = "REAPED"  # discarded by policy or by `lineage resolve --reap`
     FAILED = "FAILED"  # crash loop or too many revivals
@@ -79,7 +82,10 @@ LINEAGE_TRANSITIONS: dict[LineageStatus, frozenset[LineageStatus]] = {
     # ACTIVE -> REVIVING: the attempt's exec never started; the same attempt starts again.
     LineageStatus.ACTIVE: frozenset({LineageStatus.ORPHANED, LineageStatus.FINISHED,
                                      LineageStatus.REAPED, LineageStatus.FAILED,
-                                     LineageStatus.REVIVING}),
+                                     LineageStatus.REVIVING, LineageStatus.WAITING_LIMIT}),
+    # WAITING_LIMIT -> REVIVING at the reset time; -> REAPED when a user gives up on it.
+    LineageStatus.WAITING_LIMIT: frozenset({LineageStatus.REVIVING, LineageStatus.REAPED,
+                                            LineageStatus.FAILED}),
     LineageStatus.ORPHANED: frozenset({LineageStatus.REVIVING, LineageStatus.ASK_PENDING,
                                        LineageStatus.REAPED, LineageStatus.FAILED}),
     LineageStatus.ASK_PENDING: frozenset({LineageStatus.REVIVING, LineageStatus.REAPED}),
@@ -90,7 +96,8 @@ LINEAGE_TRANSITIONS: dict[LineageStatus, frozenset[LineageStatus]] = {
     LineageStatus.FAILED: frozenset(),
 }
 LINEAGE_LIVE = frozenset({LineageStatus.ACTIVE, LineageStatus.ORPHANED,
-                          LineageStatus.ASK_PENDING, LineageStatus.REVIVING})
+                          LineageStatus.ASK_PENDING, LineageStatus.REVIVING,
+                          LineageStatus.WAITING_LIMIT})
 
 class DigestState(StrEnum):
     """A digest node's version (source 004's table of contents)."""

@@ -137,7 +137,9 @@ class TokenGate:
 
 def create_app(home: Path, token: str, *, read_only: bool = False) -> ASGIApp:
     """The dashboard for the daemon of ``home``; ``read_only`` refuses every action."""
-    client = AsyncClient(home, autostart=False)
+    # Short calls give up on a dead daemon after 2 s, so the page says so at once; the
+    # event streams keep the SDK's default patience (they resume after a restart).
+    client = AsyncClient(home, autostart=False, reconnect=2.0)
 
     async def call(fn: Callable[[], Awaitable[Any]]) -> Response:
         try:

@@ -1,7 +1,8 @@
 """Agent providers: how to launch, resume and listen to a kind of agent.
 
 Adding a provider is one module that defines a :class:`~tether.agent.providers.base.Provider`
-subclass and names it in :data:`PROVIDERS` below.
+subclass and names it in :data:`PROVIDERS` below. A user adds one without code: a
+``<home>/providers/NAME.toml`` file (:mod:`.user`), loaded by :func:`load_user`.
 
 A provider's module is imported when that provider is first looked up: the hook program,
 which Claude Code runs on every tool call, reads one provider's ``payload_in_argv`` and
@@ -13,6 +14,7 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -26,6 +28,10 @@ PROVIDERS = {
     "generic": "generic:GenericProvider",
     "claude": "claude:ClaudeProvider",
     "codex": "codex:CodexProvider",
+    "gemini": "gemini:GeminiProvider",
+    "opencode": "opencode:OpenCodeProvider",
+    "aider": "aider:AiderProvider",
+    "amp": "amp:AmpProvider",
 }
 
 
@@ -34,23 +40,41 @@ class _Registry(Mapping[str, "Provider"]):
 
     def __init__(self) -> None:
         self._made: dict[str, Provider] = {}
+        self.user: dict[str, Provider] = {}  # from <home>/providers/*.toml
 
     def __getitem__(self, name: str) -> Provider:
         provider = self._made.get(name)
         if provider is None:
+            if name not in PROVIDERS:
+                return self.user[name]
             module, cls = PROVIDERS[name].split(":")
             made = getattr(importlib.import_module(f"{__name__}.{module}"), cls)()
             provider = self._made[name] = made
         return provider
 
     def __iter__(self) -> Iterator[str]:
-        return iter(PROVIDERS)
+        return iter([*PROVIDERS, *self.user])
 
     def __len__(self) -> int:
-        return len(PROVIDERS)
+        return len(PROVIDERS) + len(self.user)
 
 
-REGISTRY: Mapping[str, Provider] = _Registry()
+_REGISTRY = _Registry()
+REGISTRY: Mapping[str, Provider] = _REGISTRY
+
+
+def load_user(directory: Path) -> list[str]:
+    """(Re)load the user-defined providers of ``directory`` (``<home>/providers``);
+    returns why any file was refused (a built-in's name is refused too)."""
+    from tether.agent.providers.user import load_dir
+
+    found, errors = load_dir(directory)
+    for name in [n for n in found if n in PROVIDERS]:
+        errors.append(f"{directory / (name + '.toml')}: {name!r} is a built-in provider; "
+                      "rename the file")
+        del found[name]
+    _REGISTRY.user = dict(found)
+    return errors
 
 
 def get(name: str) -> Provider:
@@ -84,4 +108,4 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["PROVIDERS", "REGISTRY", "ClaudeProvider", "CodexProvider", "GenericProvider",
-           "Provider", "for_command", "get"]
+           "Provider", "for_command", "get", "load_user"]

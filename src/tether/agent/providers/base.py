@@ -62,6 +62,8 @@ class HookEvent:
 
     kind: str
     provider_session_id: str | None = None
+    # session_start: why it started (Claude's ``source``: startup, resume, clear, compact).
+    session_source: str | None = None
     transcript_path: str | None = None
     tool_name: str | None = None
     tool_input: dict[str, Any] | None = None
@@ -88,6 +90,25 @@ class Provider:
     # True when the agent passes the hook payload as the last argument (Codex's notify)
     # instead of on stdin; the hook program must then not read stdin at all.
     payload_in_argv = False
+    # Regexes over an attempt's last output that say why it ended (tether.agent.exits):
+    # usage limits, context exhaustion, a question for the user. Strings, compiled only
+    # when an attempt ends (the hook program imports this module).
+    usage_limit_patterns: tuple[str, ...] = ()
+    out_of_context_patterns: tuple[str, ...] = ()
+    waiting_patterns: tuple[str, ...] = ()
+    # A CLI without hooks: a turn has ended when its output has been quiet this many
+    # seconds (and, when set, its last output matches ``turn_end_pattern``). None: the
+    # CLI reports its turns itself (hooks, notify, or the tether protocol).
+    turn_idle_seconds: float | None = None
+    turn_end_pattern: str | None = None
+    # Regexes over the CLI's output: group 1 is the context used, in percent; group 1
+    # the provider session id; groups 1 and 2 a turn's input and output tokens (with an
+    # optional k/M suffix). Read at a turn the daemon inferred from the output.
+    context_pattern: str | None = None
+    session_pattern: str | None = None
+    usage_pattern: str | None = None
+    # Where this profile comes from and how deep it goes (``tether`` docs, README).
+    notes = ""
 
     def launch(self, argv: list[str], ctx: SessionContext) -> LaunchPlan:
         raise NotImplementedError

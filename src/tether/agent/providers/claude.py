@@ -298,6 +298,19 @@ def _str(payload: dict[str, Any], key: str) -> str | None:
 class ClaudeProvider(Provider):
     name = "claude"
     commands = ("claude",)
+    # Usage limits, as Claude Code prints them (not in its reference docs; seen in
+    # anthropics/claude-code issues and in "About Claude's usage limits"): older releases
+    # print "Claude AI usage limit reached|<reset epoch seconds>", newer ones "5-hour
+    # limit reached ∙ resets 3pm", "You've hit your limit · resets 3pm (Europe/Paris)" or
+    # "Claude usage limit reached. Your limit will reset at 3pm (America/New_York)".
+    usage_limit_patterns = (r"usage limit reached", r"\blimit reached\b.*\bresets?\b",
+                            r"you've hit your (?:usage )?limit")
+    # The Messages API's "prompt is too long" error, and Claude Code's own wording.
+    out_of_context_patterns = (r"prompt is too long", r"context (?:limit|window) (?:reached|"
+                               r"exceeded)")
+    # Its permission prompt ("Do you want to proceed?", "Do you want to make this edit").
+    waiting_patterns = (r"do you want to (?:proceed|make this edit|create)",)
+    notes = "hooks (documented): launch, resume, turns, tool fencing, usage, session forks"
 
     def settings_path(self, ctx: SessionContext) -> str:
         return os.path.join(ctx.state_dir, SETTINGS_FILE)
@@ -352,8 +365,10 @@ class ClaudeProvider(Provider):
         hook = HookEvent(kind=kind, provider_session_id=_str(payload, "session_id"),
                          transcript_path=_str(payload, "transcript_path"), raw=payload)
         if kind == "session_start":
-            # HOOKS, "SessionStart input": ``source`` and ``model``.
+            # HOOKS, "SessionStart input": ``source`` ("startup", "resume", "clear" or
+            # "compact": a /clear or a compaction starts a new session id) and ``model``.
             hook.model = _str(payload, "model")
+            hook.session_source = _str(payload, "source")
         elif kind == "tool_request":
             # HOOKS, "PreToolUse input": ``tool_name``, ``tool_input``, ``tool_use_id``.
             hook.tool_name = _str(payload, "tool_name")

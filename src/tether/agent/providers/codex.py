@@ -222,6 +222,18 @@ class CodexProvider(Provider):
     # The hook program finds the payload in its last argument and must leave stdin
     # alone (NOTIFY; see the module doc).
     payload_in_argv = True
+    # ``UsageLimitReachedError``'s text in codex-rs/core/src/error.rs: "You've hit your
+    # usage limit. … Try again in 2 days 3 hours 5 minutes." / "… try again at 4:12 PM."
+    usage_limit_patterns = (r"you've hit your usage limit", r"usage limit reached",
+                            r"usage_limit_reached")
+    # ``ContextWindowExceeded``: "Codex ran out of room in the model's context window";
+    # the API's "Your input exceeds the context window of this model".
+    out_of_context_patterns = (r"ran out of room in the model's context window",
+                               r"exceeds the context window")
+    # Its approval prompt ("Would you like to run the following command?").
+    waiting_patterns = (r"would you like to (?:run|make) the following",
+                        r"allow command\?")
+    notes = "notify (documented): launch, resume, turns, usage from the rollout file"
 
     def __init__(self, codex_home: str | None = None) -> None:
         self.codex_home = codex_home

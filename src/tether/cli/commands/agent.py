@@ -33,7 +33,8 @@ listing(lineage, ls_help="List lineages with their state.",
 @click.argument("ref")
 @click.pass_context
 def lineage_resolve(ctx: click.Context, action: str | None, ref: str) -> None:
-    """Decide what happens to a lineage waiting under the `ask` revival policy."""
+    """Decide what happens to a lineage waiting under the `ask` revival policy, or for its
+    usage limit to reset (WAITING_LIMIT: --revive tries now, --reap gives up)."""
     if action is None:
         raise click.UsageError("say --revive or --reap")
     rec = client(ctx).lineage_resolve(ref, "revive" if action == "revive" else "reap")

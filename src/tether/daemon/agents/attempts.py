@@ -21,14 +21,16 @@ import msgspec
 from tether.agent import lifecycle as lc
 from tether.agent import snapshot
 from tether.agent.confinement import agent_view
+from tether.agent.exits import DEFAULT_LIMIT_WAIT, Exit, ExitReason
 from tether.agent.providers import get as get_provider
 from tether.agent.providers.base import SessionContext
+from tether.daemon.agents import ending
 from tether.daemon.agents.core import AgentCore, token_digest
 from tether.daemon.agents.worktree import WorktreeFiles
 from tether.hostio.untrusted import replace_at
 from tether.model.errors import RpcCode, TetherError
 from tether.model.records import AgentConfig, ExecRecord, ExecSpec, LineageRecord
-from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE, ExecState, LineageStatus
+from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE, LineageStatus
 
 log = logging.getLogger("tether.agents")
 
@@ -42,6 +44,12 @@ def attempt_key(rec: LineageRecord) -> str:
     """The request key of the current attempt's current try."""
     key = f"lineage-{rec.id}-{rec.attempt}"
     return f"{key}-r{rec.restarts}" if rec.restarts else key
+
+
+def revivals(rec: LineageRecord) -> int:
+    """Revivals spent from the budget: attempts after the first, less those that
+    followed a usage limit (a limit is the provider's, not the agent's failure)."""
+    return max(0, rec.attempt - 1 - rec.limit_waits)
 
 
 def backoff(attempt: int) -> float:
@@ -103,7 +111,7 @@ class Attempts:
         rec = self.core.commit(self.core.store.update_lineage(
             rec.id, status=LineageStatus.REVIVING if resume else None,
             attempt=rec.attempt + 1, token_sha256=self.core.new_token(rec.id), token="",
-            revive_at=None, restarts=0,
+            revive_at=None, restarts=0, exit_reason=None,
             event="lineage.attempt" if not resume else None,
             reason=f"reviving (attempt {rec.attempt + 1})" if resume else None))
         if resume:
@@ -193,6 +201,7 @@ class Attempts:
             if rec.status != LineageStatus.REVIVING:
                 return rec  # gave up
         core.touch(rec)
+        core.output_marks[rec.id] = 0.0  # its first output is a turn's (CLIs without hooks)
         starts = [*rec.recent_starts, x.started_at or time.time()][-5:]
         rec = core.commit(core.store.update_lineage(
             rec.id, status=LineageStatus.ACTIVE if rec.status != LineageStatus.ACTIVE else None,
@@ -256,34 +265,77 @@ class Attempts:
         # A hung kill from before a restart is recognised by its recorded reason.
         hung = x.id in self.core.hung_kills or (x.reason or "").startswith("hung:")
         self.core.hung_kills.discard(x.id)
-        if rec.lifecycle == lc.Lifecycle.DEAD:
-            self._finish(rec, "context exhausted (DEAD); the session was reaped")
-            return
-        if x.state == ExecState.CANCELLED and not hung:
-            self._finish(rec, f"stopped: {x.reason or 'cancelled'}")  # `tether kill`
-            return
-        if x.state == ExecState.FINISHED and x.exit_code == 0:
-            self._finish(rec, "the agent exited on its own (code 0)")
-            return
-        what = ("hung (no heartbeat or output), killed" if hung else
-                f"died: {x.reason or x.state}" + (f" (exit {x.exit_code})"
-                                                  if x.exit_code is not None else ""))
-        self.orphan(rec, what, x)
+        end = ending.classify(self.core, rec, x, get_provider(rec.config.provider), hung=hung)
+        why = end.reason
+        if why == ExitReason.OUT_OF_CONTEXT:
+            if rec.lifecycle == lc.Lifecycle.DEAD:
+                self._finish(rec, "context exhausted (DEAD); the session was reaped", end)
+            else:
+                self._finish(rec, f"out of context: {end.detail}", end,
+                             lifecycle=str(lc.Lifecycle.DEAD))
+        elif why == ExitReason.KILLED:
+            self._finish(rec, f"stopped: {x.reason or 'cancelled'}", end)  # `tether kill`
+        elif why == ExitReason.FINISHED:
+            self._finish(rec, "the agent exited on its own (code 0)", end)
+        elif why == ExitReason.USAGE_LIMITED:
+            self.wait_for_limit(rec, end)
+        elif why == ExitReason.WAITING_FOR_USER:
+            rec = self.core.commit(self.core.store.update_lineage(
+                rec.id, status=LineageStatus.ORPHANED, exit_reason=str(why),
+                reason=f"waiting for its user: {end.detail}", data=_exit_data(end)))
+            self._ask(rec, "it stopped on a question for its user")
+        else:
+            what = ("hung (no heartbeat or output), killed" if hung else
+                    f"died: {x.reason or x.state}" + (f" (exit {x.exit_code})"
+                                                      if x.exit_code is not None else ""))
+            self.orphan(rec, what, x, end)
 
-    def _finish(self, rec: LineageRecord, reason: str) -> None:
+    def wait_for_limit(self, rec: LineageRecord, end: Exit) -> None:
+        """The provider's usage limit: wait (WAITING_LIMIT, visible) until the reset time
+        it gave, or :data:`DEFAULT_LIMIT_WAIT`, then revive. No revival is spent and the
+        crash-loop window starts over: a limit says nothing about the agent's health."""
         core = self.core
-        rec = core.commit(core.store.update_lineage(rec.id, status=LineageStatus.FINISHED,
-                                                    reason=reason))
+        now = core.clock.now()
+        due = end.reset_at if end.reset_at is not None else now + DEFAULT_LIMIT_WAIT
+        given = "its reset time" if end.reset_at is not None else (
+            f"no reset time given; trying again in {DEFAULT_LIMIT_WAIT / 60:g} min")
+        core.commit(core.store.update_lineage(
+            rec.id, status=LineageStatus.WAITING_LIMIT, exit_reason=str(end.reason),
+            revive_at=due, limit_waits=rec.limit_waits + 1, recent_starts=[],
+            reason=f"usage limit: {end.detail} (waiting until {_when(due)}, {given})",
+            data=_exit_data(end)))
+        core.heartbeat.pop(rec.id, None)
+        core.wake.set()
+
+    def _finish(self, rec: LineageRecord, reason: str, end: Exit | None = None,
+                lifecycle: str | None = None) -> None:
+        core = self.core
+        extra = {"lifecycle": lifecycle} if lifecycle else {}
+        rec = core.commit(core.store.update_lineage(
+            rec.id, status=LineageStatus.FINISHED, reason=reason,
+            exit_reason=str(end.reason) if end else None,
+            data=_exit_data(end) if end else None, **extra))
         self.worktree.update(rec, step="finished")
         core.forget(rec.id)
         if rec.config.successor == "auto" and rec.lifecycle == lc.Lifecycle.DEAD:
             core.successor_wanted.append(rec.id)
             core.wake.set()
 
-    def orphan(self, rec: LineageRecord, reason: str, x: ExecRecord | None) -> None:
+    def orphan(self, rec: LineageRecord, reason: str, x: ExecRecord | None,
+               end: Exit | None = None) -> None:
+        why = end.reason if end else ExitReason.CRASHED
         rec = self.core.commit(self.core.store.update_lineage(
-            rec.id, status=LineageStatus.ORPHANED, reason=reason))
+            rec.id, status=LineageStatus.ORPHANED, reason=reason, exit_reason=str(why),
+            data=_exit_data(end) if end else {"exit_reason": str(why)}))
         self.apply_policy(rec, x)
+
+    def _ask(self, rec: LineageRecord, why: str) -> None:
+        """ASK_PENDING, and ``agent.waiting`` so that a hook can tell a person."""
+        rec = self.core.commit(self.core.store.update_lineage(
+            rec.id, status=LineageStatus.ASK_PENDING,
+            reason=f"{why}: resolve with `tether lineage resolve {rec.id} --revive|--reap`"))
+        self.core.waiting(rec, "ask", f"agent {rec.name or rec.id} died; revive or reap it: "
+                          f"`tether lineage resolve {rec.id} --revive|--reap`")
 
     def apply_policy(self, rec: LineageRecord, x: ExecRecord | None) -> None:
         """The revival policy of an ORPHANED lineage: reap, ask, give up, or revive later."""
@@ -294,14 +346,9 @@ class Attempts:
             core.forget(rec.id)
             return
         if cfg.revival == "ask":
-            rec = core.commit(core.store.update_lineage(
-                rec.id, status=LineageStatus.ASK_PENDING,
-                reason="revival policy ask: resolve with `tether lineage resolve "
-                       f"{rec.id} --revive|--reap`"))
-            core.waiting(rec, "ask", f"agent {rec.name or rec.id} died; revive or reap it: "
-                         f"`tether lineage resolve {rec.id} --revive|--reap`")
+            self._ask(rec, "revival policy ask")
             return
-        if rec.attempt - 1 >= cfg.max_revivals:
+        if revivals(rec) >= cfg.max_revivals:
             core.commit(core.store.update_lineage(
                 rec.id, status=LineageStatus.FAILED,
                 reason=f"gave up after {cfg.max_revivals} revivals; last: {rec.reason}"))
@@ -330,10 +377,13 @@ class Attempts:
 
     # ------------------------------------------------------------------ revivals
     async def revive_due(self, lineage: str) -> None:
-        """A due revival (the tick): only if the lineage is still ORPHANED."""
+        """A due revival (the tick): only if the lineage is still ORPHANED, or still
+        WAITING_LIMIT with its reset time reached on the daemon's clock."""
         async with self.core.lock(lineage):
             fresh = self.core.store.get_lineage(lineage)
-            if fresh is not None and fresh.status == LineageStatus.ORPHANED:
+            if fresh is not None and (fresh.status == LineageStatus.ORPHANED or (
+                    fresh.status == LineageStatus.WAITING_LIMIT
+                    and (fresh.revive_at or 0.0) <= self.core.clock.now())):
                 await self.begin(fresh, resume=True)
 
     async def resolve_ask(self, rec: LineageRecord, action: str) -> LineageRecord:
@@ -343,9 +393,10 @@ class Attempts:
 
     async def _resolve_ask(self, rec: LineageRecord, action: str) -> LineageRecord:
         core = self.core
-        if rec.status != LineageStatus.ASK_PENDING:
+        if rec.status not in (LineageStatus.ASK_PENDING, LineageStatus.WAITING_LIMIT):
             raise TetherError(RpcCode.INVALID_STATE, "INVALID_STATE",
-                              f"lineage {rec.id} is {rec.status}, not ASK_PENDING",
+                              f"lineage {rec.id} is {rec.status}, not ASK_PENDING or "
+                              "WAITING_LIMIT: there is nothing to resolve",
                               {"status": rec.status})
         if action == "reap":
             rec = core.commit(core.store.update_lineage(
@@ -382,3 +433,13 @@ class Attempts:
                 removed += int(self.worktree.remove_heartbeat(rec))
         return {"swept": swept, "heartbeat_files_removed": removed}
 
+
+
+def _exit_data(end: Exit) -> dict[str, object]:
+    """An exit reason as journaled in the event's data."""
+    return {"exit_reason": str(end.reason), "exit_detail": end.detail,
+            "reset_at": end.reset_at}
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(t))

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tether.agent import lifecycle as lc
+from tether.daemon.clock import Clock
 from tether.daemon.execs import ExecService
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
@@ -37,8 +38,10 @@ def token_digest(token: str) -> str:
 class AgentCore:
     def __init__(self, store: Store, layout: HomeLayout, journal: Journal, execs: ExecService,
                  sandboxes: SandboxService, tasks: Tasks, instance: str,
-                 faults: Faults) -> None:
+                 faults: Faults, clock: Clock | None = None) -> None:
         self.tasks = tasks
+        # Usage-limit reset times are wall-clock times a test must be able to reach.
+        self.clock = clock or Clock()
         self.faults = faults
         self.store = store
         self.layout = layout
@@ -53,6 +56,8 @@ class AgentCore:
         self.hung_kills: set[str] = set()  # exec ids we cancelled as hung
         self.successor_wanted: list[str] = []  # DEAD lineages whose successor is due
         self.tool_calls: dict[str, int] = {}  # for heartbeat.json toolCallsCount
+        # lineage -> mtime of the output at its last inferred turn (CLIs without hooks).
+        self.output_marks: dict[str, float] = {}
         # Interactive sessions whose last turn ended: waiting for their user, not hung.
         self.awaiting_user: dict[str, float] = {}
         # One per lineage: turns, revivals and resolutions of a lineage never interleave.
@@ -79,6 +84,7 @@ class AgentCore:
         self.hb_class.pop(lineage, None)
         self.messages.pop(lineage, None)
         self.tokens.pop(lineage, None)
+        self.output_marks.pop(lineage, None)
 
     def new_token(self, lineage: str) -> str:
         """A new token for ``lineage``'s current attempt, remembered here; returns the

@@ -176,6 +176,22 @@ class Protocol:
                                               reason=f"handoff of {len(text)} characters"))
         return {"ok": True, "path": str(path)}
 
+    def follow_session(self, rec: LineageRecord, provider_name: str,
+                       ev: HookEvent) -> LineageRecord:
+        """A session (re)start. A ``/clear`` or a compaction starts a new provider session
+        inside the same agent (a fork): the lineage follows it, so that a revival resumes
+        the newest session, never the one the agent left."""
+        new, old = ev.provider_session_id, rec.provider_session_id
+        source = ev.session_source or "startup"
+        forked = old is not None and new != old
+        what = (f"{provider_name} session {old} -> {new} ({source})" if forked
+                else f"{provider_name} session {new} ({source})")
+        rec = self.core.commit(self.core.store.update_lineage(
+            rec.id, provider_session_id=new, event="agent.session", reason=what,
+            data={"from": old, "to": new, "source": source, "fork": forked}))
+        self.worktree.update(rec)
+        return rec
+
     async def hook(self, rec: LineageRecord, provider_name: str, event: str,
                    payload: dict[str, Any]) -> dict[str, Any]:
         """A provider's hook program calling back: translate, act, answer in its format."""
@@ -186,10 +202,7 @@ class Protocol:
         core.touch(rec, activity=ev.kind not in ("other", "turn_end", "waiting"))
         allowed, reason = True, "ok"
         if ev.kind == "session_start" and ev.provider_session_id:
-            rec = core.commit(core.store.update_lineage(
-                rec.id, provider_session_id=ev.provider_session_id, event="agent.session",
-                reason=f"{provider_name} session {ev.provider_session_id}"))
-            self.worktree.update(rec)
+            rec = self.follow_session(rec, provider_name, ev)
         elif ev.kind == "turn_end":
             u: Usage | None = ev.usage
             usage = None if u is None else {
@@ -197,8 +210,8 @@ class Protocol:
                 "cache_read_tokens": u.cache_read_tokens,
                 "cache_creation_tokens": u.cache_creation_tokens}
             if ev.provider_session_id and ev.provider_session_id != rec.provider_session_id:
-                rec = core.commit(core.store.update_lineage(
-                    rec.id, provider_session_id=ev.provider_session_id))
+                ev.session_source = ev.session_source or "turn"  # learned at a turn's end
+                rec = self.follow_session(rec, provider_name, ev)
             await self.turn(rec, context_pct=u.context_pct if u else None, usage=usage,
                             model=ev.model, messages=ev.messages)
         elif ev.kind == "waiting":

@@ -6,15 +6,19 @@ side (``resolve``, ``view``, ``summary_for_exec``) is its own.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from tether.agent import snapshot
+from tether.agent.providers import load_user
 from tether.daemon.agents import recovery
-from tether.daemon.agents.attempts import Attempts
+from tether.daemon.agents.attempts import Attempts, revivals
 from tether.daemon.agents.core import AgentCore
 from tether.daemon.agents.protocol import Protocol
 from tether.daemon.agents.tick import Tick
+from tether.daemon.agents.turns import OutputTurns
 from tether.daemon.agents.worktree import WorktreeFiles
+from tether.daemon.clock import Clock
 from tether.daemon.execs import ExecService
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
@@ -25,21 +29,33 @@ from tether.model.layout import HomeLayout
 from tether.model.records import AgentConfig, LineageRecord
 from tether.store import Store
 
+log = logging.getLogger("tether.agents")
+
 
 class AgentService:
     def __init__(self, store: Store, layout: HomeLayout, journal: Journal,
                  execs: ExecService, sandboxes: SandboxService, tasks: Tasks, instance: str,
-                 faults: Faults, *, tick_interval: float) -> None:
+                 faults: Faults, *, tick_interval: float, clock: Clock | None = None
+                 ) -> None:
         self.store = store  # the read side's; the parts share everything through core
         self.layout = layout
         self.core = AgentCore(store, layout, journal, execs, sandboxes, tasks, instance,
-                              faults)
+                              faults, clock)
         self.worktree = WorktreeFiles(self.core)
         self.attempts = Attempts(self.core, self.worktree)
         self.protocol = Protocol(self.core, self.worktree)
-        self.ticker = Tick(self.core, self.attempts, self.worktree, tick_interval)
+        self.ticker = Tick(self.core, self.attempts, self.worktree, tick_interval,
+                           OutputTurns(self.core, self.protocol))
         self.wake = self.core.wake
         execs.on_terminal.append(self.attempts.on_exec_terminal)
+        self.reload_providers()  # before recovery, which may resume a user provider's agent
+
+    def reload_providers(self) -> list[str]:
+        """Load ``<home>/providers/*.toml`` again; returns why any file was refused."""
+        errors = load_user(self.layout.root / "providers")
+        for e in errors:
+            log.warning("provider file refused: %s", e)
+        return errors
 
     @property
     def tick_interval(self) -> float:
@@ -66,7 +82,8 @@ class AgentService:
         out: dict[str, Any] = {
             "id": rec.id, "name": rec.name, "provider": rec.config.provider,
             "status": rec.status, "lifecycle": rec.lifecycle, "exec": rec.exec_id,
-            "attempt": rec.attempt, "revivals": max(0, rec.attempt - 1), "turns": rec.turns,
+            "attempt": rec.attempt, "revivals": revivals(rec), "turns": rec.turns,
+            "exit_reason": rec.exit_reason, "limit_waits": rec.limit_waits,
             "context_pct": rec.context_pct, "model": rec.model, "usage": rec.usage,
             "provider_session_id": rec.provider_session_id, "reason": rec.reason,
             "revival": rec.config.revival, "heartbeat": self.heartbeat_class(rec),
@@ -84,7 +101,7 @@ class AgentService:
         return {"lineage": rec.id, "status": rec.status, "lifecycle": rec.lifecycle,
                 "heartbeat": self.heartbeat_class(rec) if rec.exec_id == exec_id else None,
                 "context_pct": rec.context_pct, "turns": rec.turns,
-                "revivals": max(0, rec.attempt - 1)}
+                "revivals": revivals(rec), "exit_reason": rec.exit_reason}
 
     def heartbeat_class(self, rec: LineageRecord) -> str | None:
         return self.core.heartbeat_class(rec)

@@ -14,6 +14,7 @@ import time
 from tether.agent import lifecycle as lc
 from tether.daemon.agents.attempts import Attempts
 from tether.daemon.agents.core import AgentCore
+from tether.daemon.agents.turns import OutputTurns
 from tether.daemon.agents.worktree import WorktreeFiles
 from tether.model.records import LineageRecord
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE, ExecState, LineageStatus
@@ -25,8 +26,9 @@ WORKTREE_HEARTBEAT_EVERY = 10.0
 
 class Tick:
     def __init__(self, core: AgentCore, attempts: Attempts, worktree: WorktreeFiles,
-                 interval: float) -> None:
+                 interval: float, turns: OutputTurns) -> None:
         self.core = core
+        self.turns = turns
         self.attempts = attempts
         self.worktree = worktree
         self.interval = interval
@@ -54,12 +56,21 @@ class Tick:
         while core.successor_wanted:
             await self.attempts.start_successor(core.successor_wanted.pop(0))
         for rec in core.store.list_lineages(tuple(LINEAGE_LIVE)):
-            if rec.status == LineageStatus.ORPHANED and rec.revive_at is not None:
+            if rec.status == LineageStatus.WAITING_LIMIT:
+                # The reset time is on the daemon's clock (a test may move it); the
+                # wait until then is in real seconds.
+                left = (rec.revive_at or 0.0) - core.clock.now()
+                if left <= 0:
+                    await self.attempts.revive_due(rec.id)
+                else:
+                    next_due = min(next_due or now + left, now + left)
+            elif rec.status == LineageStatus.ORPHANED and rec.revive_at is not None:
                 if rec.revive_at <= now:
                     await self.attempts.revive_due(rec.id)
                 else:
                     next_due = min(next_due or rec.revive_at, rec.revive_at)
             elif rec.status == LineageStatus.ACTIVE and rec.exec_id:
+                await self.turns.check(rec, now)
                 await self._check_heartbeat(rec, now)
         return next_due
 

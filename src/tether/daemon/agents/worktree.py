@@ -25,6 +25,8 @@ TS_STATUS: dict[str, str] = {
     LineageStatus.ASK_PENDING: "running", LineageStatus.REVIVING: "initializing",
     LineageStatus.FINISHED: "completed", LineageStatus.REAPED: "stopped",
     LineageStatus.FAILED: "failed",
+    # agentfactory has no waiting state; like ORPHANED, it is alive and will run again.
+    LineageStatus.WAITING_LIMIT: "running",
 }
 
 

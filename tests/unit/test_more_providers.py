@@ -1,0 +1,109 @@
+"""Launch and resume command lines of the Gemini CLI, OpenCode, Aider and Amp providers,
+and user-defined providers from TOML: pure (no daemon, no CLI)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tether.agent.providers import REGISTRY, get, load_user
+from tether.agent.providers.base import SessionContext
+from tether.agent.providers.user import ProviderFileError, load
+
+
+def ctx(tmp: Path) -> SessionContext:
+    return SessionContext(home=str(tmp), socket=str(tmp / "s"), session="L", lineage="L",
+                          state_dir=str(tmp), hook_command=("py", "-m", "tether.agent.hook"))
+
+
+def test_gemini_hooks_file_and_resume(tmp_path: Path) -> None:
+    p = get("gemini")
+    plan = p.launch(["gemini", "-m", "gemini-2.5-pro", "-p", "fix it"], ctx(tmp_path))
+    assert plan.argv == ["gemini", "-m", "gemini-2.5-pro", "-p", "fix it"]
+    path = plan.env["GEMINI_CLI_SYSTEM_DEFAULTS_PATH"]
+    settings = json.loads(plan.files[path])
+    assert settings["hooksConfig"] == {"enabled": True}
+    cmd = settings["hooks"]["AfterAgent"][0]["hooks"][0]["command"]
+    assert cmd == "py -m tether.agent.hook gemini AfterAgent"
+    assert settings["hooks"]["BeforeTool"][0]["matcher"] == ".*"
+    again = p.resume(["gemini", "-m", "x", "-p", "fix it", "--yolo"], "uuid-1", "/s",
+                     ctx(tmp_path))
+    assert again.argv == ["gemini", "--resume", "uuid-1", "-m", "x", "--yolo"]
+    assert p.resume(["gemini"], None, "/s", ctx(tmp_path)).argv == ["gemini", "--resume"]
+    ev = p.parse_hook("SessionStart", {"session_id": "u2", "source": "clear"})
+    assert (ev.kind, ev.provider_session_id, ev.session_source) == ("session_start", "u2",
+                                                                    "clear")
+    turn = p.parse_hook("AfterAgent", {"prompt": "q", "prompt_response": "a"})
+    assert turn.kind == "turn_end" and [m["role"] for m in turn.messages] == ["user",
+                                                                              "assistant"]
+    deny = p.reply(p.parse_hook("BeforeTool", {"tool_name": "x"}), False, "fenced")
+    assert json.loads(deny.stdout) == {"decision": "deny", "reason": "fenced"}
+
+
+def test_output_providers_resume(tmp_path: Path) -> None:
+    c = ctx(tmp_path)
+    assert get("opencode").resume(["opencode", "run", "fix it", "-m", "a/b"], "ses_abcdefgh1",
+                                  "/s", c).argv == ["opencode", "--session", "ses_abcdefgh1",
+                                                    "-m", "a/b"]
+    assert get("opencode").resume(["opencode", "-c"], None, "/s", c).argv == [
+        "opencode", "--continue"]
+    assert get("aider").resume(["aider", "--model", "sonnet", "-m", "fix it", "a.py"], None,
+                               "/s", c).argv == ["aider", "--restore-chat-history",
+                                                 "--model", "sonnet", "a.py"]
+    tid = "T-0123abcd-0000-4000-8000-0123456789ab"
+    assert get("amp").resume(["amp", "-x", "fix it"], tid, "/s", c).argv == [
+        "amp", "threads", "continue", tid]
+    assert get("amp").resume(["amp"], None, "/s", c).argv == ["amp", "threads", "continue"]
+    for name in ("opencode", "aider", "amp"):
+        assert get(name).turn_idle_seconds is not None  # heuristics, documented as such
+    assert get("gemini").turn_idle_seconds is None  # hooks
+
+
+def test_user_provider_from_toml(tmp_path: Path) -> None:
+    d = tmp_path / "providers"
+    d.mkdir()
+    (d / "mycli.toml").write_text('''
+commands = ["mycli", "mycli2"]
+resume = ["{argv0}", "--resume", "{session}", "{args}"]
+resume_last = ["{argv0}", "--last"]
+resume_drop = { "-p" = 1 }
+[turns]
+idle_seconds = 1.5
+end_regex = '^\\$ $'
+context_regex = '(\\d+)% context'
+session_regex = 'session: (\\S+)'
+[exits]
+usage_limit = ['quota gone']
+''')
+    (d / "broken.toml").write_text("commands = [1]\n")
+    (d / "claude.toml").write_text("")
+    errors = load_user(d)
+    assert any("broken.toml" in e and "commands must be a list of strings" in e
+               for e in errors)
+    assert any("'claude' is a built-in" in e for e in errors)
+    p = REGISTRY["mycli"]
+    assert p.commands == ("mycli", "mycli2") and p.turn_idle_seconds == 1.5
+    assert p.resume(["mycli", "-p", "go", "--fast"], "S1", "/s", ctx(tmp_path)).argv == [
+        "mycli", "--resume", "S1", "--fast"]
+    assert p.resume(["mycli", "--fast"], None, "/s", ctx(tmp_path)).argv == ["mycli", "--last"]
+    assert p.usage_limit_patterns == ("quota gone",)
+    load_user(tmp_path / "none")
+    assert "mycli" not in REGISTRY
+
+
+@pytest.mark.parametrize(("text", "why"), [
+    ("nope = 1", "unknown key(s) nope"),
+    ("[turns]\nend_regex = '('", "[turns] end_regex is not a valid regex"),
+    ("[turns]\nidle_seconds = 0", "idle_seconds must be a number of seconds above 0"),
+    ("resume = 'x'", "resume must be a list of strings"),
+    ("[exits]\nusage_limit = ['[']", "[exits] usage_limit is not a valid regex"),
+    ("= broken", "bad.toml"),
+])
+def test_a_bad_provider_file_is_refused_precisely(tmp_path: Path, text: str, why: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    with pytest.raises(ProviderFileError, match=None) as e:
+        load(path)
+    assert why in str(e.value) and str(path) in str(e.value)
