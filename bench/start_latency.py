@@ -35,6 +35,7 @@ from bench.harness import (
     fmt_ms,
     fresh_home,
     kill_strays,
+    memory_of,
     percentile,
     reap_orphans,
     summarize_ms,
@@ -68,6 +69,41 @@ class _Tmux:
                            timeout=30)
 
 
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _zygote_memory(ws: str) -> dict[str, float] | None:
+    """What one idle zygote of the bwrap sandbox on ``ws`` costs: its monitor, and the
+    sandbox's processes below it (bwrap, the sandbox's init, the stub), RSS and Pss in MiB."""
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")[:-1]
+        except OSError:
+            continue
+        if not (argv and argv[-1] == b"tether-zygote" and os.fsencode(ws) in argv):
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            continue
+        sandbox = [int(d)] + [p for c in _children(int(d)) for p in [c, *_children(c)]]
+        mon, rest = memory_of(ppid), [memory_of(p) for p in sandbox]
+        if mon is None or any(m is None for m in rest):
+            continue
+        return {"processes": 1 + len(sandbox),
+                "monitor_rss": mon["VmRSS"], "monitor_pss": mon.get("Pss", 0.0),
+                "sandbox_rss": round(sum(m["VmRSS"] for m in rest if m), 3),
+                "sandbox_pss": round(sum(m.get("Pss", 0.0) for m in rest if m), 3)}
+    return None
+
+
 def _time(fn: Callable[[], None]) -> float:
     t0 = time.perf_counter()
     fn()
@@ -85,6 +121,7 @@ def run(opts: Options) -> BenchResult:
     burst_lat: dict[str, list[float]] = {k: [] for k in names}
     bad: list[str] = []
     ws = tempfile.mkdtemp(prefix="tbst", dir="/tmp")
+    zygote: dict[str, float] | None = None
 
     with fresh_home() as d:
         d.start()
@@ -119,6 +156,8 @@ def run(opts: Options) -> BenchResult:
                     lat[name].append(_time(fn))
                     time.sleep(gap)
             time.sleep(0.5)
+            if bw.available:
+                zygote = _zygote_memory(ws)
             for name, fn in methods.items():
                 time.sleep(0.5)
                 for _ in range(burst):
@@ -159,6 +198,13 @@ def run(opts: Options) -> BenchResult:
             Row("exec start, bwrap sandbox", f"p50 (back-to-back, n={burst})",
                 fmt_ms(b50["bwrap"]), f"tmux {fmt_ms(b50['tmux'])}"),
         ]
+        if zygote is not None:
+            rows.append(Row(
+                "exec start, bwrap sandbox", "one idle zygote",
+                f"{zygote['sandbox_rss']:.1f} MiB RSS",
+                f"{int(zygote['processes']) - 1} sandbox processes (Pss "
+                f"{zygote['sandbox_pss']:.1f} MiB) + an idle monitor "
+                f"({zygote['monitor_rss']:.1f} MiB RSS)"))
     notes = [f"tether starts that did not come back RUNNING with a pid: {len(bad)}"] if bad else []
     return BenchResult(
         name="start_latency", title="exec start latency", rows=rows, notes=notes,
@@ -166,6 +212,7 @@ def run(opts: Options) -> BenchResult:
                 "command": COMMAND, "pool": "daemon default"},
         data={"paced_ms": stats, "back_to_back_ms": bstats,
               "tether_p50_below_tmux_p50": t50 < x50, "bad_starts": bad[:10],
+              "idle_zygote_mib": zygote,
               "daemon_counts": status.get("counts")},
     )
 
