@@ -117,3 +117,19 @@ def test_a_killed_daemon_leaves_no_zygote(daemon: DaemonProc,
     x = c.exec_start(["true"], sandbox="zb")  # cold again; the next one warm
     assert c.exec_wait(x.id, timeout=20).exit_code == 0
     wait_for(lambda: _zygote_pids(ws), what="a zygote from the new daemon")
+
+
+def test_a_workspace_replaced_at_the_same_path_is_not_served_by_an_old_zygote(
+        daemon: DaemonProc, zb: tuple[Client, Path]) -> None:
+    """A zygote's binds are as of its start: after ``rm -rf ws; mkdir ws`` a warm start
+    would write into the deleted directory."""
+    c, ws = zb
+    c.exec_wait(c.exec_start(["true"], sandbox="zb").id, timeout=20)
+    zygotes = wait_for(lambda: _zygote_pids(ws), what="a zygote for the sandbox")
+    (ws / "sub").rmdir()
+    ws.rmdir()
+    ws.mkdir()
+    x = c.exec_start(["sh", "-c", "echo new > made"], sandbox="zb")
+    assert c.exec_wait(x.id, timeout=20).exit_code == 0
+    assert x.pid not in zygotes
+    assert (ws / "made").read_text() == "new\n"

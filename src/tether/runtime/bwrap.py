@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import os
 import shutil
@@ -323,6 +324,24 @@ def _under(path: str, roots: list[str] | tuple[str, ...]) -> bool:
     return any(is_within(path, r) for r in roots)
 
 
+BIND_FLAGS = frozenset({"--bind", "--ro-bind", "--bind-try", "--ro-bind-try"})
+
+
+def bind_identity(args: list[str]) -> tuple[tuple[int, int], ...]:
+    """The (device, inode) of every bind source in ``args`` ((0, 0) when missing): a
+    zygote's binds are as of its start, so a workspace or toolchain replaced since (the
+    same path, a new directory) must not reuse it."""
+    ident = []
+    for flag, src in itertools.pairwise(args):
+        if flag in BIND_FLAGS:
+            try:
+                st = os.stat(src)
+                ident.append((st.st_dev, st.st_ino))
+            except OSError:
+                ident.append((0, 0))
+    return tuple(ident)
+
+
 def _warm_fits(tty: bool, stdin: bool) -> bool:
     """Whether a zygote can run this exec: no terminal and no stdin (a zygote's stdio is
     its logs and /dev/null)."""
@@ -385,7 +404,7 @@ class BwrapRuntime(Runtime):
         warm = None
         if self.zygotes and _warm_fits(req.spec.tty, req.spec.stdin):
             warm = Warm(req.sandbox.id, (*args, *tail("/", False), *STUB), inside_cwd,
-                        tuple(req.spec.argv))
+                        tuple(req.spec.argv), bind_identity(args))
 
         def launch(exec_id: str) -> Launch:
             return Launch(argv=argv, env=host_env(req.spec, req.sandbox, exec_id), cwd=cwd,

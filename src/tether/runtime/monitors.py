@@ -110,14 +110,16 @@ class _IdleMonitor:
 @dataclass
 class _Zygotes:
     """A sandbox's zygotes: idle monitors that each set up ``argv`` (one bind set, the
-    last one an exec of this sandbox asked for) with their logs in ``logs``."""
+    last one an exec of this sandbox asked for, its sources ``ident``) with their logs
+    in ``logs``."""
 
     argv: tuple[str, ...]
+    ident: tuple[tuple[int, int], ...]
     logs: str
     idle: deque[_IdleMonitor]
 
     def fits(self, warm: Warm, logs: str) -> bool:
-        return self.argv == warm.argv and self.logs == logs
+        return self.argv == warm.argv and self.ident == warm.ident and self.logs == logs
 
 
 def at_gate(pid: int, start_time: int) -> bool:
@@ -190,7 +192,7 @@ class MonitorPool:
         if z is None or not z.fits(warm, logs):
             if z is not None:
                 self._drop(z)
-            z = _Zygotes(warm.argv, logs, deque())
+            z = _Zygotes(warm.argv, warm.ident, logs, deque())
         self._zygotes[warm.sandbox] = z  # the most recently used, last
         while len(self._zygotes) > ZYGOTE_SANDBOXES:
             self._drop(self._zygotes.pop(next(iter(self._zygotes))))
