@@ -5,6 +5,7 @@ its daemon."""
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -46,6 +47,24 @@ def _zygote_pids(ws: Path) -> list[int]:
     return found
 
 
+def _ready_zygotes(ws: Path) -> list[int]:
+    """The zygotes' bwrap pids once a stub waits below one (the monitor says "ready" to
+    the daemon right after it pins the stub; a moment later it is taken)."""
+    pids = _zygote_pids(ws)
+    if not any(_children(g) for p in pids for g in _children(p)):
+        return []
+    time.sleep(0.3)
+    return pids
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
 def _run(c: Client, daemon: DaemonProc, ws: Path) -> tuple[int, int | None, bytes, bytes]:
     x = c.exec_start(["sh", "-c", PROBE_SCRIPT], sandbox="zb", cwd=str(ws / "sub"),
                      env={"X": "it's \"quoted\" $HOME", "HOME_TO_HIDE": str(daemon.home)})
@@ -69,7 +88,7 @@ def test_a_warm_start_is_the_cold_one(daemon: DaemonProc, zb: tuple[Client, Path
     c, ws = zb
     assert not _zygote_pids(ws)
     cold_pid, *cold = _run(c, daemon, ws)  # the first exec starts cold; a zygote follows
-    zygotes = wait_for(lambda: _zygote_pids(ws), what="a zygote for the sandbox")
+    zygotes = wait_for(lambda: _ready_zygotes(ws), what="a zygote for the sandbox")
     warm_pid, *warm = _run(c, daemon, ws)
     assert warm_pid in zygotes and cold_pid not in zygotes  # it ran in the zygote
     assert warm == cold, (warm, cold)
@@ -85,7 +104,7 @@ def test_a_warm_exec_is_killed_and_reports_its_signal(daemon: DaemonProc,
                                                       zb: tuple[Client, Path]) -> None:
     c, ws = zb
     c.exec_wait(c.exec_start(["true"], sandbox="zb").id, timeout=20)
-    zygotes = wait_for(lambda: _zygote_pids(ws), what="a zygote for the sandbox")
+    zygotes = wait_for(lambda: _ready_zygotes(ws), what="a zygote for the sandbox")
     x = c.exec_start(["sh", "-c", "kill -TERM $$; sleep 5"], sandbox="zb")
     assert x.pid in zygotes
     done = c.exec_wait(x.id, timeout=20)
@@ -125,7 +144,7 @@ def test_a_workspace_replaced_at_the_same_path_is_not_served_by_an_old_zygote(
     would write into the deleted directory."""
     c, ws = zb
     c.exec_wait(c.exec_start(["true"], sandbox="zb").id, timeout=20)
-    zygotes = wait_for(lambda: _zygote_pids(ws), what="a zygote for the sandbox")
+    zygotes = wait_for(lambda: _ready_zygotes(ws), what="a zygote for the sandbox")
     (ws / "sub").rmdir()
     ws.rmdir()
     ws.mkdir()

@@ -348,9 +348,11 @@ def main() -> int:
             zygote = Zygote(spec["zygote"])
             try:
                 zygote.start()
-            except OSError as e:  # the exec will start cold; say why in its monitor log
+                _report({"zygote": "ready"})
+            except OSError as e:  # the daemon ends us; a spec sent meanwhile starts cold
                 os.write(2, f"monitor: zygote failed: {e}\n".encode())
                 zygote.discard()
+                _report({"zygote": "failed"})
             spec = _read_spec()
     except (ValueError, OSError) as e:
         if zygote is not None:

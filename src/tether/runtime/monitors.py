@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -196,11 +197,30 @@ class MonitorPool:
         self._zygotes[warm.sandbox] = z  # the most recently used, last
         while len(self._zygotes) > ZYGOTE_SANDBOXES:
             self._drop(self._zygotes.pop(next(iter(self._zygotes))))
-        while z.idle:
-            mon = z.idle.popleft()
-            if mon.proc.poll() is None:
+        for mon in list(z.idle):
+            ready = self._zygote_ready(mon)
+            if ready is None:
+                continue  # still setting its sandbox up: a cold start is sooner
+            z.idle.remove(mon)
+            if ready:
                 return mon
+            self._end(mon)
         return None
+
+    @staticmethod
+    def _zygote_ready(mon: _IdleMonitor) -> bool | None:
+        """Whether a zygote said its sandbox waits (``{"zygote": "ready"}``), failed or
+        died (False), or has said nothing yet (None). Never blocks: the line is written
+        at once, well under the pipe's atomic size."""
+        assert mon.proc.stdout is not None
+        fd = mon.proc.stdout.fileno()
+        if not select.select([fd], [], [], 0)[0]:
+            return None if mon.proc.poll() is None else False
+        try:
+            line = os.read(fd, 4096)
+        except OSError:
+            return False
+        return line == b'{"zygote": "ready"}\n' and mon.proc.poll() is None
 
     def drop_zygotes(self, sandbox: str) -> None:
         """End a sandbox's zygotes (it is stopped or deleted) and want none for it."""
