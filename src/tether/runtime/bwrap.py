@@ -330,7 +330,8 @@ BIND_FLAGS = frozenset({"--bind", "--ro-bind", "--bind-try", "--ro-bind-try"})
 def bind_identity(args: list[str]) -> tuple[tuple[int, int], ...]:
     """The (device, inode) of every bind source in ``args`` ((0, 0) when missing): a
     zygote's binds are as of its start, so a workspace or toolchain replaced since (the
-    same path, a new directory) must not reuse it."""
+    same path, a new directory) must not reuse it. The zygote's mount holds the old inode,
+    so its number cannot go to the new one."""
     ident = []
     for flag, src in itertools.pairwise(args):
         if flag in BIND_FLAGS:
