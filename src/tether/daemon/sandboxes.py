@@ -167,6 +167,7 @@ class SandboxService:
         if sb.state == SandboxState.STOPPED:
             return sb
         self._guard(sb, SandboxState.STOPPED)
+        self.execs.monitors.drop_zygotes(sb.id)
         await self._stop_execs(sb, grace, f"sandbox {sb.name} stopped")
         return await self.runtime_of(sb).stop(sb, reason)
 
@@ -185,6 +186,7 @@ class SandboxService:
             self._guard(sb, SandboxState.DELETING)
             sb = self.journal.commit(self.store.transition_sandbox(sb.id, SandboxState.DELETING,
                                                             reason="delete requested"))
+        self.execs.monitors.drop_zygotes(sb.id)
         await self._stop_execs(sb, grace, f"sandbox {sb.name} deleted")
         await self.runtime_of(sb).remove(sb, force=force)
         return self._finish_delete(sb)

@@ -64,6 +64,7 @@ from tether.monitor.files import (  # noqa: E402
 )
 from tether.monitor.pin import GATE_FD, Pin, gate_pipe, open_gate  # noqa: E402
 from tether.monitor.terminal import Terminal  # noqa: E402
+from tether.monitor.zygote import Zygote  # noqa: E402
 
 
 def _report(obj: dict[str, Any]) -> None:
@@ -83,17 +84,22 @@ def _detach_pipes() -> None:
     os.close(null)
 
 
+_unread = bytearray()  # what a read took past the line (a zygote's two lines may meet)
+
+
 def _read_spec() -> dict[str, Any] | None:
-    buf = b""
-    while not buf.endswith(b"\n"):
+    while b"\n" not in _unread:
         try:
             chunk = os.read(0, 65536)
         except InterruptedError:
             continue
         if not chunk:
             return None
-        buf += chunk
-    spec = json.loads(buf)
+        _unread.extend(chunk)
+    end = _unread.index(b"\n") + 1
+    line = bytes(_unread[:end])
+    del _unread[:end]
+    spec = json.loads(line)
     if not isinstance(spec, dict):
         raise ValueError("spec is not an object")
     return spec
@@ -130,8 +136,9 @@ class Poller:
 class Monitor:
     """The start-up sequence and the loop; the parts do the rest."""
 
-    def __init__(self, spec: dict[str, Any]) -> None:
+    def __init__(self, spec: dict[str, Any], zygote: Zygote | None = None) -> None:
         self.spec = spec
+        self.zygote = zygote  # a sandbox started ahead, if the daemon made this a zygote
         self.paths: dict[str, str] = spec["paths"]
         self.poller = Poller()
         self.child = Child(spec)
@@ -166,13 +173,6 @@ class Monitor:
                      "code": "DISK_FULL", "path": self.paths["exit"]})
             return 0
 
-        actions, setsid, to_close = self.term.open()
-        # The command's gate (child.START_GATE, or a gated launch's own: monitor.pin).
-        gate_r, gate_w = gate_pipe()
-        actions.append((os.POSIX_SPAWN_DUP2, gate_r, GATE_FD))
-        to_close.append(gate_r)
-        self.clients.listen()
-
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, lambda *_: None)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -181,23 +181,11 @@ class Monitor:
         rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
         self._wake_r = rfd
-
-        try:
-            self.child.spawn(actions, setsid)
-        except OSError as e:
-            os.close(gate_w)
-            msg, record = self.child.start_failed(e)
-            self.clients.remove_socket()
-            self._write_exit(record)
-            _report({"error": msg, "code": "START_FAILED"})
-            return 0
-        finally:
-            for f in to_close:
-                os.close(f)
-        self.child.started_at = time.time()
-        if self.spec.get("gated"):
-            self.pin.find(self.child.pid)
-            self.child.group = self.pin.pgid
+        gate_w = self._warm_start()
+        if gate_w is None:
+            gate_w = self._cold_start()
+            if gate_w is None:
+                return 0
         try:
             self._announce()
         except BaseException as e:
@@ -211,6 +199,62 @@ class Monitor:
         open_gate(gate_w)  # tracked from here: the command may run
         _detach_pipes()
         return self.loop()
+
+    def _warm_start(self) -> int | None:
+        """Hand the exec to the zygote: its gate's write end, or None (start cold)."""
+        z, warm = self.zygote, self.spec.get("warm")
+        if z is None:
+            return None
+        if warm is None or not z.usable(warm) or self.term.tty or self.term.keep_stdin:
+            z.discard()
+            return None
+        try:
+            z.hand_off(self.paths)
+        except OSError as e:
+            os.write(2, f"monitor: zygote not used ({e}); starting cold\n".encode())
+            z.discard()
+            return None
+        self.clients.listen()
+        self.child.pid, self.child.started_at = z.pid, time.time()
+        self.pin = z.pin
+        self.child.group = z.pin.pgid
+        try:
+            return z.send(warm, self.spec["env"])
+        except OSError as e:  # the stub died between the check and now: it never ran
+            self.clients.remove_socket()
+            msg = f"the sandbox prepared for this exec ended before it started: {e}"
+            self._write_exit({"exit_code": None, "signal": None, "ended_at": time.time(),
+                              "started_at": None, "outcome": "start_failed", "reason": msg})
+            z.discard()
+            _report({"error": msg, "code": "START_FAILED"})
+            raise SystemExit(0) from None
+
+    def _cold_start(self) -> int | None:
+        """Spawn the child behind its gate: the gate's write end, or None (it could not
+        be spawned; the exit file and the report say why)."""
+        actions, setsid, to_close = self.term.open()
+        # The command's gate (child.START_GATE, or a gated launch's own: monitor.pin).
+        gate_r, gate_w = gate_pipe()
+        actions.append((os.POSIX_SPAWN_DUP2, gate_r, GATE_FD))
+        to_close.append(gate_r)
+        self.clients.listen()
+        try:
+            self.child.spawn(actions, setsid)
+        except OSError as e:
+            os.close(gate_w)
+            msg, record = self.child.start_failed(e)
+            self.clients.remove_socket()
+            self._write_exit(record)
+            _report({"error": msg, "code": "START_FAILED"})
+            return None
+        finally:
+            for f in to_close:
+                os.close(f)
+        self.child.started_at = time.time()
+        if self.spec.get("gated"):
+            self.pin.find(self.child.pid)
+            self.child.group = self.pin.pgid
+        return gate_w
 
     def _announce(self) -> None:
         """Handles file and start report (the command already runs; the child is unreaped,
@@ -297,14 +341,29 @@ class Monitor:
 
 
 def main() -> int:
+    zygote = None
     try:
         spec = _read_spec()
+        if spec is not None and "zygote" in spec:
+            zygote = Zygote(spec["zygote"])
+            try:
+                zygote.start()
+                _report({"zygote": "ready"})
+            except OSError as e:  # the daemon ends us; a spec sent meanwhile starts cold
+                os.write(2, f"monitor: zygote failed: {e}\n".encode())
+                zygote.discard()
+                _report({"zygote": "failed"})
+            spec = _read_spec()
     except (ValueError, OSError) as e:
+        if zygote is not None:
+            zygote.discard()
         _report({"error": f"bad spec: {e}", "code": "BAD_SPEC"})
         return 2
     if spec is None:
-        return 0  # pooled monitor whose daemon went away
-    return Monitor(spec).start()
+        if zygote is not None:
+            zygote.discard()
+        return 0  # pooled monitor whose daemon went away (or whose sandbox did)
+    return Monitor(spec, zygote).start()
 
 
 if __name__ == "__main__":

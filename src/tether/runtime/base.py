@@ -76,6 +76,23 @@ class Launch:
     cwd: str | None
     signal_argv: list[str] | None = None
     gated: bool = False
+    warm: Warm | None = None
+
+
+@dataclass(frozen=True)
+class Warm:
+    """How a pre-started sandbox (a zygote: :mod:`tether.monitor.zygote`) can run the
+    same exec instead: ``argv`` set the sandbox up ahead (one per ``sandbox``, matched
+    exactly, so a different bind set starts cold), then the command runs inside with
+    the launch's environment, at ``cwd`` (a path inside the sandbox). ``ident``: what the
+    binds' sources are now (``bwrap.bind_identity``); a zygote made for other ones
+    (a workspace replaced at the same path) is not used."""
+
+    sandbox: str
+    argv: tuple[str, ...]
+    cwd: str
+    command: tuple[str, ...]
+    ident: tuple[tuple[int, int], ...] = ()
 
 
 #: Called with the new exec's id once its intent is committed.

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import os
 import shutil
@@ -43,6 +44,8 @@ from tether.hostio.copy import copy_into, copy_out_of
 from tether.hostio.paths import is_within
 from tether.model.errors import RpcCode, TetherError, invalid_params
 from tether.model.records import SandboxRecord, SandboxSpec
+from tether.monitor.zygote import ENV as ZYGOTE_ENV
+from tether.monitor.zygote import STUB
 from tether.runtime.base import (
     CANNOT_CONFINE,
     ExecRequest,
@@ -51,6 +54,7 @@ from tether.runtime.base import (
     Runtime,
     RuntimeStatus,
     SpecProblem,
+    Warm,
     host_env,
 )
 from tether.runtime.base import AgentView as AgentView  # where agents' policy finds it
@@ -185,6 +189,22 @@ def wrap(argv: list[str], spec: SandboxSpec, *, cwd: str, tether_home: str,
          tools: tuple[str, ...] = ()) -> list[str]:
     """The argv the monitor runs for ``argv`` inside a sandbox described by ``spec``;
     ``tools``: a plain exec's toolchain (:func:`toolchain`), bound read-only."""
+    args, inside_cwd = sandbox_args(spec, cwd=cwd, tether_home=tether_home,
+                                    bwrap_path=bwrap_path, agent=agent, tools=tools)
+    return [*args, *tail(inside_cwd, tty), *argv]
+
+
+def tail(inside_cwd: str, tty: bool) -> list[str]:
+    """What follows the sandbox's arguments: its working directory, then the command."""
+    # Without a terminal: no TIOCSTI into a terminal we do not own.
+    return ["--chdir", inside_cwd, *([] if tty else ["--new-session"]), "--"]
+
+
+def sandbox_args(spec: SandboxSpec, *, cwd: str, tether_home: str,
+                 bwrap_path: str = "bwrap", agent: AgentView | None = None,
+                 tools: tuple[str, ...] = ()) -> tuple[list[str], str]:
+    """bwrap and the sandbox's arguments (all but the working directory and the command:
+    what a zygote sets up ahead), and the working directory inside."""
     network = spec.network or ("host" if agent is not None else "none")
     args = [bwrap_path]
     if agent is not None:
@@ -230,10 +250,7 @@ def wrap(argv: list[str], spec: SandboxSpec, *, cwd: str, tether_home: str,
         # written there reaches the host. Read-only, so a write outside the workspace
         # fails as the user expects instead of vanishing.
         args += ["--remount-ro", "/"]
-    args += ["--chdir", inside_cwd]
-    if not tty:
-        args.append("--new-session")  # no TIOCSTI into a terminal we do not own
-    return [*args, "--", *argv]
+    return args, inside_cwd
 
 
 #: A workspace may not be, or contain, one of these: bound read-write over the
@@ -307,6 +324,31 @@ def _under(path: str, roots: list[str] | tuple[str, ...]) -> bool:
     return any(is_within(path, r) for r in roots)
 
 
+BIND_FLAGS = frozenset({"--bind", "--ro-bind", "--bind-try", "--ro-bind-try"})
+
+
+def bind_identity(args: list[str]) -> tuple[tuple[int, int], ...]:
+    """The (device, inode) of every bind source in ``args`` ((0, 0) when missing): a
+    zygote's binds are as of its start, so a workspace or toolchain replaced since (the
+    same path, a new directory) must not reuse it. The zygote's mount holds the old inode,
+    so its number cannot go to the new one."""
+    ident = []
+    for flag, src in itertools.pairwise(args):
+        if flag in BIND_FLAGS:
+            try:
+                st = os.stat(src)
+                ident.append((st.st_dev, st.st_ino))
+            except OSError:
+                ident.append((0, 0))
+    return tuple(ident)
+
+
+def _warm_fits(tty: bool, stdin: bool) -> bool:
+    """Whether a zygote can run this exec: no terminal and no stdin (a zygote's stdio is
+    its logs and /dev/null)."""
+    return not tty and not stdin
+
+
 class BwrapRuntime(Runtime):
     """bubblewrap namespaces around the command; the default sandbox where it works."""
 
@@ -316,6 +358,9 @@ class BwrapRuntime(Runtime):
     def __init__(self, probed: Probe) -> None:
         """``probed``: :func:`probe`'s answer, asked once per daemon (it runs bwrap)."""
         self.probed = probed
+        #: Whether execs may start in pre-started sandboxes (zygotes, started by the
+        #: monitor pool): the stub runs the command through env(1).
+        self.zygotes = probed.available and os.access(ZYGOTE_ENV, os.X_OK)
         if not probed.available:
             log.warning("sandboxes fall back to the process runtime: %s", probed.reason)
 
@@ -353,13 +398,18 @@ class BwrapRuntime(Runtime):
         tools = () if req.agent is not None else toolchain(
             req.spec.argv[0], cwd=cwd, path_env=env.get("PATH", ""),
             virtual_env=env.get("VIRTUAL_ENV"))
-        argv = wrap([*GATE, *req.spec.argv], req.sandbox.spec, cwd=cwd, tether_home=home,
-                    tty=req.spec.tty, bwrap_path=self.probed.path or "bwrap",
-                    agent=req.agent, tools=tools)
+        args, inside_cwd = sandbox_args(req.sandbox.spec, cwd=cwd, tether_home=home,
+                                        bwrap_path=self.probed.path or "bwrap",
+                                        agent=req.agent, tools=tools)
+        argv = [*args, *tail(inside_cwd, req.spec.tty), *GATE, *req.spec.argv]
+        warm = None
+        if self.zygotes and _warm_fits(req.spec.tty, req.spec.stdin):
+            warm = Warm(req.sandbox.id, (*args, *tail("/", False), *STUB), inside_cwd,
+                        tuple(req.spec.argv), bind_identity(args))
 
         def launch(exec_id: str) -> Launch:
             return Launch(argv=argv, env=host_env(req.spec, req.sandbox, exec_id), cwd=cwd,
-                          gated=True)
+                          gated=True, warm=warm)
         return launch
 
     async def copy(self, sb: SandboxRecord, direction: str, src: str, dst: str, *,

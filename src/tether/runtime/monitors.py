@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -37,11 +38,15 @@ from tether.monitor.files import (
     read_handles,
 )
 from tether.monitor.main import boot_id
-from tether.runtime.base import Launch
+from tether.runtime.base import Launch, Warm
 
 MONITOR_SCRIPT = str(Path(_monitor_main.__file__).resolve().with_name("run.py"))
 _BOOT_ID = boot_id()
 START_REPORT_TIMEOUT = 10.0
+#: Zygotes (pre-started sandboxes, :mod:`tether.monitor.zygote`) kept per sandbox, and
+#: for how many sandboxes at most (the most recently used), when the pool is on.
+ZYGOTES_PER_SANDBOX = 1
+ZYGOTE_SANDBOXES = 4
 
 
 class StartError(Exception):
@@ -103,6 +108,21 @@ class _IdleMonitor:
         self.proc = proc
 
 
+@dataclass
+class _Zygotes:
+    """A sandbox's zygotes: idle monitors that each set up ``argv`` (one bind set, the
+    last one an exec of this sandbox asked for, its sources ``ident``) with their logs
+    in ``logs``."""
+
+    argv: tuple[str, ...]
+    ident: tuple[tuple[int, int], ...]
+    logs: str
+    idle: deque[_IdleMonitor]
+
+    def fits(self, warm: Warm, logs: str) -> bool:
+        return self.argv == warm.argv and self.ident == warm.ident and self.logs == logs
+
+
 def at_gate(pid: int, start_time: int) -> bool:
     """Whether the child ``(pid, start_time)`` still waits at its start gate
     (``START_GATE``), i.e. its command has not started."""
@@ -122,6 +142,7 @@ class MonitorPool:
         self.pool_size = pool_size
         self._pool: deque[_IdleMonitor] = deque()
         self._children: set[int] = set()
+        self._zygotes: dict[str, _Zygotes] = {}  # by sandbox id, least recently used first
 
     # ------------------------------------------------------------------ pool
     def _spawn_monitor(self) -> _IdleMonitor:
@@ -133,14 +154,91 @@ class MonitorPool:
         self._children.add(proc.pid)
         return _IdleMonitor(proc)
 
+    def _spawn_zygote(self, z: _Zygotes) -> _IdleMonitor:
+        mon = self._spawn_monitor()
+        assert mon.proc.stdin is not None
+        try:
+            mon.proc.stdin.write(json.dumps({"zygote": {"argv": z.argv, "dir": z.logs}})
+                                 .encode() + b"\n")
+            mon.proc.stdin.flush()
+        except OSError:
+            self._end(mon)
+            raise
+        return mon
+
     def pool_deficit(self) -> int:
-        return self.pool_size - len(self._pool)
+        return self.pool_size - len(self._pool) + sum(
+            ZYGOTES_PER_SANDBOX - len(z.idle) for z in self._zygotes.values())
 
     async def refill_pool(self) -> None:
-        """Top the pool up. Spawning runs in a thread: fork/exec would stall the loop."""
+        """Top the pool up, then each sandbox's zygotes. Spawning runs in a thread:
+        fork/exec would stall the loop."""
         loop = asyncio.get_running_loop()
-        while self.pool_deficit() > 0:
+        while self.pool_size - len(self._pool) > 0:
             self._pool.append(await loop.run_in_executor(None, self._spawn_monitor))
+        for sandbox, z in list(self._zygotes.items()):
+            while self._zygotes.get(sandbox) is z and len(z.idle) < ZYGOTES_PER_SANDBOX:
+                mon = await loop.run_in_executor(None, self._spawn_zygote, z)
+                if self._zygotes.get(sandbox) is not z:  # dropped meanwhile
+                    self._end(mon)
+                else:
+                    z.idle.append(mon)
+
+    def _take_zygote(self, warm: Warm, logs: str) -> _IdleMonitor | None:
+        """An idle zygote set up for ``warm``, if there is one; either way, one is
+        wanted next time (for this bind set: a sandbox's other ones are dropped)."""
+        if self.pool_size <= 0:
+            return None
+        z = self._zygotes.pop(warm.sandbox, None)
+        if z is None or not z.fits(warm, logs):
+            if z is not None:
+                self._drop(z)
+            z = _Zygotes(warm.argv, warm.ident, logs, deque())
+        self._zygotes[warm.sandbox] = z  # the most recently used, last
+        while len(self._zygotes) > ZYGOTE_SANDBOXES:
+            self._drop(self._zygotes.pop(next(iter(self._zygotes))))
+        for mon in list(z.idle):
+            ready = self._zygote_ready(mon)
+            if ready is None:
+                continue  # still setting its sandbox up: a cold start is sooner
+            z.idle.remove(mon)
+            if ready:
+                return mon
+            self._end(mon)
+        return None
+
+    @staticmethod
+    def _zygote_ready(mon: _IdleMonitor) -> bool | None:
+        """Whether a zygote said its sandbox waits (``{"zygote": "ready"}``), failed or
+        died (False), or has said nothing yet (None). Never blocks: the line is written
+        at once, well under the pipe's atomic size."""
+        assert mon.proc.stdout is not None
+        fd = mon.proc.stdout.fileno()
+        if not select.select([fd], [], [], 0)[0]:
+            return None if mon.proc.poll() is None else False
+        try:
+            line = os.read(fd, 4096)
+        except OSError:
+            return False
+        return line == b'{"zygote": "ready"}\n' and mon.proc.poll() is None
+
+    def drop_zygotes(self, sandbox: str) -> None:
+        """End a sandbox's zygotes (it is stopped or deleted) and want none for it."""
+        z = self._zygotes.pop(sandbox, None)
+        if z is not None:
+            self._drop(z)
+
+    def _drop(self, z: _Zygotes) -> None:
+        while z.idle:
+            self._end(z.idle.popleft())
+
+    @staticmethod
+    def _end(mon: _IdleMonitor) -> None:
+        """An idle monitor ends on EOF of its spec pipe, a zygote's sandbox with it
+        (reaped later by :meth:`reap_children`)."""
+        with contextlib.suppress(OSError):
+            assert mon.proc.stdin is not None
+            mon.proc.stdin.close()
 
     async def _take_monitor(self) -> _IdleMonitor:
         while self._pool:
@@ -151,6 +249,8 @@ class MonitorPool:
 
     def close(self) -> None:
         """Idle monitors exit on EOF of their spec pipe."""
+        for sandbox in list(self._zygotes):
+            self.drop_zygotes(sandbox)
         while self._pool:
             mon = self._pool.popleft()
             with contextlib.suppress(OSError):
@@ -186,7 +286,7 @@ class MonitorPool:
         except OSError as e:
             raise StartError(f"cannot create {paths.stdout.parent}: {e}",
                              "MONITOR_FAILED") from None
-        spec = {
+        spec: dict[str, Any] = {
             "exec_id": rec.id,
             "argv": launch.argv,
             "env": launch.env,
@@ -204,8 +304,13 @@ class MonitorPool:
                                                             "handles", "socket", "claim",
                                                             "monitor_log")},
         }
+        zygote = (self._take_zygote(launch.warm, str(paths.stdout.parent))
+                  if launch.warm is not None else None)
+        if zygote is not None and launch.warm is not None:
+            spec["warm"] = {"argv": list(launch.warm.argv), "cwd": launch.warm.cwd,
+                            "command": list(launch.warm.command)}
         try:
-            mon = await self._take_monitor()
+            mon = zygote or await self._take_monitor()
         except OSError as e:
             raise StartError(f"cannot start a monitor process: {e}", "MONITOR_FAILED") from None
         assert mon.proc.stdin is not None and mon.proc.stdout is not None
