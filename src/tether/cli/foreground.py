@@ -40,23 +40,40 @@ def forward_stdin(home: Path, exec_id: str) -> None:
 
 
 def attach_terminal(c: Client, ref: str, keys: bytes, *, read_only: bool = False,
-                     replay: int = 64 * 1024) -> int:
-    """Attach this terminal to an exec's PTY; returns the exit code for the CLI."""
-    from tether.cli.terminal import copy_loop, raw_terminal, terminal_size
+                    replay: int = 64 * 1024) -> int:
+    """Attach this terminal to an exec's PTY; returns the exit code for the CLI.
+
+    This terminal is offered to the monitor (which then writes and reads it directly,
+    with no copy through this process); raw mode is set before, since the monitor may
+    write the replay and read keys as soon as it answers."""
+    from tether.cli.terminal import (
+        copy_loop,
+        passable_terminal,
+        raw_terminal,
+        terminal_size,
+        wait_loop,
+    )
 
     in_fd, out_fd = sys.stdin.fileno(), sys.stdout.fileno()
     size = terminal_size(in_fd)
-    try:
-        att = c.attach(ref, read_only=read_only, rows=size[0] if size else None,
-                       cols=size[1] if size else None, replay=replay)
-    except TetherError as e:
-        if e.code != "NOT_RUNNING":
-            raise
-        return _print_ended(c, ref)  # it ended before we could attach
-    exec_id = att.info["exec"]
+    passed = passable_terminal(in_fd, out_fd)
     with raw_terminal(in_fd):
-        result = copy_loop(att, stdin_fd=in_fd, stdout_fd=out_fd, detach_keys=keys,
-                           forward_input=not read_only)
+        try:
+            att = c.attach(ref, read_only=read_only, rows=size[0] if size else None,
+                           cols=size[1] if size else None, replay=replay,
+                           terminal=passed, detach_keys=keys)
+        except TetherError as e:
+            if e.code != "NOT_RUNNING":
+                raise
+            att = None
+        if att is not None:
+            exec_id = att.info["exec"]
+            result = (wait_loop(att, size_fd=in_fd) if att.direct else
+                      copy_loop(att, stdin_fd=in_fd, stdout_fd=out_fd, detach_keys=keys,
+                                forward_input=not read_only))
+            att.detach()
+    if att is None:
+        return _print_ended(c, ref)  # it ended before we could attach
     if result.how == "detached":
         sys.stderr.write(f"\r\ndetached from {exec_id}; re-attach with "
                          f"`tether attach {exec_id}`\n")

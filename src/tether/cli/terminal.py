@@ -1,5 +1,10 @@
-"""The attached terminal: raw mode, detach keys, window size, and the copy loop; and
-escape sequences stripped from a terminal log (``tether logs --plain``).
+"""The attached terminal: raw mode, detach keys, window size, and the two ways to be
+attached; and escape sequences stripped from a terminal log (``tether logs --plain``).
+
+When this terminal is handed to the monitor (``Attachment.direct``) the monitor writes
+the output to it and reads the keys: ``wait_loop`` only forwards window sizes and waits
+for the detach or the exit. Otherwise (the monitor refused, or stdin/stdout are not one
+terminal) ``copy_loop`` relays the bytes both ways.
 
 The local terminal is put in raw mode only while attached and restored on every
 way out: detach, program exit, a lost monitor, an exception, SIGTERM or SIGHUP.
@@ -20,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether.client.attach import Attachment
+from tether.monitor.userterm import DetachMatcher as DetachMatcher  # the monitor's, too
 
 DEFAULT_DETACH_KEYS = "ctrl-\\"
 _CTRL_PUNCT = {"@": 0, "[": 27, "\\": 28, "]": 29, "^": 30, "_": 31}
@@ -53,38 +59,22 @@ def parse_detach_keys(spec: str) -> bytes:
     return bytes(out)
 
 
-class DetachMatcher:
-    """Finds the detach sequence in typed input; holds back a partial match."""
-
-    def __init__(self, keys: bytes) -> None:
-        self.keys = keys
-        self.held = b""
-
-    def feed(self, data: bytes) -> tuple[bytes, bool]:
-        """(bytes to send to the program, whether the user detached)."""
-        if not self.held and self.keys[0] not in data:
-            return data, False  # the common case, per keystroke: nothing to look at
-        out = bytearray()
-        for b in data:
-            candidate = self.held + bytes([b])
-            # Release bytes from the front until what is left could still be the start
-            # of the sequence (so "aab" is found in "aaab").
-            while candidate and not self.keys.startswith(candidate):
-                out.append(candidate[0])
-                candidate = candidate[1:]
-            if candidate == self.keys:
-                self.held = b""
-                return bytes(out), True
-            self.held = candidate
-        return bytes(out), False
-
-
 def terminal_size(fd: int) -> tuple[int, int] | None:
     try:
         size = os.get_terminal_size(fd)
     except OSError:
         return None
     return size.lines, size.columns
+
+
+def passable_terminal(in_fd: int, out_fd: int) -> int | None:
+    """The fd to hand the monitor: stdin, when stdin and stdout are one terminal."""
+    try:
+        if not (os.isatty(in_fd) and os.isatty(out_fd)):
+            return None
+        return in_fd if os.fstat(in_fd).st_rdev == os.fstat(out_fd).st_rdev else None
+    except OSError:
+        return None
 
 
 @contextlib.contextmanager
@@ -161,6 +151,35 @@ def copy_loop(att: Attachment, *, stdin_fd: int, stdout_fd: int, detach_keys: by
                     return AttachResult("detached")
             if att.fileno() in ready:
                 pending = att.read_ready()
+    finally:
+        signal.set_wakeup_fd(old_wakeup)
+        signal.signal(signal.SIGWINCH, old_winch)
+        os.close(wake_r)
+        os.close(wake_w)
+
+
+def wait_loop(att: Attachment, *, size_fd: int) -> AttachResult:
+    """The monitor has the terminal: send window sizes until it says detached or ended."""
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    old_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    old_winch = signal.signal(signal.SIGWINCH, lambda *_: None)
+    poller = select.poll()
+    for fd in (att.fileno(), wake_r):
+        poller.register(fd, select.POLLIN)
+    try:
+        while True:
+            att.read(0)  # no output comes here: only the end (EXIT, DETACH or EOF)
+            if att.closed:
+                how = "detached" if att.detached else "exited" if att.exit else "lost"
+                return AttachResult(how, att.exit)
+            ready = {fd for fd, _ in poller.poll()}
+            if wake_r in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 512)
+                size = terminal_size(size_fd)
+                if size:
+                    with contextlib.suppress(OSError):
+                        att.resize(*size)
     finally:
         signal.set_wakeup_fd(old_wakeup)
         signal.signal(signal.SIGWINCH, old_winch)

@@ -1,0 +1,197 @@
+"""`tether attach` hands its terminal to the monitor (SCM_RIGHTS): the monitor writes the
+program's output to it and reads the keys itself, so the CLI is out of the data path.
+
+The proof is a stopped client: with the CLI under SIGSTOP, keys still reach the program
+and its output still reaches the screen, the detach keys still detach, and the exit
+status waits for the CLI to resume. Real daemon, monitors and PTYs (pexpect); no mocks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pexpect
+import pytest
+
+from tests.e2e.test_terminal import (
+    TIMEOUT,
+    Terminals,
+    finished,
+    mark,
+    state,
+    stty_size,
+    type_and_see,
+    wait_stty_size,
+)
+from tests.harness import DaemonProc, wait_for
+from tether.monitor import attachproto as proto
+
+
+@pytest.fixture
+def terms(daemon: DaemonProc, tmp_path: Path) -> Iterator[Terminals]:
+    t = Terminals(daemon, tmp_path)
+    yield t
+    for child in t.children:  # a test may leave a client stopped
+        if child.isalive():
+            os.kill(child.pid, signal.SIGCONT)
+    t.close()
+
+
+def _pts(pid: int, fd: int) -> str:
+    return os.readlink(f"/proc/{pid}/fd/{fd}")
+
+
+def _holds(pid: int, path: str) -> bool:
+    """Whether process ``pid`` has ``path`` open."""
+    fds = Path(f"/proc/{pid}/fd")
+    return any(os.readlink(fds / name) == path for name in os.listdir(fds))
+
+
+def _flags(pid: int, fd: int) -> int:
+    for line in Path(f"/proc/{pid}/fdinfo/{fd}").read_text().splitlines():
+        if line.startswith("flags:"):
+            return int(line.split()[1], 8)
+    raise AssertionError("no flags in fdinfo")
+
+
+def test_keys_and_output_bypass_a_stopped_client(terms: Terminals,
+                                                 daemon: DaemonProc) -> None:
+    xid = terms.start()
+    a = terms.attach(xid)
+    monitor = daemon.handles(xid)["monitor"]["pid"]
+    assert _holds(monitor, _pts(a.pid, 0))  # the monitor has the client's terminal
+    os.kill(a.pid, signal.SIGSTOP)
+    type_and_see(a, "stopped")  # typed and echoed with the CLI frozen
+    # The terminal's file description is shared with the user's shell: never left
+    # non-blocking (the monitor uses a file description of its own).
+    assert not _flags(a.pid, 0) & os.O_NONBLOCK
+    os.kill(a.pid, signal.SIGCONT)
+    type_and_see(a, "resumed")
+
+
+def test_detach_keys_are_seen_by_the_monitor(terms: Terminals, daemon: DaemonProc) -> None:
+    xid = terms.start()
+    a = terms.attach(xid)
+    pts = _pts(a.pid, 0)
+    monitor = daemon.handles(xid)["monitor"]["pid"]
+    os.kill(a.pid, signal.SIGSTOP)
+    a.sendcontrol("\\")
+    wait_for(lambda: terms.attached(xid) == 0, what="the monitor to detach the client")
+    assert not _holds(monitor, pts)  # it stopped using the terminal at once
+    os.kill(a.pid, signal.SIGCONT)
+    status, text = finished(a)
+    assert status == 0 and b"detached from" in text, text
+    assert state(daemon, xid) == "RUNNING"
+    b = terms.attach(xid)
+    type_and_see(b, "still")
+
+
+def test_read_only_keys_are_dropped_and_detach_works(terms: Terminals, daemon: DaemonProc,
+                                                     tmp_path: Path) -> None:
+    xid = terms.start()
+    a = terms.attach(xid)
+    ro = terms.attach(xid, "--read-only", sync=False)
+    type_and_see(a, "seen")
+    ro.expect_exact("seen42")
+    os.kill(ro.pid, signal.SIGSTOP)
+    marker = tmp_path / "typed-in-read-only"
+    ro.send(f"touch {marker}\r")
+    type_and_see(a, "fence")
+    ro.expect_exact("fence42")  # output reaches the stopped read-only client
+    ro.sendcontrol("\\")
+    wait_for(lambda: terms.attached(xid) == 1, what="the read-only client to detach")
+    os.kill(ro.pid, signal.SIGCONT)
+    status, text = finished(ro)
+    assert status == 0 and b"detached from" in text, text
+    assert not marker.exists()
+    assert b"touch" not in a.before
+
+
+def test_resize_reaches_the_program(terms: Terminals) -> None:
+    xid = terms.start()
+    a = terms.attach(xid, rows=24, cols=80)
+    assert stty_size(a) == (24, 80)
+    a.setwinsize(31, 97)
+    wait_stty_size(a, (31, 97))
+
+
+def test_exit_status_waits_for_the_stopped_client(terms: Terminals) -> None:
+    xid = terms.start()
+    a = terms.attach(xid)
+    os.kill(a.pid, signal.SIGSTOP)
+    a.send("echo bye$((40+2)); exit 5\r")
+    a.expect_exact("bye42")  # written by the monitor while the client is stopped
+    os.kill(a.pid, signal.SIGCONT)
+    status, text = finished(a)
+    assert f"[{xid} exited with code 5]".encode() in text
+    assert status == 5
+
+
+def test_client_sigkilled_mid_attach_leaves_the_monitor_serving(terms: Terminals,
+                                                                daemon: DaemonProc) -> None:
+    xid = terms.start()
+    a = terms.attach(xid)
+    b = terms.attach(xid)
+    pts = _pts(b.pid, 0)
+    monitor = daemon.handles(xid)["monitor"]["pid"]
+    assert _holds(monitor, pts)
+    os.kill(b.pid, signal.SIGKILL)
+    wait_for(lambda: terms.attached(xid) == 1, what="the monitor to drop the killed client")
+    assert not _holds(monitor, pts)
+    type_and_see(a, "alive")
+    c = terms.attach(xid)
+    cmd, out = mark("third")
+    c.send(cmd)
+    c.expect_exact(out)
+    a.expect_exact(out)
+    b.expect(pexpect.EOF)
+
+
+def _line(sock: socket.socket) -> dict[str, Any]:
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = sock.recv(65536)
+        assert chunk, buf
+        buf += chunk
+    reply: dict[str, Any] = json.loads(buf)
+    return reply
+
+
+def test_a_passed_fd_that_is_no_terminal_is_refused_and_closed(terms: Terminals,
+                                                               daemon: DaemonProc) -> None:
+    """A pipe passed as the terminal, or fds passed with another line: the monitor closes
+    them, says ``"terminal": false`` and serves the attach with frames."""
+    xid = terms.start()
+    handles = daemon.handles(xid)
+    monitor = handles["monitor"]["pid"]
+    r, w = os.pipe()
+    pipe = _pts(os.getpid(), r)
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(TIMEOUT)
+            s.connect(handles["socket"])
+            socket.send_fds(s, [b'{"op": "ping"}\n'], [r, w, r])
+            assert _line(s)["ok"]
+            hello = {"op": "attach", "terminal": True, "detach_keys": [28], "replay": 0}
+            socket.send_fds(s, [json.dumps(hello).encode() + b"\n"], [r])
+            reply = _line(s)
+            assert reply["ok"] and reply["terminal"] is False, reply
+            assert not _holds(monitor, pipe)
+            cmd, out = mark("framed")
+            s.sendall(proto.frame(proto.DATA, cmd.encode()))
+            seen = bytearray()
+            while out.encode() not in seen:
+                chunk = s.recv(65536)
+                assert chunk, seen
+                seen += chunk
+    finally:
+        os.close(r)
+        os.close(w)
+    wait_for(lambda: terms.attached(xid) == 0, what="the raw client to leave")
+    assert state(daemon, xid) == "RUNNING"
