@@ -8,10 +8,14 @@ status waits for the CLI to resume. Real daemon, monitors and PTYs (pexpect); no
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
 import signal
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -195,3 +199,36 @@ def test_a_passed_fd_that_is_no_terminal_is_refused_and_closed(terms: Terminals,
         os.close(w)
     wait_for(lambda: terms.attached(xid) == 0, what="the raw client to leave")
     assert state(daemon, xid) == "RUNNING"
+
+
+# ---------------------------------------------------------------------- a lean start
+def test_the_console_entry_attaches_without_click_or_msgspec(terms: Terminals,
+                                                              daemon: DaemonProc) -> None:
+    xid = terms.start()
+    seen = io.BytesIO()
+    before = terms.attached(xid)
+    a = terms.spawn([sys.executable, "-X", "importtime", "-m", "tether.cli.entry",
+                     "--home", str(daemon.home), "attach", xid])
+    a.logfile_read = seen
+    wait_for(lambda: terms.attached(xid) > before, what="the client to attach")
+    type_and_see(a, "lean")
+    a.sendcontrol("\\")
+    status, text = finished(a)
+    assert status == 0 and b"detached from" in text, text
+    imported = {m.decode() for m in re.findall(rb"\| +([\w.]+)\r?\n", seen.getvalue())}
+    assert "tether.cli.attachfast" in imported  # the lean path ran (and importtime works)
+    for heavy in ("click", "msgspec", "tether.client.blocking", "rich", "yaml"):
+        assert heavy not in imported, heavy
+
+
+def test_the_console_entry_leaves_help_and_errors_to_the_full_cli(daemon: DaemonProc) -> None:
+    entry = [sys.executable, "-m", "tether.cli.entry", "--home", str(daemon.home)]
+    full = [sys.executable, "-m", "tether.cli.main", "--home", str(daemon.home)]
+    for args in (["attach", "--help"], ["attach", "no-such-exec"], ["attach"],
+                 ["attach", "--replay", "-1", "x"], ["attach", "--detach-keys", "ctrl-", "x"]):
+        got = subprocess.run([*entry, *args], capture_output=True, timeout=60,
+                             stdin=subprocess.DEVNULL)
+        want = subprocess.run([*full, *args], capture_output=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+        assert (got.returncode, got.stdout, got.stderr) == (
+            want.returncode, want.stdout, want.stderr), args

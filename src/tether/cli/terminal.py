@@ -20,11 +20,11 @@ import signal
 import sys
 import termios
 import tty
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tether.client.attach import Attachment
+from tether.client.errors import TetherError
 from tether.monitor.userterm import DetachMatcher as DetachMatcher  # the monitor's, too
 
 DEFAULT_DETACH_KEYS = "ctrl-\\"
@@ -104,10 +104,66 @@ def raw_terminal(fd: int) -> Iterator[None]:
             signal.signal(s, h)
 
 
-@dataclass
 class AttachResult:
-    how: str  # "detached" | "exited" | "lost"
-    exit: dict[str, Any] | None = None
+    """How an attachment ended. (A plain class: ``dataclasses`` costs ``tether attach``
+    a few ms of start.)"""
+
+    def __init__(self, how: str, exit: dict[str, Any] | None = None) -> None:
+        self.how = how  # "detached" | "exited" | "lost"
+        self.exit = exit
+
+
+#: Opens the attachment: (this terminal's size or None, the fd to pass or None).
+Connect = Callable[[tuple[int, int] | None, int | None], Attachment]
+
+
+def attach_session(connect: Connect, keys: bytes, *, read_only: bool) -> int | None:
+    """Attach stdin/stdout and stay until detached or ended; the CLI's exit code, or
+    None when the exec was not running (``NOT_RUNNING``) by the time of the attach.
+
+    This terminal is offered to the monitor (which then writes and reads it directly,
+    with no copy through this process); raw mode is set first, since the monitor may
+    write the replay and read keys as soon as it answers."""
+    in_fd, out_fd = sys.stdin.fileno(), sys.stdout.fileno()
+    with raw_terminal(in_fd):
+        try:
+            att = connect(terminal_size(in_fd), passable_terminal(in_fd, out_fd))
+        except TetherError as e:
+            if e.code != "NOT_RUNNING":
+                raise
+            return None
+        result = (wait_loop(att, size_fd=in_fd) if att.direct else
+                  copy_loop(att, stdin_fd=in_fd, stdout_fd=out_fd, detach_keys=keys,
+                            forward_input=not read_only))
+        att.detach()
+    return report(att.info["exec"], result)
+
+
+def report(exec_id: str, result: AttachResult) -> int:
+    """Say how the attachment ended; the CLI's exit code."""
+    if result.how == "detached":
+        sys.stderr.write(f"\r\ndetached from {exec_id}; re-attach with "
+                         f"`tether attach {exec_id}`\n")
+        return 0
+    if result.how == "lost" or result.exit is None:
+        sys.stderr.write(f"\r\ntether: lost the connection to {exec_id}'s monitor; "
+                         f"see `tether ps -a` for what happened\n")
+        return 1
+    code = exit_code(result.exit.get("state", "FINISHED"), result.exit.get("exit_code"),
+                     result.exit.get("signal"))
+    what = (f"killed by signal {result.exit['signal']}" if result.exit.get("signal")
+            else f"exited with code {result.exit.get('exit_code')}")
+    sys.stderr.write(f"\r\n[{exec_id} {what}]\n")
+    return code
+
+
+def exit_code(state: str, code: Any, sig: Any) -> int:
+    """The CLI's exit code for an ended exec (128+N when killed by signal N)."""
+    if code is not None:
+        return int(code)
+    if sig:
+        return 128 + int(sig)
+    return 1 if state == "FAILED" else 0
 
 
 def copy_loop(att: Attachment, *, stdin_fd: int, stdout_fd: int, detach_keys: bytes,
