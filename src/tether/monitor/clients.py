@@ -146,15 +146,17 @@ class Clients:
             self.notify_watchers({"event": "detach", "client": c.id, "reason": reason})
 
     # -------------------------------------------------------------- output
-    def broadcast(self, out: bytes) -> None:
-        """A frame of the program's output, for every attached client."""
+    def broadcast(self, data: bytes) -> None:
+        """The program's output, for every attached client (framed for the sockets)."""
+        framed = b""
         for c in list(self.clients.values()):
             if c.mode != "attach":
                 continue
             if c.term is not None:
-                self._to_term(c, c.term, memoryview(out)[proto.HEADER.size:])
+                self._to_term(c, c.term, data)
             else:
-                self._queue(c, out)
+                framed = framed or frame(proto.DATA, data)
+                self._queue(c, framed)
 
     def send_line(self, c: Client, obj: dict[str, Any]) -> None:
         self._queue(c, (json.dumps(obj) + "\n").encode())
