@@ -371,7 +371,6 @@ class Clients:
 
     def _term_ready(self, t: UserTerm, events: int) -> None:
         c = t.owner
-        assert isinstance(c, Client)
         if c.term is not t or self.clients.get(c.fd) is not c:
             return
         try:

@@ -25,6 +25,7 @@ from _collections import deque  # type: ignore[import-not-found]
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see tether/__init__.py
 if TYPE_CHECKING:
+    from tether.monitor.clients import Client
     from tether.monitor.main import Poller
 
 MAX_PASSED_FDS = 1  # one terminal, read and written
@@ -72,7 +73,7 @@ class DetachMatcher:
 class UserTerm:
     """The monitor's own handle on an attached user's terminal, and its unsent output."""
 
-    def __init__(self, fd: int, keys: bytes, poller: Poller, owner: object) -> None:
+    def __init__(self, fd: int, keys: bytes, poller: Poller, owner: Client) -> None:
         self.fd = fd
         self.matcher = DetachMatcher(keys)
         self.poller = poller
@@ -83,7 +84,7 @@ class UserTerm:
         self.mask = 0
 
     @classmethod
-    def open(cls, passed: int, keys: bytes, poller: Poller, owner: object) -> UserTerm:
+    def open(cls, passed: int, keys: bytes, poller: Poller, owner: Client) -> UserTerm:
         """Our own file description of the terminal behind ``passed`` (not closed here).
 
         Raises OSError when it is not a terminal or cannot be reopened; the client
