@@ -232,3 +232,18 @@ def test_the_console_entry_leaves_help_and_errors_to_the_full_cli(daemon: Daemon
                               stdin=subprocess.DEVNULL)
         assert (got.returncode, got.stdout, got.stderr) == (
             want.returncode, want.stdout, want.stderr), args
+
+
+def test_a_terminal_that_falls_behind_skips_ahead(terms: Terminals, tmp_path: Path) -> None:
+    """Output for a terminal nobody reads is queued by the monitor, never waited for:
+    past 4 MiB the client skips ahead (ESC c, then the recent output)."""
+    xid = terms.start()
+    a = terms.attach(xid)
+    done = tmp_path / "printed"
+    a.send(f"head -c 20000000 /dev/zero | tr '\\0' x; echo; echo end$((40+2)); "
+           f"touch {done}\r")
+    wait_for(done.exists, timeout=60, what="the program to print 20 MB to a stalled terminal")
+    a.expect_exact("\x1bc", timeout=60)  # the reset that starts a skip-ahead
+    a.expect_exact("end42", timeout=60)
+    assert terms.attached(xid) == 1
+    type_and_see(a, "caught")

@@ -353,9 +353,10 @@ class Clients:
             c.term.close()
             c.term = None
 
-    def _to_term(self, c: Client, t: UserTerm, data: memoryview | bytes) -> None:
+    def _to_term(self, c: Client, t: UserTerm, data: bytes) -> None:
         try:
-            t.write(data)
+            if not t.write(data) and not t.mask & select.EPOLLOUT:
+                return  # all written, as before: nothing to change
         except OSError:
             self.drop(c, "terminal hung up")
             return

@@ -110,21 +110,22 @@ class UserTerm:
             self.poller.register(self.fd, self, mask)
 
     # -------------------------------------------------------------- output
-    def write(self, data: memoryview | bytes) -> None:
-        """Output for the screen: written now if the terminal takes it, else queued.
-        Raises OSError when the terminal is gone (hung up)."""
-        view = memoryview(data)
+    def write(self, data: bytes) -> bool:
+        """Output for the screen: written now if the terminal takes it, else queued;
+        whether some is queued. Raises OSError when the terminal is gone (hung up)."""
+        n = 0
         if not self.out:
             try:
-                n = os.write(self.fd, view)
-                view = view[n:]
-                self.replay_left = max(0, self.replay_left - n)
+                n = os.write(self.fd, data)
             except BlockingIOError:
                 pass
-            if not view:
-                return
-        self.out.append(view)  # over immutable bytes: kept, not copied
-        self.out_size += len(view)
+            if self.replay_left:
+                self.replay_left = max(0, self.replay_left - n)
+            if n == len(data):  # the common case: nothing to keep
+                return False
+        self.out.append(memoryview(data)[n:])  # over immutable bytes: kept, not copied
+        self.out_size += len(data) - n
+        return True
 
     def flush(self) -> None:
         """Write queued output until the terminal would block. Raises OSError if gone."""
