@@ -45,6 +45,7 @@ import signal
 import statistics
 import struct
 import subprocess
+import sys
 import termios
 import time
 from collections.abc import Callable, Iterator
@@ -52,7 +53,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import (
-    TETHER,
     BenchResult,
     Options,
     Row,
@@ -360,8 +360,11 @@ class Tether:
         return SdkEndpoint("tether SDK", self.client.attach(exec_id, rows=ROWS, cols=COLS))
 
     def cli(self, exec_id: str) -> PtyEndpoint:
-        return PtyEndpoint("tether attach", [*TETHER, "--home", str(self.home), "attach",
-                                             exec_id], self.env)
+        # The console script's entry (``tether`` runs tether.cli.entry:main), as a user
+        # starts it: ``tether attach`` there skips the click CLI.
+        return PtyEndpoint("tether attach", [sys.executable, "-m", "tether.cli.entry",
+                                             "--home", str(self.home), "attach", exec_id],
+                           self.env)
 
     def monitor_pid(self, exec_id: str) -> int:
         data = json.loads((self.home / "run" / f"{exec_id}.handles.json").read_text())

@@ -40,37 +40,16 @@ def forward_stdin(home: Path, exec_id: str) -> None:
 
 
 def attach_terminal(c: Client, ref: str, keys: bytes, *, read_only: bool = False,
-                     replay: int = 64 * 1024) -> int:
+                    replay: int = 64 * 1024) -> int:
     """Attach this terminal to an exec's PTY; returns the exit code for the CLI."""
-    from tether.cli.terminal import copy_loop, raw_terminal, terminal_size
+    from tether.cli.terminal import attach_session
 
-    in_fd, out_fd = sys.stdin.fileno(), sys.stdout.fileno()
-    size = terminal_size(in_fd)
-    try:
-        att = c.attach(ref, read_only=read_only, rows=size[0] if size else None,
-                       cols=size[1] if size else None, replay=replay)
-    except TetherError as e:
-        if e.code != "NOT_RUNNING":
-            raise
-        return _print_ended(c, ref)  # it ended before we could attach
-    exec_id = att.info["exec"]
-    with raw_terminal(in_fd):
-        result = copy_loop(att, stdin_fd=in_fd, stdout_fd=out_fd, detach_keys=keys,
-                           forward_input=not read_only)
-    if result.how == "detached":
-        sys.stderr.write(f"\r\ndetached from {exec_id}; re-attach with "
-                         f"`tether attach {exec_id}`\n")
-        return 0
-    if result.how == "lost" or result.exit is None:
-        sys.stderr.write(f"\r\ntether: lost the connection to {exec_id}'s monitor; "
-                         f"see `tether ps -a` for what happened\n")
-        return 1
-    code = exit_code(result.exit.get("state", "FINISHED"), result.exit.get("exit_code"),
-                     result.exit.get("signal"))
-    what = (f"killed by signal {result.exit['signal']}" if result.exit.get("signal")
-            else f"exited with code {result.exit.get('exit_code')}")
-    sys.stderr.write(f"\r\n[{exec_id} {what}]\n")
-    return code
+    code = attach_session(
+        lambda size, passed: c.attach(ref, read_only=read_only, rows=size and size[0],
+                                      cols=size and size[1], replay=replay,
+                                      terminal=passed, detach_keys=keys),
+        keys, read_only=read_only)
+    return _print_ended(c, ref) if code is None else code  # None: it ended before
 
 
 class _Interrupted(Exception):
@@ -118,16 +97,10 @@ def _print_ended(c: Client, ref: str) -> int:
     return code
 
 
-def exit_code(state: str, code: Any, sig: Any) -> int:
-    if code is not None:
-        return int(code)
-    if sig:
-        return 128 + int(sig)
-    return 1 if state == "FAILED" else 0
-
-
 def exec_exit_code(x: ExecView) -> int:
     """The CLI's exit code for an ended exec (128+N when killed by signal N)."""
+    from tether.cli.terminal import exit_code
+
     return exit_code(x.state, x.exit_code, x.signal)
 
 

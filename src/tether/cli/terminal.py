@@ -1,5 +1,10 @@
-"""The attached terminal: raw mode, detach keys, window size, and the copy loop; and
-escape sequences stripped from a terminal log (``tether logs --plain``).
+"""The attached terminal: raw mode, detach keys, window size, and the two ways to be
+attached; and escape sequences stripped from a terminal log (``tether logs --plain``).
+
+When this terminal is handed to the monitor (``Attachment.direct``) the monitor writes
+the output to it and reads the keys: ``wait_loop`` only forwards window sizes and waits
+for the detach or the exit. Otherwise (the monitor refused, or stdin/stdout are not one
+terminal) ``copy_loop`` relays the bytes both ways.
 
 The local terminal is put in raw mode only while attached and restored on every
 way out: detach, program exit, a lost monitor, an exception, SIGTERM or SIGHUP.
@@ -15,11 +20,12 @@ import signal
 import sys
 import termios
 import tty
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tether.client.attach import Attachment
+from tether.client.errors import TetherError
+from tether.monitor.userterm import DetachMatcher as DetachMatcher  # the monitor's, too
 
 DEFAULT_DETACH_KEYS = "ctrl-\\"
 _CTRL_PUNCT = {"@": 0, "[": 27, "\\": 28, "]": 29, "^": 30, "_": 31}
@@ -53,38 +59,22 @@ def parse_detach_keys(spec: str) -> bytes:
     return bytes(out)
 
 
-class DetachMatcher:
-    """Finds the detach sequence in typed input; holds back a partial match."""
-
-    def __init__(self, keys: bytes) -> None:
-        self.keys = keys
-        self.held = b""
-
-    def feed(self, data: bytes) -> tuple[bytes, bool]:
-        """(bytes to send to the program, whether the user detached)."""
-        if not self.held and self.keys[0] not in data:
-            return data, False  # the common case, per keystroke: nothing to look at
-        out = bytearray()
-        for b in data:
-            candidate = self.held + bytes([b])
-            # Release bytes from the front until what is left could still be the start
-            # of the sequence (so "aab" is found in "aaab").
-            while candidate and not self.keys.startswith(candidate):
-                out.append(candidate[0])
-                candidate = candidate[1:]
-            if candidate == self.keys:
-                self.held = b""
-                return bytes(out), True
-            self.held = candidate
-        return bytes(out), False
-
-
 def terminal_size(fd: int) -> tuple[int, int] | None:
     try:
         size = os.get_terminal_size(fd)
     except OSError:
         return None
     return size.lines, size.columns
+
+
+def passable_terminal(in_fd: int, out_fd: int) -> int | None:
+    """The fd to hand the monitor: stdin, when stdin and stdout are one terminal."""
+    try:
+        if not (os.isatty(in_fd) and os.isatty(out_fd)):
+            return None
+        return in_fd if os.fstat(in_fd).st_rdev == os.fstat(out_fd).st_rdev else None
+    except OSError:
+        return None
 
 
 @contextlib.contextmanager
@@ -114,10 +104,66 @@ def raw_terminal(fd: int) -> Iterator[None]:
             signal.signal(s, h)
 
 
-@dataclass
 class AttachResult:
-    how: str  # "detached" | "exited" | "lost"
-    exit: dict[str, Any] | None = None
+    """How an attachment ended. (A plain class: ``dataclasses`` costs ``tether attach``
+    a few ms of start.)"""
+
+    def __init__(self, how: str, exit: dict[str, Any] | None = None) -> None:
+        self.how = how  # "detached" | "exited" | "lost"
+        self.exit = exit
+
+
+#: Opens the attachment: (this terminal's size or None, the fd to pass or None).
+Connect = Callable[[tuple[int, int] | None, int | None], Attachment]
+
+
+def attach_session(connect: Connect, keys: bytes, *, read_only: bool) -> int | None:
+    """Attach stdin/stdout and stay until detached or ended; the CLI's exit code, or
+    None when the exec was not running (``NOT_RUNNING``) by the time of the attach.
+
+    This terminal is offered to the monitor (which then writes and reads it directly,
+    with no copy through this process); raw mode is set first, since the monitor may
+    write the replay and read keys as soon as it answers."""
+    in_fd, out_fd = sys.stdin.fileno(), sys.stdout.fileno()
+    with raw_terminal(in_fd):
+        try:
+            att = connect(terminal_size(in_fd), passable_terminal(in_fd, out_fd))
+        except TetherError as e:
+            if e.code != "NOT_RUNNING":
+                raise
+            return None
+        result = (wait_loop(att, size_fd=in_fd) if att.direct else
+                  copy_loop(att, stdin_fd=in_fd, stdout_fd=out_fd, detach_keys=keys,
+                            forward_input=not read_only))
+        att.detach()
+    return report(att.info["exec"], result)
+
+
+def report(exec_id: str, result: AttachResult) -> int:
+    """Say how the attachment ended; the CLI's exit code."""
+    if result.how == "detached":
+        sys.stderr.write(f"\r\ndetached from {exec_id}; re-attach with "
+                         f"`tether attach {exec_id}`\n")
+        return 0
+    if result.how == "lost" or result.exit is None:
+        sys.stderr.write(f"\r\ntether: lost the connection to {exec_id}'s monitor; "
+                         f"see `tether ps -a` for what happened\n")
+        return 1
+    code = exit_code(result.exit.get("state", "FINISHED"), result.exit.get("exit_code"),
+                     result.exit.get("signal"))
+    what = (f"killed by signal {result.exit['signal']}" if result.exit.get("signal")
+            else f"exited with code {result.exit.get('exit_code')}")
+    sys.stderr.write(f"\r\n[{exec_id} {what}]\n")
+    return code
+
+
+def exit_code(state: str, code: Any, sig: Any) -> int:
+    """The CLI's exit code for an ended exec (128+N when killed by signal N)."""
+    if code is not None:
+        return int(code)
+    if sig:
+        return 128 + int(sig)
+    return 1 if state == "FAILED" else 0
 
 
 def copy_loop(att: Attachment, *, stdin_fd: int, stdout_fd: int, detach_keys: bytes,
@@ -161,6 +207,35 @@ def copy_loop(att: Attachment, *, stdin_fd: int, stdout_fd: int, detach_keys: by
                     return AttachResult("detached")
             if att.fileno() in ready:
                 pending = att.read_ready()
+    finally:
+        signal.set_wakeup_fd(old_wakeup)
+        signal.signal(signal.SIGWINCH, old_winch)
+        os.close(wake_r)
+        os.close(wake_w)
+
+
+def wait_loop(att: Attachment, *, size_fd: int) -> AttachResult:
+    """The monitor has the terminal: send window sizes until it says detached or ended."""
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    old_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+    old_winch = signal.signal(signal.SIGWINCH, lambda *_: None)
+    poller = select.poll()
+    for fd in (att.fileno(), wake_r):
+        poller.register(fd, select.POLLIN)
+    try:
+        while True:
+            att.read(0)  # no output comes here: only the end (EXIT, DETACH or EOF)
+            if att.closed:
+                how = "detached" if att.detached else "exited" if att.exit else "lost"
+                return AttachResult(how, att.exit)
+            ready = {fd for fd, _ in poller.poll()}
+            if wake_r in ready:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 512)
+                size = terminal_size(size_fd)
+                if size:
+                    with contextlib.suppress(OSError):
+                        att.resize(*size)
     finally:
         signal.set_wakeup_fd(old_wakeup)
         signal.signal(signal.SIGWINCH, old_winch)

@@ -23,11 +23,17 @@ class Attachment:
     ``read`` returns output as it arrives; after the program ends it returns ``b""``
     and :attr:`exit` holds the exit record. ``write`` types into the program,
     ``resize`` sets the window size, ``detach`` leaves without disturbing it.
+
+    With ``terminal`` (an fd of a terminal in raw mode) the monitor is offered that
+    terminal: if it takes it (:attr:`direct`), it writes the output there and reads the
+    keys itself, detaching on ``detach_keys``; ``read`` then only waits for the end
+    (:attr:`exit`, or :attr:`detached`). The caller owns the terminal's modes.
     """
 
     def __init__(self, socket_path: str | Path, *, read_only: bool = False,
                  rows: int | None = None, cols: int | None = None,
-                 replay: int = proto.DEFAULT_REPLAY, timeout: float = 5.0) -> None:
+                 replay: int = proto.DEFAULT_REPLAY, timeout: float = 5.0,
+                 terminal: int | None = None, detach_keys: bytes = b"") -> None:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
         try:
@@ -36,11 +42,17 @@ class Attachment:
             self.sock.close()
             raise TetherError(RpcCode.INVALID_STATE, "NOT_RUNNING",
                               "the exec is not running (its monitor socket is gone)") from None
-        hello = {"op": "attach", "read_only": read_only, "rows": rows or 0, "cols": cols or 0,
-                 "replay": replay}
+        hello: dict[str, Any] = {"op": "attach", "read_only": read_only, "rows": rows or 0,
+                                 "cols": cols or 0, "replay": replay}
+        if terminal is not None:
+            hello.update(terminal=True, detach_keys=list(detach_keys))
         self._buf = bytearray()
         try:
-            self.sock.sendall(json.dumps(hello).encode() + b"\n")
+            line = json.dumps(hello).encode() + b"\n"
+            if terminal is None:
+                self.sock.sendall(line)
+            else:  # the line is short: one sendmsg carries it whole, with the fd
+                socket.send_fds(self.sock, [line], [terminal])
             line = self._read_line()
         except OSError as e:  # includes a timeout
             self.sock.close()
@@ -52,7 +64,9 @@ class Attachment:
             raise TetherError(RpcCode.INVALID_STATE, "NO_TERMINAL",
                               str(reply.get("error", "attach refused")))
         self.info = reply
+        self.direct = bool(reply.get("terminal"))  # the monitor took the terminal
         self.exit: dict[str, Any] | None = None
+        self.detached = False  # the monitor saw the detach keys
         self.closed = False
         self.sock.settimeout(None)
 
@@ -91,6 +105,9 @@ class Attachment:
             elif kind == proto.EXIT:
                 self.exit = json.loads(payload)
                 self.closed = True
+                break
+            elif kind == proto.DETACH:
+                self.detached = self.closed = True
                 break
         return bytes(out) if out or self.closed else None
 

@@ -148,10 +148,12 @@ class Client(Blocking, _Api):
 
     # ------------------------------------------------------------------ conveniences
     def attach(self, exec: str, *, read_only: bool = False, rows: int | None = None,
-               cols: int | None = None, replay: int = 64 * 1024) -> Attachment:
+               cols: int | None = None, replay: int = 64 * 1024,
+               terminal: int | None = None, detach_keys: bytes = b"") -> Attachment:
         """Attach to an exec's terminal: ``write``, ``read``, ``resize``, ``detach``.
 
-        Works while no daemon runs: the exec is then found from its files.
+        Works while no daemon runs: the exec is then found from its files. ``terminal``
+        (with ``detach_keys``) offers the monitor a terminal to use directly.
         """
         from tether.client.attach import Attachment, find_socket
 
@@ -160,7 +162,8 @@ class Client(Blocking, _Api):
         except DaemonUnavailable:
             sock = None
         path = Path(sock) if sock else find_socket(self.layout, exec)
-        return Attachment(path, read_only=read_only, rows=rows, cols=cols, replay=replay)
+        return Attachment(path, read_only=read_only, rows=rows, cols=cols, replay=replay,
+                          terminal=terminal, detach_keys=detach_keys)
 
     def read_logs(self, exec: str, *, stream: str = "stdout", offset: int = 0,
                   follow: bool = False) -> Iterator[bytes]:

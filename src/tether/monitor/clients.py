@@ -4,7 +4,9 @@ A connection speaks JSON lines (handled by :mod:`tether.monitor.control`) until 
 sends ``{"op": "attach"}`` or ``{"op": "watch"}``. An attached client then exchanges
 frames (:mod:`tether.monitor.attachproto`): it is sent a replay of the recent output
 and everything the program writes, and the most recently active one sets the window
-size. A watch connection (the daemon's) is sent every attach, detach and resize as a
+size. An attach line may carry the client's own terminal (``SCM_RIGHTS``): the monitor
+then writes the output to it and reads the keys itself (:mod:`tether.monitor.userterm`).
+A watch connection (the daemon's) is sent every attach, detach and resize as a
 numbered event. Standard library only (see :mod:`tether.monitor.main`).
 """
 
@@ -18,6 +20,7 @@ from _collections import deque  # type: ignore[import-not-found]
 
 from tether.monitor import attachproto as proto
 from tether.monitor import tinyjson as json
+from tether.monitor.userterm import MAX_PASSED_FDS, UserTerm, recv_with_fds
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see tether/__init__.py
 if TYPE_CHECKING:
@@ -54,6 +57,8 @@ class Client:
         self.writable_wanted = False
         self.replay_left = 0  # replay bytes still queued (exempt from the backlog limit)
         self.skips = 0  # times it fell behind and skipped ahead
+        self.passed: list[int] = []  # fds received over the socket, not yet taken
+        self.term: UserTerm | None = None  # its own terminal, written and read by us
 
 
 class Clients:
@@ -111,8 +116,11 @@ class Clients:
         self.clients[fd] = c
         self.poller.register(fd, c)
 
-    def ready(self, c: Client, events: int) -> None:
-        """The loop's call when a client's connection is ready."""
+    def ready(self, c: Client | UserTerm, events: int) -> None:
+        """The loop's call when a client's connection (or its terminal) is ready."""
+        if isinstance(c, UserTerm):
+            self._term_ready(c, events)
+            return
         try:
             # Read first: a client that sent "detach" and closed must be seen
             # detaching, not failing on the write of its pending output.
@@ -131,17 +139,24 @@ class Clients:
         self.poller.unregister(c.fd)
         self.clients.pop(c.fd, None)
         c.sock.close()
+        self._release_terminal(c)
         if c.mode == "attach":
             if self.active is c:
                 self.active = None
             self.notify_watchers({"event": "detach", "client": c.id, "reason": reason})
 
     # -------------------------------------------------------------- output
-    def broadcast(self, out: bytes) -> None:
-        """A frame of the program's output, for every attached client."""
+    def broadcast(self, data: bytes) -> None:
+        """The program's output, for every attached client (framed for the sockets)."""
+        framed = b""
         for c in list(self.clients.values()):
-            if c.mode == "attach":
-                self._queue(c, out)
+            if c.mode != "attach":
+                continue
+            if c.term is not None:
+                self._to_term(c, c.term, data)
+            else:
+                framed = framed or frame(proto.DATA, data)
+                self._queue(c, framed)
 
     def send_line(self, c: Client, obj: dict[str, Any]) -> None:
         self._queue(c, (json.dumps(obj) + "\n").encode())
@@ -202,6 +217,8 @@ class Clients:
         mask = (0 if c in self.paused else select.EPOLLIN) | (
             select.EPOLLOUT if c.writable_wanted else 0)
         self.poller.modify(c.fd, mask)
+        if c.term is not None:
+            c.term.set_mask(reading=c not in self.paused)
 
     def close_all(self, record: dict[str, Any]) -> None:
         """The child ended: send every client what it is owed, the exit last, and close."""
@@ -211,6 +228,8 @@ class Clients:
             last = {"attach": exit_frame,
                     "watch": (json.dumps({"event": "exit", **record}) + "\n").encode(),
                     }.get(c.mode, b"")
+            if c.term is not None:
+                c.term.finish(timeout=1.0)  # the screen shows it all before the status
             pending = b"".join(c.out)[c.out_off:] + last
             try:
                 c.sock.settimeout(1.0)
@@ -222,7 +241,13 @@ class Clients:
     # -------------------------------------------------------------- input
     def _readable(self, c: Client) -> None:
         try:
-            chunk = c.sock.recv(65536)
+            if c.mode == "control":  # an attach line may carry the client's terminal
+                chunk, fds = recv_with_fds(c.sock, 65536)
+                c.passed += fds
+                while len(c.passed) > MAX_PASSED_FDS:  # the newest is the attach's
+                    os.close(c.passed.pop(0))
+            else:
+                chunk = c.sock.recv(65536)
         except (BlockingIOError, InterruptedError):
             return
         except OSError:
@@ -278,14 +303,8 @@ class Clients:
             return False
         kind, payload = got
         if kind == proto.DATA:
-            if not c.read_only:
-                if self.active is not c:
-                    self._make_active(c)
-                self.term.write_input(payload)
-                if self.term.input_full():
-                    self.paused.add(c)  # backpressure: stop reading until it drains
-                    self._set_mask(c)
-                    return False
+            if not c.read_only and not self._typed(c, payload):
+                return False
         elif kind == proto.RESIZE and len(payload) == proto.SIZE.size:
             if not c.read_only:  # watchers do not size the window
                 c.rows, c.cols = proto.SIZE.unpack(payload)
@@ -297,6 +316,95 @@ class Clients:
             self.drop(c, "detached")
             return False
         return True
+
+    def _typed(self, c: Client, data: bytes) -> bool:
+        """Input from an attached client; False when it must wait (the program's input
+        is full: backpressure, it is not read until that drains)."""
+        if self.active is not c:
+            self._make_active(c)
+        self.term.write_input(data)
+        if self.term.input_full():
+            self.paused.add(c)
+            self._set_mask(c)
+            return False
+        return True
+
+    # -------------------------------------------------------------- a passed terminal
+    def _take_terminal(self, c: Client, cmd: dict[str, Any]) -> bool:
+        """Use the terminal the client passed with its attach line, if it asked to."""
+        try:
+            if not (cmd.get("terminal") and c.passed and self.tty):
+                return False
+            keys = cmd.get("detach_keys")
+            if not isinstance(keys, list) or not 0 < len(keys) <= 16:
+                return False
+            c.term = UserTerm.open(c.passed[0], bytes(keys), self.poller, c)
+            return True
+        except (OSError, ValueError, TypeError) as e:
+            sys.stderr.write(f"monitor: client {c.id} relays its own terminal: {e}\n")
+            return False
+        finally:
+            self._release_terminal(c, passed_only=True)
+
+    def _release_terminal(self, c: Client, passed_only: bool = False) -> None:
+        while c.passed:
+            os.close(c.passed.pop())
+        if c.term is not None and not passed_only:
+            c.term.close()
+            c.term = None
+
+    def _to_term(self, c: Client, t: UserTerm, data: bytes) -> None:
+        try:
+            if not t.write(data) and not t.mask & select.EPOLLOUT:
+                return  # all written, as before: nothing to change
+        except OSError:
+            self.drop(c, "terminal hung up")
+            return
+        if t.out_size - t.replay_left > MAX_CLIENT_BACKLOG:
+            t.discard()  # far behind: skip ahead, as _skip_ahead does for a socket
+            c.skips += 1
+            for chunk in (b"\x1bc", *self.term.tail(proto.DEFAULT_REPLAY)):
+                t.out.append(memoryview(chunk))
+                t.out_size += len(chunk)
+            t.replay_left = t.out_size
+            self.term.redraw()
+        t.set_mask(reading=c not in self.paused)
+
+    def _term_ready(self, t: UserTerm, events: int) -> None:
+        c = t.owner
+        if c.term is not t or self.clients.get(c.fd) is not c:
+            return
+        try:
+            if events & select.EPOLLOUT:
+                t.flush()
+            if events & (select.EPOLLIN | select.EPOLLHUP | select.EPOLLERR):
+                got = t.read()
+                if got is None:
+                    self.drop(c, "terminal hung up")
+                    return
+                data, detached = got
+                if data and not c.read_only:
+                    self._typed(c, data)
+                if detached:
+                    self._detach_by_keys(c)
+                    return
+            if c.term is t:
+                t.set_mask(reading=c not in self.paused)
+        except Exception as e:  # the terminal is gone; the client's connection goes too
+            sys.stderr.write(f"monitor: dropping client {c.id}: {e!r}\n")
+            self.drop(c, "terminal hung up")
+
+    def _detach_by_keys(self, c: Client) -> None:
+        """The user typed the detach keys: stop using the terminal, then tell the
+        client (which restores its terminal's modes and exits)."""
+        self._release_terminal(c)
+        pending = b"".join(c.out)[c.out_off:] + frame(proto.DETACH)
+        try:
+            c.sock.settimeout(1.0)
+            c.sock.sendall(pending)
+        except OSError:
+            pass
+        self.drop(c, "detached")
 
     # -------------------------------------------------------------- attach and watch
     def attached(self) -> int:
@@ -316,14 +424,21 @@ class Clients:
         except (ValueError, TypeError, OverflowError):
             self.send_line(c, {"ok": False, "error": "bad rows, cols or replay"})
             return
+        direct = self._take_terminal(c, cmd)
         self.send_line(c, {"ok": True, "exec": self.exec_id, "pid": self.child.pid,
                            "tty": self.tty, "client": c.id, "rows": self.term.rows,
-                           "cols": self.term.cols})
+                           "cols": self.term.cols, "terminal": direct})
         c.mode = "attach"
         self.notify_watchers({"event": "attach", "client": c.id, "read_only": c.read_only,
                               "rows": c.rows, "cols": c.cols})
         if self.tty and replay:
             for chunk in self.term.tail(replay):
+                if c.term is not None:
+                    c.term.replay_left += len(chunk)
+                    self._to_term(c, c.term, chunk)
+                    if c.fd not in self.clients:
+                        return
+                    continue
                 c.replay_left += len(chunk) + proto.HEADER.size
                 self._queue(c, frame(proto.DATA, chunk))
         if c.fd not in self.clients:

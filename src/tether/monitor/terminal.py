@@ -46,8 +46,8 @@ class Terminal:
         self.cols = int(spec.get("cols") or 80)
         self.input_wants_out = False  # EPOLLOUT registered for the input fd
         self.pending_eof = False
-        # Wired to the clients by the monitor: a DATA frame of the program's output, for
-        # every attached client; and "the input has room again" (read paused clients).
+        # Wired to the clients by the monitor: the program's output, for every attached
+        # client; and "the input has room again" (read paused clients).
         self.on_output: Callable[[bytes], None]
         self.on_input_room: Callable[[], None]
 
@@ -107,7 +107,7 @@ class Terminal:
                 return
             # Clients first (they are waiting on it), then the log. Nothing can run in
             # between (one thread), so a replay still sees every byte exactly once.
-            self.on_output(proto.frame(proto.DATA, data))
+            self.on_output(data)
             view = memoryview(data)
             while view:
                 view = view[os.write(self.pty_log, view):]
@@ -146,8 +146,19 @@ class Terminal:
         return len(self.input) >= MAX_INPUT_BACKLOG
 
     def write_input(self, data: bytes) -> None:
-        if self._input_fd() < 0:
+        fd = self._input_fd()
+        if fd < 0:
             return
+        if not self.input:  # the common case, a keystroke: no backlog, nobody paused
+            try:
+                n = os.write(fd, data)
+            except BlockingIOError:
+                n = 0
+            except OSError:  # the program closed its input
+                return
+            if n == len(data):
+                return
+            data = data[n:]
         self.input += data  # callers stop reading clients while it is full
         self.flush_input()
 
