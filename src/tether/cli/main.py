@@ -33,7 +33,7 @@ COMMANDS = {
     "wait": "execs:wait", "kill": "execs:kill", "events": "events:events",
     "sandbox": "sandbox:sandbox", "cp": "sandbox:cp", "lineage": "agent:lineage",
     "reap": "agent:reap", "agent": "agent:agent", "status": "daemon:status",
-    "daemon": "daemon:daemon",
+    "daemon": "daemon:daemon", "rm": "prune:rm", "prune": "prune:prune", "df": "prune:df",
 }
 
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tether.daemon.clock import Clock
 from tether.daemon.events import QUEUE_LIMIT
+from tether.model.retention import RetentionPolicy, parse_duration, parse_size
 from tether.rpc.server import HALF_LINE_TIMEOUT, MAX_CONNECTIONS
 
 POOL_SIZE = 2  # idle monitors kept ready
@@ -41,6 +42,9 @@ class DaemonConfig:
     recover_store: bool = False
     #: TETHER_TEST_CLOCK: a file whose number is added to wall time (tests only).
     test_clock: Path | None = None
+    #: What the retention pass removes (TETHER_KEEP_LOGS, TETHER_LOGS_MAX,
+    #: TETHER_KEEP_EVENTS, TETHER_KEEP_RUN_FILES, TETHER_RETENTION_INTERVAL).
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
 
     @classmethod
     def from_env(cls, home: Path, *, pool_size: int = POOL_SIZE,
@@ -61,7 +65,26 @@ class DaemonConfig:
             docker_cli=env.get("TETHER_DOCKER") or shutil.which("docker"),
             recover_store=recover_store,
             test_clock=Path(env["TETHER_TEST_CLOCK"]) if env.get("TETHER_TEST_CLOCK") else None,
+            retention=retention_from_env(env),
         )
 
     def clock(self) -> Clock:
         return Clock(self.test_clock)
+
+
+def retention_from_env(env: Mapping[str, str]) -> RetentionPolicy:
+    """The retention policy: the defaults, each replaced by its variable when set
+    (durations like ``14d``, sizes like ``2G``; ``0`` turns a limit off)."""
+    base = RetentionPolicy()
+
+    def dur(name: str, default: float) -> float:
+        return parse_duration(env[name]) if env.get(name) else default
+
+    return RetentionPolicy(
+        keep_logs=dur("TETHER_KEEP_LOGS", base.keep_logs),
+        logs_max_bytes=(parse_size(env["TETHER_LOGS_MAX"]) if env.get("TETHER_LOGS_MAX")
+                        else base.logs_max_bytes),
+        keep_events=dur("TETHER_KEEP_EVENTS", base.keep_events),
+        keep_run_files=dur("TETHER_KEEP_RUN_FILES", base.keep_run_files),
+        interval=max(0.05, dur("TETHER_RETENTION_INTERVAL", base.interval)),
+    )

@@ -37,6 +37,7 @@ from tether.daemon.events import EventBus
 from tether.daemon.execs import ExecService
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
+from tether.daemon.retention import RetentionService
 from tether.daemon.sandboxes import SandboxService
 from tether.daemon.tasks import Tasks
 from tether.hostio.trust import UntrustedHome
@@ -163,6 +164,7 @@ class Daemon:
                     assert rpc is not None
                     tg.create_task(rpc.sweep_half_lines(), name=f"{name}-half-lines")
                 tg.create_task(self.agents.tick_loop(), name="agent-tick")
+                tg.create_task(self.retention.loop(), name="retention")
                 for rt in self.runtimes:
                     tg.create_task(rt.run(), name=f"runtime-{rt.name}")
                 await self._stop.wait()
@@ -242,6 +244,8 @@ class Daemon:
             raise StartupError(str(e)) from None
         if warning:
             log.warning("the default sandbox: %s", warning)
+        self.retention = RetentionService(self.store, self.layout, self.journal,
+                                          self.config.clock(), self.config.retention, faults)
         self.agents = AgentService(self.store, self.layout, self.journal, self.execs,
                                    self.sandboxes, self.tasks, self.instance, faults,
                                    tick_interval=self.config.agent_tick)
@@ -264,6 +268,7 @@ class Daemon:
         # Agents last: a lineage is orphaned only once its exec's fate is known.
         summary.update({f"lineages_{k}": v for k, v in (await self.agents.recover()).items()})
         summary.update({f"rebuilt_{k}": v for k, v in rebuilt.items()})
+        summary["prunes_finished"] = self.retention.recover()
         summary["ms"] = int((time.monotonic() - t0) * 1000)
         self.recovery_summary = summary
         self.journal.record(

@@ -6,7 +6,9 @@ Points (docs/STATE.md lists what each must leave):
 * ``exec.after_commit`` — the exec's intent is committed, no monitor has it yet;
 * ``exec.after_handoff`` — the monitor has the spec, RUNNING is not committed yet;
 * ``agent.after_attempt_commit`` — a revival's intent (attempt number, token) is
-  committed, its exec is not started yet.
+  committed, its exec is not started yet;
+* ``retention.after_mark`` — execs are marked pruned (journaled), their files not yet
+  removed.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from __future__ import annotations
 import os
 import signal
 
-POINTS = frozenset({"exec.after_commit", "exec.after_handoff", "agent.after_attempt_commit"})
+POINTS = frozenset({"exec.after_commit", "exec.after_handoff", "agent.after_attempt_commit",
+                    "retention.after_mark"})
 
 
 class Faults:
