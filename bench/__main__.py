@@ -20,6 +20,7 @@ from bench import (
     logs,
     memory,
     recovery,
+    retention,
     rpc,
     sandboxes,
     start_latency,
@@ -51,12 +52,13 @@ BENCHMARKS: dict[str, Runner] = {
     "floods": lambda o, c: floods.run(o),
     "store_check": lambda o, c: store_check.run(o),
     "cli": lambda o, c: cli.run(o),
+    "retention": lambda o, c: retention.run(o),
 }
 ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
            "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents",
            "sandbox": "sandboxes", "docker": "sandboxes", "flood": "floods",
            "quick_check": "store_check", "store": "store_check",
-           "startup": "cli", "hook": "cli"}
+           "startup": "cli", "hook": "cli", "prune": "retention"}
 
 
 def _names(value: str) -> list[str]:

@@ -68,7 +68,7 @@ MAX_SUBSCRIPTIONS = 64  # per connection; each may queue up to QUEUE_LIMIT event
 # sandbox.create and sandbox.start stay inline although a docker one takes seconds:
 # a client's next request on the same connection may rely on the sandbox existing.
 LONG_POLL_METHODS = {"exec.wait", "exec.logs", "sandbox.stop", "sandbox.delete",
-                     "sandbox.copy", "agent.start", "lineage.resolve"}
+                     "sandbox.copy", "agent.start", "lineage.resolve", "retention.prune"}
 
 
 def provider_for(argv0: str) -> str:
@@ -270,10 +270,10 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
 
     async def exec_remove(p: m.ExecRemove, c: Connection) -> Any:
         recs = list({r.id: r for r in (execs.resolve(ref) for ref in p.execs)}.values())
-        return {"removed": d.retention.remove_execs(recs)}
+        return {"removed": await d.retention.remove_execs(recs)}
 
     async def retention_prune(p: m.RetentionPrune, c: Connection) -> Any:
-        return d.retention.prune(p.older_than, p.dry_run)
+        return await owned(d.retention.prune(p.older_than, p.dry_run))
 
     async def retention_df(p: m.Empty, c: Connection) -> Any:
         return d.retention.df()

@@ -37,20 +37,23 @@ from tether.model.records import ExecRecord
 from tether.model.retention import RetentionPolicy
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE
 from tether.store import Store
-from tether.store.retention import Prune, RetentionStore
+from tether.store.retention import ExecLike, Prune, RetentionStore
 
 log = logging.getLogger("tether.retention")
 
 REMOVED = "removed by exec.remove"
 FIRST_PASS_DELAY = 5.0  # seconds after start: recovery and the first requests go first
+BATCH = 500  # execs marked (and finished) per transaction in a pass
+COMPACT_STEP = 5000  # journal events (gseq) removed per transaction
+LOG_SUFFIXES = (".stdout.log", ".stderr.log", ".pty.log")  # what a logs prune removes
 
 
 @dataclass
 class Plan:
     """What one pass would remove; ``retention.prune --dry-run`` shows it as it is."""
 
-    logs: list[tuple[ExecRecord, int, str]] = field(default_factory=list)  # rec, bytes, why
-    run_files: list[Path] = field(default_factory=list)
+    logs: list[tuple[ExecLike, int, str]] = field(default_factory=list)  # exec, bytes, why
+    run_files: list[str] = field(default_factory=list)
     run_bytes: int = 0
     events_bound: int = 0
     events: int = 0
@@ -66,16 +69,17 @@ class Plan:
         }
 
 
-def _size(path: Path) -> int:
+def _size(path: Path | str) -> int:
     try:
         return os.stat(path).st_size
     except FileNotFoundError:
         return 0
 
 
-def _unlink(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
+def _unlink_all(paths: list[str]) -> None:
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
 
 class RetentionService:
@@ -88,35 +92,30 @@ class RetentionService:
         self.clock = clock
         self.policy = policy
         self.faults = faults
+        self._lock = asyncio.Lock()
 
     # ------------------------------------------------------------------ files of an exec
-    def _log_files(self, rec: ExecRecord) -> list[Path]:
-        p = self.layout.exec_paths(rec.sandbox, rec.id)
-        return [p.stdout, p.stderr, p.pty]
-
-    def _run_files(self, exec_id: str) -> list[Path]:
-        try:
-            names = [n for n in os.listdir(self.layout.run) if n.split(".", 1)[0] == exec_id]
-        except FileNotFoundError:
-            return []
-        return [self.layout.run / n for n in names]
-
-    def _files(self, rec: ExecRecord, what: str) -> list[Path]:
-        if what == "logs":
-            return self._log_files(rec)
-        return [*self._log_files(rec), self.layout.exec_paths(rec.sandbox, rec.id).exit,
-                *self._run_files(rec.id)]
+    def _paths(self, rec: ExecLike, what: str) -> list[str]:
+        """What a prune removes: the logs; for ``exec``, the exit and run files too."""
+        base = os.path.join(self.layout.logs, rec.sandbox, rec.id)
+        out = [base + suffix for suffix in LOG_SUFFIXES]
+        if what == "exec":
+            out.append(base + ".exit")
+            run_dir = str(self.layout.run)
+            out += [os.path.join(run_dir, n) for n in self._run_names()
+                    if n.split(".", 1)[0] == rec.id]
+        return out
 
     def _carry_out(self, prune: Prune) -> None:
         rec = self.store.get_exec(prune.exec_id)
         if rec is not None:
-            for path in self._files(rec, prune.what):
-                _unlink(path)
+            _unlink_all(self._paths(rec, prune.what))
         ev = self.rs.finish(prune, rec)
         if ev is not None:
             self.journal.commit_all([ev])
 
     def _remove(self, recs: list[tuple[ExecRecord, int]], what: str, reason: str) -> None:
+        """Mark, unlink, finish: inline, for the few execs of ``exec.remove``."""
         if not recs:
             return
         self.journal.commit_all(self.rs.mark(recs, what, reason, self.clock.now()))
@@ -125,6 +124,17 @@ class RetentionService:
             prune = self.rs.get_prune(rec.id)
             if prune is not None:
                 self._carry_out(prune)
+
+    async def _prune_logs(self, recs: list[tuple[ExecLike, int]], reason: str) -> None:
+        """Mark, unlink (in a worker thread), finish, :data:`BATCH` execs at a time: the
+        loop is never blocked by the unlinks, and a transaction holds a batch."""
+        for i in range(0, len(recs), BATCH):
+            chunk = recs[i:i + BATCH]
+            self.journal.commit_all(self.rs.mark(chunk, "logs", reason, self.clock.now()))
+            self.faults.hit("retention.after_mark")
+            paths = [p for rec, _ in chunk for p in self._paths(rec, "logs")]
+            await asyncio.to_thread(_unlink_all, paths)
+            self.rs.finish_logs([rec.id for rec, _ in chunk])
 
     def recover(self) -> int:
         """Finish the removals a killed daemon left marked but not done."""
@@ -147,33 +157,37 @@ class RetentionService:
                               {"exec": rec.id, "pruned_at": prune.pruned_at})
 
     # ------------------------------------------------------------------ plan and pass
-    def plan(self, older_than: float | None = None) -> Plan:
+    def plan(self, older_than: float | None, scan: tuple[dict[str, int], int],
+             run_names: list[str]) -> Plan:
+        """What a pass removes, from the store and a scan of ``logs/`` and ``run/``."""
         pol = self.policy
         now = self.clock.now()
         plan = Plan()
         ended = self.rs.ended_execs()
+        per_exec, logs_total = scan
         explicit = older_than is not None  # then 0 means "all", not "off"
         keep_logs = pol.keep_logs if older_than is None else older_than
-        rest: list[tuple[ExecRecord, int]] = []
+        rest: list[tuple[ExecLike, int]] = []
         for rec in ended:
-            size = sum(_size(p) for p in self._log_files(rec))
+            size = per_exec.get(rec.id, 0)
             if (keep_logs or explicit) and now - (rec.ended_at or 0.0) >= keep_logs:
                 plan.logs.append((rec, size, f"ended more than {_human(keep_logs)} ago"))
             else:
                 rest.append((rec, size))
         if pol.logs_max_bytes and older_than is None:
-            total = self.logs_bytes() - sum(n for _, n, _ in plan.logs)
-            for rec, size in rest:  # oldest end first
+            total = logs_total - sum(n for _, n, _ in plan.logs)
+            for cand, size in rest:  # oldest end first
                 if total <= pol.logs_max_bytes:
                     break
                 if size:
-                    plan.logs.append((rec, size, f"logs/ above {pol.logs_max_bytes} bytes"))
+                    plan.logs.append((cand, size, f"logs/ above {pol.logs_max_bytes} bytes"))
                     total -= size
         keep_run = pol.keep_run_files if older_than is None else older_than
         old_ended = {r.id for r in ended if now - (r.ended_at or 0.0) > keep_run}
-        old_ended |= {r.id for r, _, _ in plan.logs if now - (r.ended_at or 0.0) > keep_run}
-        for path in self._all_run_files():
-            if path.name.split(".", 1)[0] in old_ended:
+        run_dir = str(self.layout.run)
+        for name in run_names:
+            if name.split(".", 1)[0] in old_ended:
+                path = os.path.join(run_dir, name)
                 plan.run_files.append(path)
                 plan.run_bytes += _size(path)
         keep_events = pol.keep_events if older_than is None else older_than
@@ -183,38 +197,63 @@ class RetentionService:
             plan.events = self.rs.count_compactable(plan.events_bound)
         return plan
 
-    def _all_run_files(self) -> list[Path]:
+    def _run_names(self) -> list[str]:
         try:
-            return [self.layout.run / n for n in sorted(os.listdir(self.layout.run))]
+            return sorted(os.listdir(self.layout.run))
         except FileNotFoundError:
             return []
 
-    def logs_bytes(self) -> int:
+    def _scan_logs(self) -> tuple[dict[str, int], int]:
+        """Log bytes by exec id, and every byte under ``logs/``: one pass of ``scandir``
+        (a pass over 10,000 execs builds no ``Path`` per file)."""
+        per_exec: dict[str, int] = {}
         total = 0
-        for root, _dirs, files in os.walk(self.layout.logs):
-            total += sum(_size(Path(root) / f) for f in files)
-        return total
+        try:
+            sandboxes = [e for e in os.scandir(self.layout.logs)
+                         if e.is_dir(follow_symlinks=False)]
+        except FileNotFoundError:
+            return per_exec, 0
+        for sb in sandboxes:
+            with os.scandir(sb.path) as entries:
+                for e in entries:
+                    try:
+                        size = e.stat(follow_symlinks=False).st_size
+                    except FileNotFoundError:
+                        continue
+                    total += size
+                    if e.name.endswith(LOG_SUFFIXES):
+                        stem = e.name.split(".", 1)[0]
+                        per_exec[stem] = per_exec.get(stem, 0) + size
+        return per_exec, total
 
-    def apply(self, plan: Plan) -> None:
-        by_why: dict[str, list[tuple[ExecRecord, int]]] = {}
+    async def apply(self, plan: Plan) -> None:
+        by_why: dict[str, list[tuple[ExecLike, int]]] = {}
         for rec, size, why in plan.logs:
             by_why.setdefault(why, []).append((rec, size))
         for why, recs in by_why.items():
-            self._remove(recs, "logs", f"logs pruned: {why}")
-        for path in plan.run_files:
-            _unlink(path)
+            await self._prune_logs(recs, f"logs pruned: {why}")
+        await asyncio.to_thread(_unlink_all, plan.run_files)
         if plan.events:
-            n = self.rs.compact(plan.events_bound)
+            n = 0
+            step = self.rs.floor()
+            while step < plan.events_bound:  # a prefix per transaction, the loop between
+                step = min(step + COMPACT_STEP, plan.events_bound)
+                n += self.rs.compact(step)
+                await asyncio.sleep(0)
             if n:
                 self.journal.record(None, "journal.compacted", reason=(
                     f"{n} journal events up to gseq {plan.events_bound} removed"),
                     data={"events": n, "floor": plan.events_bound})
 
-    def prune(self, older_than: float | None, dry_run: bool) -> dict[str, Any]:
-        plan = self.plan(older_than)
-        if not dry_run:
-            self.apply(plan)
-        return plan.view(dry_run)
+    async def prune(self, older_than: float | None, dry_run: bool) -> dict[str, Any]:
+        """One pass (``retention.prune``, the periodic loop); passes never overlap."""
+        async with self._lock:
+            scan = await asyncio.to_thread(self._scan_logs)
+            run_names = await asyncio.to_thread(self._run_names)
+            plan = self.plan(older_than, scan, run_names)
+            if not dry_run:
+                await self.apply(plan)
+            return plan.view(dry_run)
 
     async def loop(self) -> None:
         """The periodic pass, owned by the daemon's task group."""
@@ -222,7 +261,7 @@ class RetentionService:
                                      at_most=FIRST_PASS_DELAY)
         while True:
             try:
-                out = self.prune(None, dry_run=False)
+                out = await self.prune(None, dry_run=False)
                 if out["execs"] or out["run_files"] or out["events"]:
                     log.info("retention: %d execs' logs (%d bytes), %d run files, %d events",
                              len(out["execs"]), out["log_bytes"], out["run_files"],
@@ -232,8 +271,12 @@ class RetentionService:
             await asyncio.sleep(self.policy.interval)
 
     # ------------------------------------------------------------------ tether rm
-    def remove_execs(self, recs: list[ExecRecord]) -> list[dict[str, Any]]:
+    async def remove_execs(self, recs: list[ExecRecord]) -> list[dict[str, Any]]:
         """``exec.remove``: settled execs only, and none a live agent still stands on."""
+        async with self._lock:  # not while a pass is marking the same execs
+            return self._remove_execs(recs)
+
+    def _remove_execs(self, recs: list[ExecRecord]) -> list[dict[str, Any]]:
         for rec in recs:
             if rec.state not in EXEC_TERMINAL:
                 raise TetherError(RpcCode.INVALID_STATE, "EXEC_LIVE",
@@ -249,7 +292,7 @@ class RetentionService:
         out: list[dict[str, Any]] = []
         todo: list[tuple[ExecRecord, int]] = []
         for rec in recs:
-            size = sum(_size(p) for p in self._files(rec, "exec"))
+            size = sum(_size(p) for p in self._paths(rec, "exec"))
             out.append({"id": rec.id, "bytes": size})
             if self.rs.get_prune(rec.id) is None:
                 todo.append((rec, size))
@@ -282,13 +325,13 @@ class RetentionService:
                 elif kind == "snapshots":
                     per_lineage[stem] = per_lineage.get(stem, 0) + size
         sandboxes: dict[str, dict[str, Any]] = {}
-        for rec in self.store.list_execs():
-            size = per_exec.get(rec.id, 0)
-            sb = sandboxes.setdefault(rec.sandbox, {"id": rec.sandbox, "bytes": 0, "execs": 0})
+        for exec_id, sandbox, lineage in self.rs.exec_owners():
+            size = per_exec.get(exec_id, 0)
+            sb = sandboxes.setdefault(sandbox, {"id": sandbox, "bytes": 0, "execs": 0})
             sb["bytes"] += size
             sb["execs"] += 1
-            if rec.lineage:
-                per_lineage[rec.lineage] = per_lineage.get(rec.lineage, 0) + size
+            if lineage:
+                per_lineage[lineage] = per_lineage.get(lineage, 0) + size
         for sb in sandboxes.values():
             rec_sb = self.store.get_sandbox(sb["id"])
             sb["name"] = rec_sb.name if rec_sb is not None else None

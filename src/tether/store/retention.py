@@ -15,18 +15,40 @@ Two promises hold whatever crashes where:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
-import msgspec
-
-from tether.model.records import Event, ExecRecord
+from tether.model.records import Event
 from tether.model.states import EXEC_TERMINAL
 
 if TYPE_CHECKING:
     from tether.store.sqlite import Store
 
-_dec_exec = msgspec.json.Decoder(ExecRecord)
+
+class ExecLike(Protocol):
+    """What retention needs of an exec: an ``ExecRecord``, or the :class:`Ended` row a
+    pass reads without decoding whole records."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def sandbox(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def name(self) -> str | None: ...
+    @property
+    def ended_at(self) -> float | None: ...
+
+
+@dataclass(frozen=True)
+class Ended:
+    id: str
+    sandbox: str
+    state: str
+    name: str | None
+    ended_at: float | None
 
 
 @dataclass(frozen=True)
@@ -99,13 +121,22 @@ class RetentionStore:
         return int(n)
 
     # ------------------------------------------------------------------ execs
-    def ended_execs(self) -> list[ExecRecord]:
-        """Settled execs whose files are not (being) removed, oldest end first."""
+    def ended_execs(self) -> list[Ended]:
+        """Settled execs whose files are not (being) removed, oldest end first (the
+        columns a pass needs, without decoding whole records)."""
         rows = self._db.execute(
-            f"SELECT record FROM execs WHERE state IN ({','.join('?' * len(EXEC_TERMINAL))}) "
-            "AND id NOT IN (SELECT exec_id FROM exec_prunes)", sorted(EXEC_TERMINAL)).fetchall()
-        recs = [_dec_exec.decode(r[0]) for r in rows]
-        return sorted(recs, key=lambda r: r.ended_at or 0.0)
+            "SELECT id, sandbox_id, state, name, json_extract(record, '$.ended_at') AS ended "
+            f"FROM execs WHERE state IN ({','.join('?' * len(EXEC_TERMINAL))}) "
+            "AND id NOT IN (SELECT exec_id FROM exec_prunes) ORDER BY COALESCE(ended, 0)",
+            sorted(EXEC_TERMINAL)).fetchall()
+        return [Ended(r[0], r[1], r[2], r[3], None if r[4] is None else float(r[4]))
+                for r in rows]
+
+    def exec_owners(self) -> list[tuple[str, str, str | None]]:
+        """Every exec's id, sandbox and lineage (for ``retention.df``)."""
+        rows = self._db.execute("SELECT id, sandbox_id, json_extract(record, '$.lineage') "
+                                "FROM execs").fetchall()
+        return [(r[0], r[1], r[2]) for r in rows]
 
     def get_prune(self, exec_id: str) -> Prune | None:
         row = self._db.execute(
@@ -126,7 +157,7 @@ class RetentionStore:
             db.execute("UPDATE exec_prunes SET what = 'exec', reason = ?, done = 0 "
                        "WHERE exec_id = ?", (reason, exec_id))
 
-    def mark(self, recs: list[tuple[ExecRecord, int]], what: str, reason: str,
+    def mark(self, recs: Sequence[tuple[ExecLike, int]], what: str, reason: str,
              now: float) -> list[Event]:
         """Mark execs (with the bytes their files hold) before their files go, each
         with its ``exec.pruned`` event, in one transaction."""
@@ -140,7 +171,13 @@ class RetentionStore:
                     reason=reason, data={"what": what, "bytes": size}))
         return out
 
-    def finish(self, prune: Prune, rec: ExecRecord | None) -> Event | None:
+    def finish_logs(self, exec_ids: list[str]) -> None:
+        """The logs of these execs are gone: their marks are done (one transaction)."""
+        with self._store._tx() as db:
+            db.executemany("UPDATE exec_prunes SET done = 1 WHERE exec_id = ?",
+                           [(i,) for i in exec_ids])
+
+    def finish(self, prune: Prune, rec: ExecLike | None) -> Event | None:
         """The files are gone: a ``logs`` prune is done; an ``exec`` one removes the
         record (journaled ``exec.removed``) and its mark."""
         with self._store._tx() as db:
