@@ -285,3 +285,23 @@ def test_bad_params_precise_and_daemon_serves(h: Home) -> None:
         h.call("exec.remove", {"execs": ["nope"]})
     assert ei.value.error["data"]["code"] == "EXEC_NOT_FOUND"
     assert h.call("daemon.health")["status"] == "SERVING"
+
+
+def test_a_malformed_policy_is_refused_in_one_line(h: Home) -> None:
+    proc = h.d.start(wait=False, env={"TETHER_KEEP_LOGS": "soon"})
+    assert proc.wait(20) == 1
+    text = h.d.log_text()
+    assert "$TETHER_KEEP_LOGS: 'soon' is not a duration" in text and "Traceback" not in text
+
+
+def test_rm_of_an_exec_whose_logs_were_pruned_removes_the_rest(h: Home) -> None:
+    h.start()
+    x = h.run("echo", "old")
+    h.call("retention.prune", {"older_than": 0})
+    assert not h.log(x).exists()
+    assert (h.d.home / "logs" / "default" / f"{x}.exit").exists()
+    r = h.d.cli("rm", x)
+    assert r.returncode == 0, r
+    assert not list((h.d.home / "logs" / "default").glob(f"{x}.*"))
+    with pytest.raises(TetherError):
+        h.d.client().exec_get(x)

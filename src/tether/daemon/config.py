@@ -78,12 +78,19 @@ def retention_from_env(env: Mapping[str, str]) -> RetentionPolicy:
     base = RetentionPolicy()
 
     def dur(name: str, default: float) -> float:
-        return parse_duration(env[name]) if env.get(name) else default
+        try:
+            return parse_duration(env[name]) if env.get(name) else default
+        except ValueError as e:
+            raise ValueError(f"${name}: {e}") from None
 
+    try:
+        logs_max = (parse_size(env["TETHER_LOGS_MAX"]) if env.get("TETHER_LOGS_MAX")
+                    else base.logs_max_bytes)
+    except ValueError as e:
+        raise ValueError(f"$TETHER_LOGS_MAX: {e}") from None
     return RetentionPolicy(
         keep_logs=dur("TETHER_KEEP_LOGS", base.keep_logs),
-        logs_max_bytes=(parse_size(env["TETHER_LOGS_MAX"]) if env.get("TETHER_LOGS_MAX")
-                        else base.logs_max_bytes),
+        logs_max_bytes=logs_max,
         keep_events=dur("TETHER_KEEP_EVENTS", base.keep_events),
         keep_run_files=dur("TETHER_KEEP_RUN_FILES", base.keep_run_files),
         interval=max(0.05, dur("TETHER_RETENTION_INTERVAL", base.interval)),

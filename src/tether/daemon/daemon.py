@@ -391,7 +391,11 @@ def _sd_notify(state: str) -> None:
 
 
 def serve(home: Path, **kw: Any) -> int:
-    config = DaemonConfig.from_env(home, **kw)
+    try:
+        config = DaemonConfig.from_env(home, **kw)
+    except ValueError as e:  # a malformed TETHER_* variable: one line, not a traceback
+        print(f"tether: cannot start: {e}", file=sys.stderr)
+        return 1
     logging.basicConfig(level=config.log_level,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     return Daemon(config).run()
