@@ -305,3 +305,20 @@ def test_rm_of_an_exec_whose_logs_were_pruned_removes_the_rest(h: Home) -> None:
     assert not list((h.d.home / "logs" / "default").glob(f"{x}.*"))
     with pytest.raises(TetherError):
         h.d.client().exec_get(x)
+
+
+def test_dead_run_files_go_a_live_execs_stay(h: Home) -> None:
+    h.start()
+    ended = h.run("echo", "done")
+    live = h.spawn("sleep", "120")
+    run = h.d.home / "run"
+    assert list(run.glob(f"{ended}.*")) and list(run.glob(f"{live}.*"))
+    assert h.call("retention.prune")["run_files"] == 0  # settled a moment ago: kept
+    h.move(2 * 3600)
+    rep = h.call("retention.prune")
+    assert rep["run_files"] >= 1 and rep["execs"] == []
+    assert not list(run.glob(f"{ended}.*"))
+    assert {p.name for p in run.glob(f"{live}.*")} >= {f"{live}.claim", f"{live}.handles.json"}
+    assert h.d.client().exec_get(ended).exit_code == 0
+    assert h.d.cli("logs", ended).stdout == b"done\n"
+    h.d.client().exec_cancel(live, signal="KILL")

@@ -43,6 +43,7 @@ log = logging.getLogger("tether.retention")
 
 REMOVED = "removed by exec.remove"
 FIRST_PASS_DELAY = 5.0  # seconds after start: recovery and the first requests go first
+RUN_FILES_MIN_AGE = 60.0  # a settled exec's monitor may still be exiting for a moment
 BATCH = 500  # execs marked (and finished) per transaction in a pass
 COMPACT_STEP = 5000  # journal events (gseq) removed per transaction
 LOG_SUFFIXES = (".stdout.log", ".stderr.log", ".pty.log")  # what a logs prune removes
@@ -100,7 +101,7 @@ class RetentionService:
         base = os.path.join(self.layout.logs, rec.sandbox, rec.id)
         out = [base + suffix for suffix in LOG_SUFFIXES]
         if what == "exec":
-            out.append(base + ".exit")
+            out += [base + ".exit", base + ".exit.reserve"]
             run_dir = str(self.layout.run)
             out += [os.path.join(run_dir, n) for n in self._run_names()
                     if n.split(".", 1)[0] == rec.id]
@@ -182,7 +183,8 @@ class RetentionService:
                 if size:
                     plan.logs.append((cand, size, f"logs/ above {pol.logs_max_bytes} bytes"))
                     total -= size
-        keep_run = pol.keep_run_files if older_than is None else older_than
+        keep_run = max(RUN_FILES_MIN_AGE,
+                       pol.keep_run_files if older_than is None else older_than)
         old_ended = {r.id for r in ended if now - (r.ended_at or 0.0) > keep_run}
         run_dir = str(self.layout.run)
         for name in run_names:
