@@ -7,6 +7,7 @@ Time is moved with ``TETHER_TEST_CLOCK`` (a file the daemon adds to wall time)."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -322,3 +323,48 @@ def test_dead_run_files_go_a_live_execs_stay(h: Home) -> None:
     assert h.d.client().exec_get(ended).exit_code == 0
     assert h.d.cli("logs", ended).stdout == b"done\n"
     h.d.client().exec_cancel(live, signal="KILL")
+
+
+@pytest.mark.parametrize("delay_ms", [4, 8, 12, 16])
+def test_sigkill_at_a_random_point_of_a_pass_leaves_rows_and_files_agreeing(
+        h: Home, delay_ms: int) -> None:
+    """A real SIGKILL somewhere around a pass (before, inside or after it: the exact
+    middle is ``retention.after_mark``'s test): no log is gone unless its exec was
+    marked, and the next daemon finishes every mark."""
+    import sqlite3
+    import threading
+
+    h.start()
+    c = h.d.client()
+    ids = [c.exec_start(["sh", "-c", f"echo out-{i}"]).id for i in range(120)]
+    for x in ids:
+        c.exec_wait(x, timeout=30)
+    logs = h.d.home / "logs" / "default"
+    t = threading.Thread(target=lambda: _quietly(h.call, "retention.prune", {"older_than": 0}))
+    t.start()
+    time.sleep(delay_ms / 1000)
+    h.d.kill9()
+    t.join(10)
+    db = sqlite3.connect(h.d.home / "tether.db")
+    marked = {r[0] for r in db.execute("SELECT exec_id FROM exec_prunes")}
+    db.close()
+    for i, x in enumerate(ids):  # a log is gone only if its exec was marked first
+        path = logs / f"{x}.stdout.log"
+        if x not in marked:
+            assert path.read_bytes() == f"out-{i}\n".encode(), x
+    h.start()
+    for i, x in enumerate(ids):
+        r = h.d.cli("logs", x) if i % 20 == 0 else None
+        if x in marked:
+            assert not (logs / f"{x}.stdout.log").exists(), x
+            assert r is None or (r.returncode == 1 and b"were removed" in r.stderr), r
+        else:
+            assert r is None or r.stdout == f"out-{i}\n".encode(), r
+    db = sqlite3.connect(h.d.home / "tether.db")
+    assert db.execute("SELECT COUNT(*) FROM exec_prunes WHERE done = 0").fetchone()[0] == 0
+    db.close()
+
+
+def _quietly(fn: Any, *args: Any) -> None:
+    with contextlib.suppress(RpcFailed, OSError, KeyError, ValueError):
+        fn(*args)  # the daemon may be killed under the call
