@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import DaemonProc, RpcFailed, raw_call, wait_for
+from tests.harness import DaemonProc, RawConn, RpcFailed, raw_call, wait_for
 from tether.client.errors import TetherError
 
 DAY = 86400
@@ -368,3 +369,38 @@ def test_sigkill_at_a_random_point_of_a_pass_leaves_rows_and_files_agreeing(
 def _quietly(fn: Any, *args: Any) -> None:
     with contextlib.suppress(RpcFailed, OSError, KeyError, ValueError):
         fn(*args)  # the daemon may be killed under the call
+
+
+def test_a_subscriber_caught_up_by_compaction_is_told_not_skipped(h: Home) -> None:
+    h.start()
+    c = h.d.client()
+    big = "x" * 10_000  # each PENDING event carries the argv: ~10 KiB per exec
+    ids = [c.exec_start(["true", big]).id for _ in range(60)]
+    for x in ids:
+        c.exec_wait(x, timeout=30)
+    sub = RawConn(h.d.socket, timeout=10)
+    sub.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sub.send_obj({"jsonrpc": "2.0", "id": 1, "method": "events.subscribe",
+                  "params": {"since": 1}})
+    time.sleep(0.5)  # the daemon fills the socket and waits, mid catch-up
+    h.set_now(time.time() + 31 * DAY)
+    floor = h.call("retention.prune")["events_floor"]
+    assert floor > 1
+    seen: list[int] = []
+    while True:
+        msg = sub.recv_obj()
+        if msg.get("method") == "events.event":
+            gseq = msg["params"]["event"]["gseq"]
+            if seen and gseq != seen[-1] + 1:
+                pytest.fail(f"the subscription jumped from {seen[-1]} to {gseq} silently")
+            seen.append(gseq)
+        elif msg.get("method") == "events.overflow":
+            last = msg["params"]["last"]
+            assert "compacted" in msg["params"]["message"]
+            break
+    assert seen == sorted(seen) and seen == list(range(seen[0], seen[0] + len(seen)))
+    assert last == seen[-1] < floor  # told, instead of a jump past the floor
+    sub.close()
+    with pytest.raises(RpcFailed) as ei:
+        h.call("events.subscribe", {"since": last})
+    assert ei.value.error["data"]["code"] == "EVENTS_PURGED"

@@ -294,8 +294,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         (``since=0`` means "from the oldest event kept".)"""
         if since == 0:
             return
-        rs = d.retention.rs
-        floor = rs.stream_floor(sb or "") if per_sandbox else rs.floor()
+        floor = d.retention.rs.floor_of(sb if per_sandbox else None)
         if since < floor:
             raise events_purged(since, floor, store.epoch)
 

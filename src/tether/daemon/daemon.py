@@ -246,6 +246,7 @@ class Daemon:
             log.warning("the default sandbox: %s", warning)
         self.retention = RetentionService(self.store, self.layout, self.journal,
                                           self.config.clock(), self.config.retention, faults)
+        self.bus.floor = self.retention.rs.floor_of
         self.agents = AgentService(self.store, self.layout, self.journal, self.execs,
                                    self.sandboxes, self.tasks, self.instance, faults,
                                    tick_interval=self.config.agent_tick)

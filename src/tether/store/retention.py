@@ -81,6 +81,10 @@ class RetentionStore:
                                (stream,)).fetchone()
         return int(row[0]) if row else 0
 
+    def floor_of(self, stream: str | None) -> int:
+        """The floor of a stream's ``seq``, or of the global ``gseq`` for None."""
+        return self.floor() if stream is None else self.stream_floor(stream)
+
     def compaction_bound(self, before: float, live_execs: list[str]) -> int:
         """The highest ``gseq`` that may go: older than ``before`` (event time) and
         below the first event of every live exec (its terminal watcher reads them)."""
