@@ -404,3 +404,24 @@ def test_a_subscriber_caught_up_by_compaction_is_told_not_skipped(h: Home) -> No
     with pytest.raises(RpcFailed) as ei:
         h.call("events.subscribe", {"since": last})
     assert ei.value.error["data"]["code"] == "EVENTS_PURGED"
+
+
+def test_daemon_flags_win_over_the_environment(h: Home) -> None:
+    import subprocess
+
+    from tests.harness import TETHER
+
+    bad = subprocess.run([*TETHER, "--home", str(h.d.home), "daemon", "--keep-logs", "soon"],
+                         capture_output=True, timeout=30, env=h.d.env)
+    assert bad.returncode == 2 and b"--keep-logs: 'soon' is not a duration" in bad.stderr
+    log = open(h.d.home / "daemon-flags.log", "wb")  # noqa: SIM115
+    h.d.proc = subprocess.Popen(
+        [*TETHER, "--home", str(h.d.home), "daemon", "--logs-max", "150K", "--keep-events",
+         "2d"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        env={**h.d.env, "TETHER_LOGS_MAX": "10G", "TETHER_KEEP_LOGS": "3d"})
+    log.close()
+    h.d.wait_serving()
+    policy = h.call("retention.df")["policy"]
+    assert policy["logs_max_bytes"] == 150 * 1024  # the flag, not the variable
+    assert policy["keep_events"] == 2 * DAY
+    assert policy["keep_logs"] == 3 * DAY  # no flag: the variable

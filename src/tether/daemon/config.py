@@ -49,8 +49,10 @@ class DaemonConfig:
     @classmethod
     def from_env(cls, home: Path, *, pool_size: int = POOL_SIZE,
                  default_runtime: str | None = None, recover_store: bool = False,
+                 retention: Mapping[str, str] | None = None,
                  env: Mapping[str, str] = os.environ) -> DaemonConfig:
-        """Flags win over the environment, which wins over the defaults."""
+        """Flags win over the environment, which wins over the defaults. ``retention``:
+        the retention flags given, by the name of the variable each overrides."""
         return cls(
             home=home.absolute(), pool_size=pool_size,
             default_runtime=default_runtime or env.get("TETHER_DEFAULT_RUNTIME") or "auto",
@@ -65,7 +67,7 @@ class DaemonConfig:
             docker_cli=env.get("TETHER_DOCKER") or shutil.which("docker"),
             recover_store=recover_store,
             test_clock=Path(env["TETHER_TEST_CLOCK"]) if env.get("TETHER_TEST_CLOCK") else None,
-            retention=retention_from_env(env),
+            retention=retention_from_env({**env, **(retention or {})}),
         )
 
     def clock(self) -> Clock:

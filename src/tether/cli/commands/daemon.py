@@ -47,9 +47,16 @@ def status(ctx: click.Context, as_json: bool) -> None:
 @click.option("--recover-store", is_flag=True,
               help="the store is missing, empty or corrupt: move it aside, make a new one "
               "and re-adopt the running execs from their monitors' files")
+@click.option("--keep-logs", metavar="AGE", help="remove ended execs' logs after AGE "
+              "(default: $TETHER_KEEP_LOGS, else 14d)")
+@click.option("--logs-max", metavar="SIZE", help="remove the oldest ended execs' logs while "
+              "logs/ is above SIZE (default: $TETHER_LOGS_MAX, else 2G)")
+@click.option("--keep-events", metavar="AGE", help="compact journal events older than AGE "
+              "(default: $TETHER_KEEP_EVENTS, else 30d)")
 @click.pass_context
 def daemon(ctx: click.Context, pool: int, default_runtime: str | None,
-           recover_store: bool) -> None:
+           recover_store: bool, keep_logs: str | None, logs_max: str | None,
+           keep_events: str | None) -> None:
     """Run the daemon in the foreground (systemd Type=notify friendly)."""
     if ctx.invoked_subcommand is not None:
         return
@@ -61,6 +68,10 @@ def daemon(ctx: click.Context, pool: int, default_runtime: str | None,
         argv += ["--default-runtime", default_runtime]
     if recover_store:
         argv.append("--recover-store")
+    for flag, value in (("--keep-logs", keep_logs), ("--logs-max", logs_max),
+                        ("--keep-events", keep_events)):
+        if value is not None:
+            argv += [flag, value]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, argv)
