@@ -144,9 +144,6 @@ class RetentionService:
             self._carry_out(prune)
         return len(left)
 
-    def pruned(self, exec_id: str) -> Prune | None:
-        return self.rs.get_prune(exec_id)
-
     def logs_gone(self, rec: ExecRecord) -> None:
         """Refuse to read the logs of an exec whose logs were removed (or are being)."""
         prune = self.rs.get_prune(rec.id)
