@@ -22,6 +22,7 @@ from bench import (
     memory,
     outbox,
     recovery,
+    retention,
     rpc,
     sandboxes,
     scheduler,
@@ -59,6 +60,7 @@ BENCHMARKS: dict[str, Runner] = {
     "outbox": lambda o, c: outbox.run(o),
     "web": lambda o, c: web.run(o),
     "scheduler": lambda o, c: scheduler.run(o),
+    "retention": lambda o, c: retention.run(o),
 }
 ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
            "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents",
@@ -66,7 +68,7 @@ ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "
            "quick_check": "store_check", "store": "store_check",
            "startup": "cli", "hook": "cli", "rollup": "digest", "webhooks": "outbox",
            "webhook": "outbox", "dashboard": "web", "schedule": "scheduler",
-           "cron": "scheduler"}
+           "cron": "scheduler", "prune": "retention"}
 
 
 def _names(value: str) -> list[str]:

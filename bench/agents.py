@@ -68,6 +68,10 @@ from tether.hostio.proc import is_same_process
 
 FAST_TICK = 0.2
 TURN_WARMUP = 10
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
 USER_MSG = "please " + "refactor the parser " * 5  # ~100 bytes
 ASSISTANT_MSG = "done: " + "changed lexer.py and parser.py, tests pass; " * 7  # ~300 bytes
 HEALTH_CALLS = 10_000
@@ -254,7 +258,8 @@ def bench_turns(d: Daemon, turns: int) -> dict[str, Any]:
         "ms": {k: summarize_ms(v) for k, v in lat.items()},
         "last_tenth_ms": {k: summarize_ms(v[-tail:]) for k, v in lat.items()},
         "first_tenth_ms": {k: summarize_ms(v[:tail]) for k, v in lat.items()},
-        "snapshot_bytes_final": snap_path.stat().st_size, "bare_bytes_final": size,
+        "snapshot_bytes_final": snap_path.stat().st_size + _size(snapshot.turns_path(snap_path)),
+        "bare_bytes_final": size,
         "snapshot_messages_final": len(daemon_snap["messages"]),
         "lineage_turns": final["turns"], "lineage_lifecycle": final["lifecycle"],
         "bad_replies": bad[:10], "bad_count": len(bad),
@@ -621,8 +626,9 @@ def run(opts: Options) -> BenchResult:
         f"heartbeat classes {cpu['heartbeat_classes']}")
     notes.append(
         f"turn: the daemon's snapshot after {turns + TURN_WARMUP} turns holds "
-        f"{turn['snapshot_messages_final']} messages ({kib:.0f} KiB); it rewrites the whole "
-        "conversation every turn, so the cost grows with its length")
+        f"{turn['snapshot_messages_final']} messages ({kib:.0f} KiB, base and appended turns); "
+        "a turn appends its own messages (the base is rewritten when the lines outgrow "
+        "it), while the baseline rewrites the whole conversation every turn")
 
     raw_turn = turn.pop("raw")
     return BenchResult(

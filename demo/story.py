@@ -43,6 +43,7 @@ sys.path.insert(0, str(REPO))  # the harness shared with the tests and benchmark
 from tests.harness import SCRIPTED_AGENT  # noqa: E402
 from tests.homes import kill_strays  # noqa: E402
 from tests.receiver import Receiver  # noqa: E402
+from tether.agent import snapshot  # noqa: E402
 
 CMD_TIMEOUT = 30.0
 TERMINAL = ("FINISHED", "FAILED", "CANCELLED")
@@ -526,9 +527,10 @@ class Story:
                    f"scribe is lineage {lin}: HEALTHY, 2 turns, 20% context",
                    f"`tether ps` shows scribe as {a}")
         self.tether("lineage", "ls")
-        snap = json.loads((self.home / "drain" / f"{lin}.json").read_text())
+        snap = snapshot.read(self.home / "drain" / f"{lin}.json")  # base + appended turns
         self.check(snap["turn"] == 2 and len(snap["messages"]) == 4,
-                   f"drain/{lin}.json holds turn 2 and its 4 messages",
+                   f"drain/{lin}.json (and the turns appended to it) holds turn 2 and its "
+                   "4 messages",
                    f"the drain snapshot holds turn {snap['turn']}, "
                    f"{len(snap['messages'])} messages")
 
@@ -577,7 +579,7 @@ class Story:
                    and final.get("revivals") == 1,
                    f"lineage {lin}: FINISHED after 4 turns and 1 revival",
                    f"final lineage: {final}")
-        snap = json.loads((self.home / "drain" / f"{lin}.json").read_text())
+        snap = snapshot.read(self.home / "drain" / f"{lin}.json")
         self.check(snap["lineage_id"] == lin and len(snap["messages"]) == 8
                    and snap["messages"][-1] == {"role": "assistant", "content": "did 4"},
                    "the last snapshot holds the whole conversation: 8 messages, across both "

@@ -6,20 +6,35 @@ written, the model, cumulative token usage, the conversation messages
 reported, and the loop configuration. Deliberately *not* in it: paths that are
 regenerated at start, pending images, runtime approvals, process handles.
 
-Writes are atomic and durable (tmp + fsync + rename + fsync dir). Older
-versions are upgraded on read (:func:`upgrade`), never rewritten in place.
+A turn does not rewrite the whole conversation (that grew quadratically): the
+first turn writes the base file atomically and durably (tmp + fsync + rename +
+fsync dir); later turns append one line (that turn's new messages and header) to
+``{lineage}.turns.jsonl`` and fsync it. When the lines outgrow the base (and at
+least :data:`COMPACT_MIN` bytes), or when an attempt is revived from it
+(:func:`compact`, so the base alone is whole for whoever reads it then), the base
+is rewritten with everything and the lines removed. :func:`read` merges the two:
+lines whose turn the base already holds are skipped (a crash between the rewrite
+and the removal), a torn last line is ignored, and a turn written twice (a retried
+report) counts once, its last version. Older versions are upgraded on read
+(:func:`upgrade`), never rewritten in place.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
+import os
 from pathlib import Path
 from typing import Any
 
-from tether.hostio.atomic import atomic_write
+from tether.hostio.atomic import atomic_write, fsync_dir, write_all
 
 VERSION = 2
+COMPACT_MIN = 64 * 1024  # bytes of lines below which the base is never rewritten
+#: What a line carries besides its messages: the header fields it replaces.
+_HEADER = ("anchor_id", "written_at", "provider", "provider_session_id", "model", "turn",
+           "usage", "loop_config")
 
 
 class SnapshotError(Exception):
@@ -48,15 +63,85 @@ def build(*, lineage: str, instance: str, provider: str, model: str | None,
     }
 
 
+def turns_path(path: Path) -> Path:
+    """The appended turns beside a base snapshot."""
+    return path.with_name(path.name.removesuffix(".json") + ".turns.jsonl")
+
+
 def write(home: Path, snap: dict[str, Any]) -> Path:
+    """Rewrite the base with the whole snapshot, then drop the appended lines."""
     path = path_for(home, snap["lineage_id"])
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     atomic_write(str(path), json.dumps(snap, separators=(",", ":")).encode(), durable=True)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(turns_path(path))  # its turns are in the base now (read skips them anyway)
     return path
 
 
+def record_turn(home: Path, snap: dict[str, Any], new_messages: list[dict[str, Any]], *,
+                full: bool = False) -> Path:
+    """Make a completed turn durable: one appended line, or the whole base when there
+    is none yet, ``full`` is asked (the base was unreadable) or the lines outgrew it."""
+    path = path_for(home, snap["lineage_id"])
+    lines = turns_path(path)
+    try:
+        base_size = os.stat(path).st_size
+    except FileNotFoundError:
+        full = True
+        base_size = 0
+    try:
+        lines_size = os.stat(lines).st_size
+    except FileNotFoundError:
+        lines_size = 0
+    if full or lines_size > max(base_size, COMPACT_MIN):
+        return write(home, snap)
+    entry = {k: snap[k] for k in _HEADER}
+    entry["messages"] = new_messages
+    data = json.dumps(entry, separators=(",", ":")).encode() + b"\n"
+    fd = os.open(lines, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        end = os.lseek(fd, 0, os.SEEK_END)
+        if end and os.pread(fd, 1, end - 1) != b"\n":  # a torn line: cut it off
+            end = _last_newline(fd, end)
+            os.ftruncate(fd, end)
+        write_all(fd, data, end)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if lines_size == 0:
+        fsync_dir(str(path.parent))
+    return path
+
+
+def _last_newline(fd: int, end: int) -> int:
+    """The offset just past the last newline before ``end`` (0 if there is none)."""
+    pos = end
+    while pos > 0:
+        start = max(0, pos - 65536)
+        chunk = os.pread(fd, pos - start, start)
+        i = chunk.rfind(b"\n")
+        if i >= 0:
+            return start + i + 1
+        pos = start
+    return 0
+
+
+def compact(home: Path, lineage: str) -> None:
+    """Fold the appended lines into the base, so the base alone is whole (before a
+    revival hands its path to the agent, which may read the file itself)."""
+    path = path_for(home, lineage)
+    if not turns_path(path).exists():
+        return
+    try:
+        snap = read(path)
+    except (FileNotFoundError, SnapshotError):
+        return  # nothing sound to fold into; the next turn writes a whole base
+    write(home, snap)
+
+
 def read(path: Path) -> dict[str, Any]:
-    """Load a snapshot of any known version, upgraded to the current one."""
+    """Load a snapshot of any known version, upgraded to the current one, with the
+    turns appended since its base was written."""
     try:
         obj = json.loads(path.read_bytes())
     except FileNotFoundError:
@@ -65,7 +150,37 @@ def read(path: Path) -> dict[str, Any]:
         raise SnapshotError(f"drain snapshot {path} is unreadable: {e}") from None
     if not isinstance(obj, dict):
         raise SnapshotError(f"drain snapshot {path} is not a JSON object")
-    return upgrade(obj)
+    snap = upgrade(obj)
+    entries = _turns(turns_path(path), int(snap.get("turn", 0)))
+    if entries:
+        snap["messages"] = list(snap["messages"])
+        for entry in entries:
+            snap.update({k: entry[k] for k in _HEADER if k in entry})
+            snap["messages"].extend(entry.get("messages", []))
+    return snap
+
+
+def _turns(path: Path, after: int) -> list[dict[str, Any]]:
+    """The whole lines of turns after ``after``; a turn repeated keeps its last line."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise SnapshotError(f"drain snapshot turns {path} are unreadable: {e}") from None
+    out: list[dict[str, Any]] = []
+    for raw in data.split(b"\n")[:-1]:  # the part after the last newline is torn
+        try:
+            entry = json.loads(raw)
+            turn = int(entry["turn"])
+        except (ValueError, KeyError, TypeError):
+            break  # a damaged line: what follows cannot be trusted to follow it
+        if turn <= after:
+            continue
+        while out and int(out[-1]["turn"]) >= turn:
+            out.pop()
+        out.append(entry)
+    return out
 
 
 def upgrade(obj: dict[str, Any]) -> dict[str, Any]:

@@ -172,6 +172,24 @@ class _Api:
         return Request("exec.logs", {"exec": exec, "stream": stream, "offset": offset,
                                      "limit": limit, "wait": wait}, r.LogChunk)
 
+    @rpc
+    def exec_remove(self, execs: Sequence[str]) -> Request[r.RemoveReport]:
+        """Remove settled execs: their record, logs and run files (never a live one)."""
+        return Request("exec.remove", {"execs": list(execs)}, r.RemoveReport)
+
+    # retention
+    @rpc
+    def prune(self, *, older_than: float | None = None,
+              dry_run: bool = False) -> Request[r.PruneReport]:
+        """Run a retention pass now: the daemon's policy, or everything ended more than
+        ``older_than`` seconds ago; ``dry_run`` only says what would go."""
+        return Request("retention.prune", {"older_than": older_than, "dry_run": dry_run},
+                       r.PruneReport)
+
+    @rpc
+    def df(self) -> Request[r.DiskUsage]:
+        return Request("retention.df", {}, r.DiskUsage)
+
     # events (events.subscribe and events.unsubscribe: ``subscribe()``)
     @rpc
     def events_list(self, *, since: int = 0, sandbox: str | None = None,

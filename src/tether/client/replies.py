@@ -183,6 +183,54 @@ class ReapReport(_Reply):
     heartbeat_files_removed: int = 0
 
 
+class Removed(_Reply):
+    id: str
+    bytes: int
+
+
+class RemoveReport(_Reply):
+    removed: list[Removed]
+
+
+class PrunedExec(_Reply):
+    id: str
+    sandbox: str
+    name: str | None = None
+    bytes: int = 0
+    ended_at: float | None = None
+    why: str = ""
+
+
+class PruneReport(_Reply):
+    """What ``retention.prune`` removed, or with ``dry_run`` would remove."""
+
+    dry_run: bool
+    execs: list[PrunedExec]
+    log_bytes: int = 0
+    run_files: int = 0
+    run_bytes: int = 0
+    events: int = 0
+    events_floor: int = 0
+
+
+class SpaceOf(_Reply):
+    id: str
+    name: str | None = None
+    bytes: int = 0
+    execs: int = 0
+
+
+class DiskUsage(_Reply):
+    """``retention.df``: apparent bytes under the home, by kind, sandbox and lineage."""
+
+    home: str
+    total: int
+    kinds: dict[str, int]
+    sandboxes: list[SpaceOf]
+    lineages: list[SpaceOf]
+    policy: dict[str, float]
+
+
 class ExecList(_Reply):
     execs: list[ExecView]
 

@@ -5,10 +5,30 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from tether.daemon.daemon import serve
 from tether.model.layout import default_home
+from tether.model.retention import parse_duration, parse_size
+
+#: Retention flags, each overriding its variable (durations like 14d, sizes like 2G).
+RETENTION_FLAGS = (
+    ("--keep-logs", "TETHER_KEEP_LOGS", "remove ended execs' logs after this long"),
+    ("--logs-max", "TETHER_LOGS_MAX", "remove the oldest ended execs' logs above this size"),
+    ("--keep-events", "TETHER_KEEP_EVENTS", "compact journal events older than this"),
+)
+
+
+def _checked(parse: Callable[[str], object]) -> Callable[[str], str]:
+    """An argparse type: the text as given, once ``parse`` accepts it."""
+    def check(text: str) -> str:
+        try:
+            parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return text
+    return check
 
 
 def main() -> int:
@@ -23,11 +43,17 @@ def main() -> int:
                    "one and put back the execs its monitors' files name")
     p.add_argument("--log-format", choices=("text", "json"), default=None,
                    help="the daemon's log lines (default: $TETHER_LOG_FORMAT, else text)")
+    for flag, var, what in RETENTION_FLAGS:
+        parse = parse_size if var == "TETHER_LOGS_MAX" else parse_duration
+        p.add_argument(flag, dest=var, default=None, type=_checked(parse),
+                       help=f"{what} (default: ${var})")
     args = p.parse_args()
     home = args.home.expanduser().absolute() if args.home else default_home()
+    retention = {var: getattr(args, var) for _, var, _ in RETENTION_FLAGS
+                 if getattr(args, var) is not None}
     return serve(home, pool_size=max(0, min(args.pool, 64)),
                  default_runtime=args.default_runtime, recover_store=args.recover_store,
-                 log_format=args.log_format)
+                 log_format=args.log_format, retention=retention)
 
 
 if __name__ == "__main__":

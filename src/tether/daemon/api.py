@@ -24,12 +24,13 @@ from tether.daemon.events import MAX_TOTAL_SUBSCRIPTIONS, EventBus
 from tether.daemon.execs import ExecService
 from tether.daemon.outbox import HookService
 from tether.daemon.outbox.api import HOOK_METHODS, hook_handlers
+from tether.daemon.retention import RetentionService
 from tether.daemon.sandboxes import SandboxService
 from tether.daemon.scheduler import Scheduler
 from tether.daemon.scheduler.handlers import schedule_handlers
 from tether.daemon.signals import parse_signal
 from tether.daemon.tasks import Tasks
-from tether.model.errors import RpcCode, TetherError
+from tether.model.errors import RpcCode, TetherError, events_purged
 from tether.model.layout import HomeLayout
 from tether.model.records import (
     AgentConfig,
@@ -59,6 +60,7 @@ class Daemon(Protocol):
     digest: DigestService
     hooks: HookService
     scheduler: Scheduler
+    retention: RetentionService
     runtimes: Runtimes
     tasks: Tasks
     state: DaemonState
@@ -78,7 +80,8 @@ MAX_SUBSCRIPTIONS = 64  # per connection; each may queue up to QUEUE_LIMIT event
 # sandbox.create and sandbox.start stay inline although a docker one takes seconds:
 # a client's next request on the same connection may rely on the sandbox existing.
 LONG_POLL_METHODS = {"exec.wait", "exec.logs", "sandbox.stop", "sandbox.delete",
-                     "sandbox.copy", "agent.start", "lineage.resolve", *digest_api.LONG}
+                     "sandbox.copy", "agent.start", "lineage.resolve", "retention.prune",
+                     *digest_api.LONG}
 
 
 def provider_for(argv0: str) -> str:
@@ -127,6 +130,9 @@ METHODS: dict[str, type[Any]] = {
     "exec.wait": m.ExecWait,
     "exec.cancel": m.ExecCancel,
     "exec.logs": m.ExecLogs,
+    "exec.remove": m.ExecRemove,
+    "retention.prune": m.RetentionPrune,
+    "retention.df": m.Empty,
     "events.list": m.EventsList,
     "events.subscribe": m.EventsSubscribe,
     "events.unsubscribe": m.EventsUnsubscribe,
@@ -283,7 +289,18 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
 
     async def exec_logs(p: m.ExecLogs, c: Connection) -> Any:
         rec = execs.resolve(p.exec)
+        d.retention.logs_gone(rec)
         return await execs.logs(rec, p.stream, p.offset, p.limit, p.wait)
+
+    async def exec_remove(p: m.ExecRemove, c: Connection) -> Any:
+        recs = list({r.id: r for r in (execs.resolve(ref) for ref in p.execs)}.values())
+        return {"removed": await d.retention.remove_execs(recs)}
+
+    async def retention_prune(p: m.RetentionPrune, c: Connection) -> Any:
+        return await owned(d.retention.prune(p.older_than, p.dry_run))
+
+    async def retention_df(p: m.Empty, c: Connection) -> Any:
+        return d.retention.df()
 
     def _same_epoch(epoch: str | None, since: int) -> None:
         """A cursor from another journal (a store rebuilt by --recover-store) would
@@ -296,9 +313,19 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
                               f"resume with since=0 and epoch={store.epoch}",
                               {"epoch": store.epoch, "yours": epoch})
 
+    def _not_purged(sb: str | None, per_sandbox: bool, since: int) -> None:
+        """A nonzero cursor below what compaction kept would skip events silently.
+        (``since=0`` means "from the oldest event kept".)"""
+        if since == 0:
+            return
+        floor = d.retention.rs.floor_of(sb if per_sandbox else None)
+        if since < floor:
+            raise events_purged(since, floor, store.epoch)
+
     async def events_list(p: m.EventsList, c: Connection) -> Any:
         _same_epoch(p.epoch, p.since)
         sb = _stream(p.sandbox)
+        _not_purged(sb, p.sandbox is not None, p.since)
         evs = store.events_since(since=p.since, sandbox=sb, per_sandbox=p.sandbox is not None,
                                  limit=p.limit)
         nxt = (evs[-1].seq if p.sandbox is not None else evs[-1].gseq) if evs else p.since
@@ -314,6 +341,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
     async def events_subscribe(p: m.EventsSubscribe, c: Connection) -> Any:
         _same_epoch(p.epoch, p.since)
         sb = _stream(p.sandbox)
+        _not_purged(sb, p.sandbox is not None, p.since)
         if sum(1 for s in bus.subs.values() if s.conn is c) >= MAX_SUBSCRIPTIONS:
             raise TetherError(RpcCode.CONFLICT, "TOO_MANY_SUBSCRIPTIONS",
                               f"this connection already has {MAX_SUBSCRIPTIONS} "
@@ -414,6 +442,9 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         "exec.wait": exec_wait,
         "exec.cancel": exec_cancel,
         "exec.logs": exec_logs,
+        "exec.remove": exec_remove,
+        "retention.prune": retention_prune,
+        "retention.df": retention_df,
         "events.list": events_list,
         "events.subscribe": events_subscribe,
         "events.unsubscribe": events_unsubscribe,

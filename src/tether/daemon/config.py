@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tether.daemon import systemd
 from tether.daemon.clock import Clock
 from tether.daemon.events import QUEUE_LIMIT
+from tether.model.retention import RetentionPolicy, parse_duration, parse_size
 from tether.rpc.server import HALF_LINE_TIMEOUT, MAX_CONNECTIONS
 
 POOL_SIZE = 2  # idle monitors kept ready
@@ -52,13 +53,18 @@ class DaemonConfig:
     log_format: str = "text"
     #: systemd's watchdog: seconds between WATCHDOG=1 pings (None: no watchdog asked).
     watchdog: float | None = None
+    #: What the retention pass removes (TETHER_KEEP_LOGS, TETHER_LOGS_MAX,
+    #: TETHER_KEEP_EVENTS, TETHER_KEEP_RUN_FILES, TETHER_RETENTION_INTERVAL).
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
 
     @classmethod
     def from_env(cls, home: Path, *, pool_size: int = POOL_SIZE,
                  default_runtime: str | None = None, recover_store: bool = False,
                  log_format: str | None = None,
+                 retention: Mapping[str, str] | None = None,
                  env: Mapping[str, str] = os.environ) -> DaemonConfig:
-        """Flags win over the environment, which wins over the defaults."""
+        """Flags win over the environment, which wins over the defaults. ``retention``:
+        the retention flags given, by the name of the variable each overrides."""
         return cls(
             home=home.absolute(), pool_size=pool_size,
             default_runtime=default_runtime or env.get("TETHER_DEFAULT_RUNTIME") or "auto",
@@ -78,7 +84,34 @@ class DaemonConfig:
             digest_tz=env.get("TETHER_DIGEST_TZ") or None,
             log_format=log_format or env.get("TETHER_LOG_FORMAT") or "text",
             watchdog=systemd.watchdog_interval(env, os.getpid()),
+            retention=retention_from_env({**env, **(retention or {})}),
         )
 
     def clock(self) -> Clock:
         return Clock(self.test_clock)
+
+
+def retention_from_env(env: Mapping[str, str]) -> RetentionPolicy:
+    """The retention policy: the defaults, each replaced by its variable when set
+    (durations like ``14d``, sizes like ``2G``; ``0`` turns a limit off)."""
+    base = RetentionPolicy()
+
+    def dur(name: str, default: float) -> float:
+        try:
+            return parse_duration(env[name]) if env.get(name) else default
+        except ValueError as e:
+            raise ValueError(f"${name}: {e}") from None
+
+    try:
+        logs_max = (parse_size(env["TETHER_LOGS_MAX"]) if env.get("TETHER_LOGS_MAX")
+                    else base.logs_max_bytes)
+    except ValueError as e:
+        raise ValueError(f"$TETHER_LOGS_MAX: {e}") from None
+    return RetentionPolicy(
+        keep_logs=dur("TETHER_KEEP_LOGS", base.keep_logs),
+        logs_max_bytes=logs_max,
+        keep_events=dur("TETHER_KEEP_EVENTS", base.keep_events),
+        keep_run_files=dur("TETHER_KEEP_RUN_FILES", base.keep_run_files),
+        interval=max(0.05, dur("TETHER_RETENTION_INTERVAL", base.interval)),
+        first_pass=dur("TETHER_RETENTION_FIRST_PASS", base.first_pass),
+    )

@@ -40,6 +40,7 @@ from tether.daemon.execs import ExecService
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
 from tether.daemon.outbox import HookService
+from tether.daemon.retention import RetentionService
 from tether.daemon.sandboxes import SandboxService
 from tether.daemon.scheduler import Scheduler
 from tether.daemon.tasks import Tasks
@@ -182,6 +183,7 @@ class Daemon:
                 tg.create_task(self.digest.run(), name="digest")
                 tg.create_task(self.hooks.run(), name="outbox")
                 tg.create_task(self.scheduler.loop(), name="scheduler")
+                tg.create_task(self.retention.loop(), name="retention")
                 for rt in self.runtimes:
                     tg.create_task(rt.run(), name=f"runtime-{rt.name}")
                 await self._stop.wait()
@@ -261,6 +263,9 @@ class Daemon:
             raise StartupError(str(e)) from None
         if warning:
             log.warning("the default sandbox: %s", warning)
+        self.retention = RetentionService(self.store, self.layout, self.journal,
+                                          self.config.clock(), self.config.retention, faults)
+        self.bus.floor = self.retention.rs.floor_of
         self.agents = AgentService(self.store, self.layout, self.journal, self.execs,
                                    self.sandboxes, self.tasks, self.instance, faults,
                                    tick_interval=self.config.agent_tick,
@@ -300,6 +305,7 @@ class Daemon:
         summary.update({f"schedule_{k}": v
                         for k, v in (await self.scheduler.recover()).items()})
         summary.update({f"rebuilt_{k}": v for k, v in rebuilt.items()})
+        summary["prunes_finished"] = self.retention.recover()
         summary["ms"] = int((time.monotonic() - t0) * 1000)
         self.recovery_summary = summary
         self.journal.record(
@@ -411,7 +417,11 @@ def _raise_fd_limit() -> None:
 
 
 def serve(home: Path, **kw: Any) -> int:
-    config = DaemonConfig.from_env(home, **kw)
+    try:
+        config = DaemonConfig.from_env(home, **kw)
+    except ValueError as e:  # a malformed TETHER_* variable: one line, not a traceback
+        print(f"tether: cannot start: {e}", file=sys.stderr)
+        return 1
     if config.log_format not in logfmt.FORMATS:
         print(f"tether: unknown log format {config.log_format!r} (--log-format or "
               f"TETHER_LOG_FORMAT); use one of: {', '.join(logfmt.FORMATS)}", file=sys.stderr)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +54,9 @@ class EventBus:
         self.queue_limit = queue_limit
         self.subs: dict[str, Subscription] = {}
         self._ids = itertools.count(1)
+        #: The journal's floor for a stream (None: the global cursor), set by the daemon
+        #: once retention exists: a catch-up whose cursor falls below it is ended.
+        self.floor: Callable[[str | None], int] = lambda _stream: 0
 
     def publish(self, ev: Event) -> None:
         for sub in list(self.subs.values()):
@@ -94,6 +98,8 @@ class EventBus:
         Stops at a full buffer and lets the page go, so a waiting pump holds no events.
         Reading a short page and going live happen with no await in between, so
         nothing committed can slip through."""
+        if sub.cursor and sub.cursor < self.floor(sub.sandbox):
+            raise _Purged  # compacted while this subscriber caught up: never skip silently
         page = self.store.events_since(since=sub.cursor, sandbox=sub.sandbox,
                                        per_sandbox=sub.sandbox is not None,
                                        limit=CATCH_UP_PAGE)
@@ -110,8 +116,17 @@ class EventBus:
         try:
             while True:
                 await sub.conn.writable()
-                if self._catch_up(sub):
-                    break
+                try:
+                    if self._catch_up(sub):
+                        break
+                except _Purged:
+                    sub.conn.notify("events.overflow", {
+                        "subscription": sub.id, "last": sub.cursor,
+                        "message": (f"events after cursor {sub.cursor} were compacted "
+                                    "(retention) while this subscriber caught up; "
+                                    f"resubscribe with since={sub.cursor} to learn the "
+                                    "oldest cursor (EVENTS_PURGED)")})
+                    return
             while True:
                 await sub.conn.writable()
                 ev = await sub.queue.get()
@@ -128,3 +143,7 @@ class EventBus:
                 self._send(sub, ev)
         finally:
             self._drop(sub)
+
+
+class _Purged(Exception):
+    """A catching-up subscriber's cursor fell below the journal's floor."""

@@ -11,6 +11,8 @@ Points (docs/STATE.md lists what each must leave):
   checkpoint), others remain.
 * ``schedule.after_fire_commit`` — a scheduled fire time's run is committed, its exec
   is not created yet.
+* ``retention.after_mark`` — execs are marked pruned (journaled), their files not yet
+  removed.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import os
 import signal
 
 POINTS = frozenset({"exec.after_commit", "exec.after_handoff", "agent.after_attempt_commit",
-                    "digest.after_node", "schedule.after_fire_commit"})
+                    "digest.after_node", "schedule.after_fire_commit",
+                    "retention.after_mark"})
 
 
 class Faults:

@@ -63,6 +63,15 @@ def not_found(kind: str, ref: str) -> TetherError:
                        {"ref": ref})
 
 
+def events_purged(since: int, oldest: int, epoch: str) -> TetherError:
+    """A cursor older than what journal compaction kept: say so, never skip silently."""
+    return TetherError(RpcCode.INVALID_STATE, "EVENTS_PURGED",
+                       f"events after cursor {since} were compacted away (retention); the "
+                       f"oldest cursor still complete is {oldest}: re-read the state you need, "
+                       f"then resume with since={oldest}",
+                       {"since": since, "oldest": oldest, "epoch": epoch})
+
+
 def invalid_params(message: str, **data: Any) -> TetherError:
     return TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS", message, data)
 

@@ -147,6 +147,17 @@ class ExecLogs(_P):
     wait: Annotated[float, Meta(ge=0, le=60)] = 0.0
 
 
+class ExecRemove(_P):
+    execs: Annotated[list[NonEmpty], Meta(min_length=1, max_length=1000)]
+
+
+class RetentionPrune(_P):
+    #: Seconds: remove ended execs' logs and run files, and journal events, older than
+    #: this; null applies the daemon's policy (ages and the logs/ size cap).
+    older_than: Seconds | None = None
+    dry_run: bool = False
+
+
 class EventsList(_P):
     since: Cursor = 0
     sandbox: NonEmpty | None = None

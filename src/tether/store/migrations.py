@@ -160,6 +160,30 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         """,
     ),
     (
+        9,
+        "retention: journal floors and exec prunes",
+        # A compacted journal remembers, per stream, the highest seq it removed (so a
+        # cursor below it gets EVENTS_PURGED, never a silent gap); an exec whose files
+        # are being removed is marked first, so a crash mid-way is finished at restart
+        # and `tether logs` says "pruned" instead of reading a half-deleted file.
+        """
+        CREATE TABLE journal_floor (
+            stream TEXT PRIMARY KEY,
+            seq    INTEGER NOT NULL,
+            gseq   INTEGER NOT NULL
+        );
+        CREATE TABLE exec_prunes (
+            exec_id   TEXT PRIMARY KEY,
+            what      TEXT NOT NULL,
+            reason    TEXT NOT NULL,
+            bytes     INTEGER NOT NULL,
+            pruned_at REAL NOT NULL,
+            done      INTEGER NOT NULL DEFAULT 0
+        );
+        INSERT INTO meta VALUES ('journal_floor', '0');
+        """,
+    ),
+    (
         10,
         "activity digests: versioned nodes, their latest version, rollup checkpoints",
         # Versions are append-only (digest_nodes); digest_latest points at the newest.

@@ -50,9 +50,16 @@ def status(ctx: click.Context, as_json: bool) -> None:
 @click.option("--log-format", type=click.Choice(["text", "json"]), default=None,
               help="log lines as text or JSON lines with exec, sandbox and lineage fields "
               "(default: $TETHER_LOG_FORMAT, else text)")
+@click.option("--keep-logs", metavar="AGE", help="remove ended execs' logs after AGE "
+              "(default: $TETHER_KEEP_LOGS, else 14d)")
+@click.option("--logs-max", metavar="SIZE", help="remove the oldest ended execs' logs while "
+              "logs/ is above SIZE (default: $TETHER_LOGS_MAX, else 2G)")
+@click.option("--keep-events", metavar="AGE", help="compact journal events older than AGE "
+              "(default: $TETHER_KEEP_EVENTS, else 30d)")
 @click.pass_context
 def daemon(ctx: click.Context, pool: int, default_runtime: str | None,
-           recover_store: bool, log_format: str | None) -> None:
+           recover_store: bool, log_format: str | None, keep_logs: str | None,
+           logs_max: str | None, keep_events: str | None) -> None:
     """Run the daemon in the foreground (systemd Type=notify friendly)."""
     if ctx.invoked_subcommand is not None:
         return
@@ -66,6 +73,10 @@ def daemon(ctx: click.Context, pool: int, default_runtime: str | None,
         argv.append("--recover-store")
     if log_format is not None:
         argv += ["--log-format", log_format]
+    for flag, value in (("--keep-logs", keep_logs), ("--logs-max", logs_max),
+                        ("--keep-events", keep_events)):
+        if value is not None:
+            argv += [flag, value]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, argv)

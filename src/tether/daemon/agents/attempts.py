@@ -10,6 +10,7 @@ attempt is started again under the next key, ``lineage-<id>-<attempt>-r<restarts
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
@@ -133,6 +134,9 @@ class Attempts:
         provider = get_provider(cfg.provider)
         ctx = self._context(rec)
         snap_path = snapshot.path_for(layout.root, rec.id)
+        if resume:  # the agent may read the base file alone: fold the appended turns in
+            await asyncio.get_running_loop().run_in_executor(
+                None, snapshot.compact, layout.root, rec.id)
         plan = (provider.resume(cfg.argv, rec.provider_session_id, str(snap_path), ctx)
                 if resume else provider.launch(cfg.argv, ctx))
         for path, content in plan.files.items():

@@ -7,6 +7,7 @@ handoff, and provider hooks translated into those. Every call is a sign of life.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import secrets
 import signal
@@ -43,6 +44,7 @@ class Protocol:
     def __init__(self, core: AgentCore, worktree: WorktreeFiles) -> None:
         self.core = core
         self.worktree = worktree
+        self._unreadable: set[str] = set()  # lineages whose snapshot could not be read
 
     def authenticate(self, session: str, token: str) -> LineageRecord:
         """A session may only speak for itself, with the current attempt's token."""
@@ -94,7 +96,9 @@ class Protocol:
                          "thresholds": {"aging_pct": th.aging_pct, "dying_pct": th.dying_pct},
                          "tty": rec.config.tty, **(config or {})})
         await asyncio.get_running_loop().run_in_executor(
-            None, snapshot.write, core.layout.root, snap)
+            None, functools.partial(snapshot.record_turn, core.layout.root, snap, messages,
+                                    full=rec.id in self._unreadable))
+        self._unreadable.discard(rec.id)
         core.messages[rec.id] = convo
         rec = core.commit(core.store.update_lineage(
             rec.id, event="agent.turn", turns=turn_no, lifecycle=str(after),
@@ -133,8 +137,11 @@ class Protocol:
             try:
                 convo = list(snapshot.read(snapshot.path_for(self.core.layout.root, rec.id))
                              ["messages"])
-            except (FileNotFoundError, snapshot.SnapshotError):
+            except FileNotFoundError:
                 convo = []
+            except snapshot.SnapshotError:
+                convo = []
+                self._unreadable.add(rec.id)  # the next turn rewrites it whole
             self.core.messages[rec.id] = convo
         return convo
 
