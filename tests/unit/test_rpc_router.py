@@ -77,7 +77,8 @@ def test_params_built_without_convert_equal_the_converted_ones() -> None:
 def test_the_common_case_path_answers_as_the_full_one(tmp_path: Path) -> None:
     """Requests without params to a method whose params are all optional are answered
     in the connection loop itself (``daemon.health``'s path); they must get exactly the
-    replies the full validation path gives, errors included, over a real socket."""
+    replies the full validation path gives, errors included, over a real socket — for a
+    coroutine handler and for a plain function (called, not awaited) alike."""
     from tether.model.errors import RpcCode, TetherError
     from tether.rpc.server import RpcServer
 
@@ -90,8 +91,15 @@ def test_the_common_case_path_answers_as_the_full_one(tmp_path: Path) -> None:
     async def bug(p: Any, c: Any) -> Any:
         raise ValueError("a bug")
 
+    def plain(p: Any, c: Any) -> Any:  # a handler that never waits: called, not awaited
+        return {"plain": True}
+
+    def plain_bug(p: Any, c: Any) -> Any:
+        raise ValueError("a bug")
+
     r = Router()
-    for name, h in (("ok", ok), ("refused", refused), ("bug", bug)):
+    for name, h in (("ok", ok), ("refused", refused), ("bug", bug), ("plain", plain),
+                    ("plain_bug", plain_bug)):
         r.add(name, Empty, h)
     cases: list[tuple[dict[str, Any], dict[str, Any] | None]] = [
         ({"jsonrpc": "2.0", "id": 1, "method": "ok"}, {"result": {"a": 1}}),
@@ -108,6 +116,13 @@ def test_the_common_case_path_answers_as_the_full_one(tmp_path: Path) -> None:
         ({"jsonrpc": "2.0", "method": "ok"}, None),  # a notification: no reply
         ({"jsonrpc": "2.0", "id": 4, "method": "refused"}, {"error": int(RpcCode.NOT_FOUND)}),
         ({"jsonrpc": "2.0", "id": 5, "method": "bug"}, {"error": -32603}),
+        ({"jsonrpc": "2.0", "id": 6, "method": "plain"}, {"result": {"plain": True}}),
+        ({"jsonrpc": "2.0", "id": 7, "method": "plain", "params": {}},
+         {"result": {"plain": True}}),
+        ({"jsonrpc": "1.0", "id": 8, "method": "plain"}, {"error": -32600}),
+        ({"jsonrpc": "2.0", "id": 9, "method": "plain_bug"}, {"error": -32603}),
+        ({"jsonrpc": "2.0", "id": 10, "method": "plain_bug", "params": None},
+         {"error": -32603}),
     ]
 
     async def main() -> list[dict[str, Any]]:

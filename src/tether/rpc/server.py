@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import itertools
 import logging
 import time
@@ -52,7 +53,9 @@ MAX_CONNECTIONS = 1024  # per server (tether.sock and agent.sock each)
 HALF_LINE_TIMEOUT = 10.0  # seconds a line may take from its first byte to its newline
 NOTIFY_BUFFER = 64 * 1024  # bytes queued for a client above which notifications wait
 
-Handler = Callable[[Any, "Connection"], Awaitable[Any]]
+#: A method's handler: a coroutine function, or a plain function for one that never waits
+#: (``daemon.health``): called without making a coroutine, which costs more than it does.
+Handler = Callable[[Any, "Connection"], Awaitable[Any]] | Callable[[Any, "Connection"], Any]
 
 
 @dataclass
@@ -64,8 +67,11 @@ class Method:
     #: the params are a Struct that ``{}`` converts to: its bare constructor then builds
     #: them (the same value), at a fraction of msgspec.convert's cost per call
     bare: bool = False
+    #: the handler is a plain function: its return value is the result
+    sync: bool = False
 
     def __post_init__(self) -> None:
+        self.sync = not inspect.iscoroutinefunction(self.handler)
         if isinstance(self.params, type) and issubclass(self.params, msgspec.Struct):
             try:
                 msgspec.convert({}, self.params, strict=True)
@@ -290,9 +296,11 @@ class RpcServer:
                                         and type(msg.get("id", conn)) in _ID_TYPES):
                                     reply: dict[str, Any] | None
                                     try:
+                                        result = method.handler(method.params(), conn)
+                                        if not method.sync:
+                                            result = await result
                                         reply = {"jsonrpc": "2.0", "id": msg["id"],
-                                                 "result": await method.handler(
-                                                     method.params(), conn)}
+                                                 "result": result}
                                     except BaseException as e:
                                         reply = self._failed(e, conn, msg, False)
                                 else:
@@ -461,7 +469,9 @@ class RpcServer:
                 raise TetherError(RpcCode.DAEMON_STOPPING, "DAEMON_STOPPING",
                                   "the daemon is stopping; retry in a moment (a new daemon "
                                   "starts on the next command)")
-            result = await method.handler(params, conn)
+            result = method.handler(params, conn)
+            if not method.sync:
+                result = await result
         except BaseException as e:
             return self._failed(e, conn, msg, is_notification)
         if is_notification:
