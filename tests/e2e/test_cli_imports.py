@@ -136,12 +136,13 @@ def test_hook_loads_no_provider_and_no_cli(daemon: DaemonProc, tmp_path: Path,
     # The daemon answers at once: one call with the standard library, no msgspec, no
     # full client (that is the fallback when the daemon is away or stopping), no
     # provider module (the hook knows which read their payload from argv), and not even
-    # typing, pathlib or dataclasses: each costs every tool call a millisecond or more.
+    # typing, pathlib, dataclasses, json (re) or socket (enum): each costs every tool call
+    # a millisecond or more (client.wirejson drives _json, and _socket serves).
     heavy = NEVER | RICH | {"click", "tether.cli", "tether.client.attach",
                             "tether.hostio.untrusted", "subprocess", "msgspec",
                             "tether.client.blocking", "tether.client.errors",
                             "tether.agent.session", "tether.model", "typing", "pathlib",
-                            "dataclasses", "base64"}
+                            "dataclasses", "base64", "json", "socket", "re", "enum"}
     heavy |= {f"tether.agent.providers.{n}" for n in ("base", "generic", "claude", "codex")}
     assert _loaded(names, heavy) == []
 

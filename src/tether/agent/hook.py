@@ -64,10 +64,10 @@ def run(provider: str, event: str, payload_arg: str | None) -> int:
 
 
 def _parse(raw: str) -> dict[str, Any]:
-    import json
+    from tether.client import wirejson
 
     try:
-        payload = json.loads(raw) if raw.strip() else {}
+        payload = wirejson.loads(raw) if raw.strip() else {}
     except ValueError:
         payload = {"raw": raw}
     return payload if isinstance(payload, dict) else {"value": payload}

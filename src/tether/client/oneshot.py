@@ -1,18 +1,21 @@
-"""One call over the daemon's socket with the standard library only (``json``, ``socket``).
+"""One call over the daemon's socket with the standard library's C modules only.
 
 For a program that lives for a single call and must start fast: the hook program, which
-Claude Code runs on every tool call. Importing msgspec and the full client costs more than
-the rest of such a call, and so do ``pathlib``, ``typing`` and ``enum`` at this scale:
-paths are strings here and the error types are imported only when a call fails. There
+Claude Code runs on every tool call, and the CLI's fast path. Importing msgspec and the
+full client costs more than the rest of such a call, and so do ``pathlib``, ``typing``,
+``re`` and ``enum`` at this scale: paths are strings here, JSON is ``wirejson`` (``_json``,
+not the ``json`` package, which imports ``re``), the socket is ``_socket``'s (``socket``
+imports ``enum`` and ``selectors``), and the error types are imported only when a call
+fails. There
 are no retries and no auto-start here: ``None`` tells the caller to make the call with
 :class:`~tether.client.blocking.Client`, which has both.
 """
 
 from __future__ import annotations
 
-import json
-import socket
+import _socket
 
+from tether.client import wirejson
 from tether.hostio.trust import UntrustedHome, check_home
 
 TYPE_CHECKING = False  # not ``typing``'s: importing it costs a hook call ~1 ms
@@ -36,13 +39,16 @@ def call_once(sock_path: str, method: str, params: dict[str, Any], *,
             from tether.client.errors import HomeUntrusted
 
             raise HomeUntrusted(str(e), e.path) from None
-    line = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
-                      separators=(",", ":")).encode() + b"\n"
+    line = wirejson.dumps({"jsonrpc": "2.0", "id": 1, "method": method,
+                           "params": params}).encode() + b"\n"
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        try:
             s.connect(sock_path)
             s.sendall(line)
             msg = _reply(s)
+        finally:
+            s.close()
     except (OSError, ValueError):
         return None
     if msg is None:
@@ -60,7 +66,7 @@ def call_once(sock_path: str, method: str, params: dict[str, Any], *,
     raise error
 
 
-def _reply(s: socket.socket) -> dict[str, Any] | None:
+def _reply(s: _socket.socket) -> dict[str, Any] | None:
     """The reply to request 1 (notifications skipped), or ``None`` when the daemon closed
     the connection first or refused it (id null)."""
     buf = b""
@@ -74,7 +80,7 @@ def _reply(s: socket.socket) -> dict[str, Any] | None:
                 return None
             buf += chunk
             continue
-        msg = json.loads(buf[:nl])
+        msg = wirejson.loads(buf[:nl])
         buf = buf[nl + 1:]
         if not isinstance(msg, dict):
             return None
