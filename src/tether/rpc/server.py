@@ -39,6 +39,7 @@ from tether.rpc.framing import CHUNK, MAX_LINE, LineReader, LineTooLong
 log = logging.getLogger("tether.rpc")
 
 _enc = msgspec.json.Encoder()
+json_decode = msgspec.json.decode
 MAX_LONG_POLLS_PER_CONNECTION = 16
 MAX_BATCH = 1000
 MAX_BATCH_REPLY = 8 * 1024 * 1024
@@ -261,9 +262,9 @@ class RpcServer:
                             item = await lines.rest()
                         conn.busy = True
                         conn.last_active = next(ticks)
-                        if item is None:
-                            break
-                        if isinstance(item, LineTooLong):
+                        if type(item) is not bytes:
+                            if item is None:
+                                break
                             conn.send(_error(None, RpcCode.INVALID_REQUEST,
                                              f"message larger than the {self.max_line}-byte "
                                              "limit; it was discarded",
@@ -272,7 +273,13 @@ class RpcServer:
                             continue
                         if not item or item.isspace():  # what strip() removes
                             continue
-                        msg = _decode(item)
+                        try:  # _decode, inlined for a line that decodes
+                            msg = json_decode(item)
+                        except Exception:  # the parse error replies, by _decode
+                            msg = _decode(item)
+                        else:
+                            if len(item) > MAX_DEPTH and _too_deep(item, msg):
+                                msg = _decode(item)  # its reply for a line nested too deep
                         if type(msg) is dict:  # not a batch: the is_long test, inline
                             name = msg.get("method")
                             method = methods.get(name) if type(name) is str else None
