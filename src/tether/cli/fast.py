@@ -16,8 +16,6 @@ from __future__ import annotations
 import os
 import sys
 
-from tether.cli import pstable
-
 TYPE_CHECKING = False  # not ``typing``'s: every import here costs every command
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -103,6 +101,8 @@ def _call(home: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def ps(home: str, args: list[str]) -> int:
+    from tether.cli import pstable  # only here: it imports re, shlex and datetime
+
     flags = _flags(args, {"-a", "--all", "--json"})
     as_json = "--json" in flags
     if not as_json and (sys.stdout.isatty() or "FORCE_COLOR" in os.environ
