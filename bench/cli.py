@@ -37,7 +37,7 @@ TOOL_CALL = json.dumps({"session_id": "bench", "hook_event_name": "PreToolUse",
 def _tether() -> list[str]:
     """The installed ``tether`` script beside this interpreter, as people run it."""
     script = Path(sys.executable).with_name("tether")
-    return [str(script)] if script.exists() else [sys.executable, "-m", "tether.cli.main"]
+    return [str(script)] if script.exists() else [sys.executable, "-m", "tether.cli.fast"]
 
 
 def _once(argv: list[str], env: dict[str, str], stdin: bytes) -> tuple[float, int]:

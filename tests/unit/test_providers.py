@@ -435,3 +435,13 @@ def test_codex_other_notifications_are_heartbeats(tmp_path: Path) -> None:
     assert ev.provider_session_id == THREAD_ID
     # notify is fire-and-forget: there is nothing to answer, even when fenced.
     assert provider.reply(HookEvent(kind="turn_end"), False, "fenced").stdout == b""
+
+
+def test_the_hook_knows_which_providers_take_their_payload_in_argv() -> None:
+    """The hook program reads ``PAYLOAD_IN_ARGV`` instead of importing the provider."""
+    from tether.agent.hook import SOCKET_NAME
+    from tether.agent.providers import PAYLOAD_IN_ARGV, REGISTRY
+    from tether.model.layout import HomeLayout
+
+    assert {n for n, p in REGISTRY.items() if p.payload_in_argv} == PAYLOAD_IN_ARGV
+    assert HomeLayout(Path("/h")).socket == Path("/h", SOCKET_NAME)

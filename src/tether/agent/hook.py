@@ -13,19 +13,75 @@ session's ``TETHER_HOME`` decides. ``tether agent hook …`` runs the same code.
 
 from __future__ import annotations
 
-import json
+import os
 import sys
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # not ``typing``'s: every import here costs each tool call
 if TYPE_CHECKING:
-    from tether.agent.session import Session
+    from typing import Any
 
 USAGE = "usage: python -m tether.agent.hook [--home HOME] PROVIDER EVENT [PAYLOAD]"
+#: The daemon's socket in a home (``HomeLayout.socket``, whose module costs a hook call
+#: more than the rest of its imports together; a unit test keeps the two the same).
+SOCKET_NAME = "tether.sock"
 
 
 def run(provider: str, event: str, payload_arg: str | None) -> int:
-    """Deliver one hook call; returns the exit code the agent must see."""
-    from tether.agent.providers import REGISTRY
+    """Deliver one hook call; returns the exit code the agent must see. The common case
+    imports only ``json``, ``socket`` and the home-trust check: one call with the
+    standard library while the daemon answers it. Anything else (outside a session, no
+    daemon, an error) takes the full client's path, which explains itself."""
+    from tether.agent.providers import PAYLOAD_IN_ARGV
+
+    env = os.environ
+    home, session, token = (env.get(k) for k in ("TETHER_HOME", "TETHER_SESSION",
+                                                 "TETHER_TOKEN"))
+    if not (home and session and token):
+        return _run_with_client(event, provider, None)
+    raw = (payload_arg or "") if provider in PAYLOAD_IN_ARGV else sys.stdin.read()
+    payload = _parse(raw)
+    from tether.client.oneshot import call_once
+
+    own = os.path.join(home, SOCKET_NAME)
+    sock = env.get("TETHER_SOCKET") or own
+    params = {"session": session, "token": token, "provider": provider, "event": event,
+              "payload": payload}
+    try:
+        result = call_once(sock, "agent.hook", params, home=home if sock == own else None)
+    except Exception as e:
+        from tether.client.errors import TetherError  # only now: it imports enum, typing
+
+        if not isinstance(e, TetherError):
+            raise
+        print(f"tether: hook {event} not delivered: {e.message}", file=sys.stderr)
+        return 0
+    if result is None:
+        return _run_with_client(event, provider, payload)
+    import binascii
+
+    return _reply(binascii.a2b_base64(result.get("stdout") or ""),
+                  int(result.get("exit_code", 0)))
+
+
+def _parse(raw: str) -> dict[str, Any]:
+    from tether.client import wirejson
+
+    try:
+        payload = wirejson.loads(raw) if raw.strip() else {}
+    except ValueError:
+        payload = {"raw": raw}
+    return payload if isinstance(payload, dict) else {"value": payload}
+
+
+def _reply(stdout: bytes, code: int) -> int:
+    sys.stdout.buffer.write(stdout)
+    sys.stdout.flush()
+    return code
+
+
+def _run_with_client(event: str, provider: str, payload: dict[str, Any] | None) -> int:
+    """The call through the full client, which retries for ``session.RETRY_BUDGET``
+    (never starting a daemon); outside a session (``payload`` not read), says so."""
     from tether.agent.session import NotAnAgent, Session, agent_side
     from tether.client.errors import TetherError
 
@@ -34,46 +90,14 @@ def run(provider: str, event: str, payload_arg: str | None) -> int:
     except NotAnAgent as e:
         print(f"tether: hook {event} ignored: {e}", file=sys.stderr)
         return 0
-    prov = REGISTRY.get(provider)
-    in_argv = prov is not None and prov.payload_in_argv
-    raw = (payload_arg or "") if in_argv else sys.stdin.read()
-    try:
-        payload = json.loads(raw) if raw.strip() else {}
-    except ValueError:
-        payload = {"raw": raw}
-    if not isinstance(payload, dict):
-        payload = {"value": payload}
+    assert payload is not None
     try:
         with agent_side():
-            stdout, code = _deliver(s, provider, event, payload)
+            r = s.client.agent_hook(s.session, s.token, provider, event, payload)
     except TetherError as e:
         print(f"tether: hook {event} not delivered: {e.message}", file=sys.stderr)
         return 0
-    sys.stdout.buffer.write(stdout)
-    sys.stdout.flush()
-    return code
-
-
-def _deliver(s: Session, provider: str, event: str, payload: dict[str, Any]
-             ) -> tuple[bytes, int]:
-    """The reply's stdout and exit code: one call with the standard library when the
-    daemon answers it (the common case, and no msgspec to import), else through the full
-    client, which retries for ``session.RETRY_BUDGET`` (never starting a daemon)."""
-    import base64
-    from pathlib import Path
-
-    from tether.client.oneshot import call_once
-    from tether.model.layout import HomeLayout
-
-    params = {"session": s.session, "token": s.token, "provider": provider, "event": event,
-              "payload": payload}
-    own = HomeLayout(Path(s.home)).socket
-    sock = Path(s.socket) if s.socket else own
-    result = call_once(sock, "agent.hook", params, home=Path(s.home) if sock == own else None)
-    if result is not None:
-        return base64.b64decode(result.get("stdout") or ""), int(result.get("exit_code", 0))
-    r = s.client.agent_hook(s.session, s.token, provider, event, payload)
-    return r.stdout, r.exit_code
+    return _reply(r.stdout, r.exit_code)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
-"""The ``tether`` console script: ``tether attach`` starts without the rest of the CLI
-(:mod:`tether.cli.attachfast`); every other command, and any attach it does not take,
-goes to the click CLI (:mod:`tether.cli.main`)."""
+"""The ``tether`` console script: the commands people and scripts run most start without
+the rest of the CLI. ``tether attach`` goes to :mod:`tether.cli.attachfast`; ``ps``,
+``status`` and ``logs`` to :mod:`tether.cli.fast`; every other command, and any line
+those do not take, to the click CLI (:mod:`tether.cli.main`), byte for byte the same."""
 
 from __future__ import annotations
 
@@ -14,9 +15,13 @@ def main() -> None:
         code = run(sys.argv[1:])
         if code is not None:
             sys.exit(code)
-    from tether.cli.main import main as full
+        from tether.cli.main import main as full
 
-    full()
+        full()
+        return
+    from tether.cli.fast import main as fast
+
+    fast()
 
 
 if __name__ == "__main__":

@@ -7,15 +7,16 @@ need it.
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import json
-import shlex
 import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+
+from tether.cli import pstable
+from tether.cli.pstable import when as when  # re-exported: commands use out.when
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -45,12 +46,6 @@ def _table() -> Table:
     return Table(box=None, pad_edge=False, header_style="bold")
 
 
-def when(ts: float | None) -> str:
-    if not ts:
-        return "-"
-    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
-
-
 def emit_json(obj: Any) -> None:
     """``obj``'s JSON on one line; a reply struct as the daemon sent it (its fields in
     order, none left out: the reply structs round-trip)."""
@@ -68,42 +63,17 @@ def note(message: str) -> None:
 
 
 def exec_row(x: ExecView) -> dict[str, Any]:
-    """The fields `tether ps --json` promises."""
-    return {
-        "id": x.id, "name": x.name, "sandbox": x.sandbox, "state": x.state,
-        "exit_code": x.exit_code, "signal": x.signal, "pid": x.pid,
-        "started_at": x.started_at, "ended_at": x.ended_at,
-        "reason": x.reason, "argv": x.spec.argv, "agent": x.agent,
-    }
+    """The fields `tether ps --json` promises (``pstable.exec_row``)."""
+    return pstable.exec_row(msgspec.to_builtins(x))
 
 
 def exec_table(execs: Iterable[ExecView]) -> None:
-    rows = list(execs)
-    agents = any(x.agent for x in rows)
+    cols, rows = pstable.exec_cells([msgspec.to_builtins(x) for x in execs])
     t = _table()
-    cols = ["ID", "NAME", "SANDBOX", "STATE", "EXIT", "PID", "STARTED"]
-    if agents:
-        cols += ["LINEAGE", "LIFECYCLE", "HEARTBEAT", "CTX", "TURNS", "REVIVALS"]
-    for col in [*cols, "COMMAND"]:
+    for col in cols:
         t.add_column(col, overflow="fold" if col == "COMMAND" else "ellipsis", no_wrap=True)
-    for x in rows:
-        code = x.exit_code
-        sig = x.signal
-        exit_s = str(code) if code is not None else (f"sig{sig}" if sig else "-")
-        cells = [x.id, x.name or "-", x.sandbox, x.state, exit_s,
-                 str(x.pid or "-"), when(x.started_at)]
-        if agents:
-            a = x.agent
-            if a is None:
-                cells += ["-", "-", "-", "-", "-", "-"]
-            else:
-                pct = a.context_pct
-                # A lineage that is not running shows why (e.g. WAITING_LIMIT).
-                who = a.lineage if a.status == "ACTIVE" else f"{a.lineage} {a.status}"
-                cells += [who or "-", a.lifecycle or "-", a.heartbeat or "-",
-                          f"{pct:.0f}%" if pct is not None else "-",
-                          str(a.turns), str(a.revivals)]
-        t.add_row(*cells, shlex.join(x.spec.argv)[:60])
+    for cells in rows:
+        t.add_row(*cells)
     _console().print(t)
 
 

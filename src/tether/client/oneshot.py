@@ -1,41 +1,54 @@
-"""One call over the daemon's socket with the standard library only (``json``, ``socket``).
+"""One call over the daemon's socket with the standard library's C modules only.
 
 For a program that lives for a single call and must start fast: the hook program, which
-Claude Code runs on every tool call. Importing msgspec and the full client costs more than
-the rest of such a call. There are no retries and no auto-start here: ``None`` tells the
-caller to make the call with :class:`~tether.client.blocking.Client`, which has both.
+Claude Code runs on every tool call, and the CLI's fast path. Importing msgspec and the
+full client costs more than the rest of such a call, and so do ``pathlib``, ``typing``,
+``re`` and ``enum`` at this scale: paths are strings here, JSON is ``wirejson`` (``_json``,
+not the ``json`` package, which imports ``re``), the socket is ``_socket``'s (``socket``
+imports ``enum`` and ``selectors``), and the error types are imported only when a call
+fails. There
+are no retries and no auto-start here: ``None`` tells the caller to make the call with
+:class:`~tether.client.blocking.Client`, which has both.
 """
 
 from __future__ import annotations
 
-import json
-import socket
-from pathlib import Path
-from typing import Any
+import _socket
 
-from tether.client.daemonctl import trusted
-from tether.client.errors import CONNECTION_ERRORS, TetherError
-from tether.model.errors import RpcCode
+from tether.client import wirejson
+from tether.hostio.trust import UntrustedHome, check_home
+
+TYPE_CHECKING = False  # not ``typing``'s: importing it costs a hook call ~1 ms
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_REPLY = 64 * 1024 * 1024  # bytes in one reply line, as the full client
 
 
-def call_once(sock_path: Path, method: str, params: dict[str, Any], *,
-              home: Path | None = None) -> dict[str, Any] | None:
+def call_once(sock_path: str, method: str, params: dict[str, Any], *,
+              home: str | None = None) -> dict[str, Any] | None:
     """``method``'s result, or ``None`` when the daemon did not answer it (no daemon, a
     lost connection, a stopping or full daemon): the caller then makes the call with the
     full client. An error a retry would not change is raised as ``TetherError``. With
     ``home``, ``sock_path`` is that home's socket and the home must be trusted first
     (``HomeUntrusted``), as the full client checks."""
     if home is not None:
-        trusted(home)
-    line = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
-                      separators=(",", ":")).encode() + b"\n"
+        try:
+            check_home(home)
+        except UntrustedHome as e:
+            from tether.client.errors import HomeUntrusted
+
+            raise HomeUntrusted(str(e), e.path) from None
+    line = wirejson.dumps({"jsonrpc": "2.0", "id": 1, "method": method,
+                           "params": params}).encode() + b"\n"
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.connect(str(sock_path))
+        s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        try:
+            s.connect(sock_path)
             s.sendall(line)
             msg = _reply(s)
+        finally:
+            s.close()
     except (OSError, ValueError):
         return None
     if msg is None:
@@ -44,13 +57,16 @@ def call_once(sock_path: Path, method: str, params: dict[str, Any], *,
     if err is None:
         result = msg.get("result")
         return result if isinstance(result, dict) else None
-    e = TetherError.from_wire(err)
-    if e.rpc_code == RpcCode.DAEMON_STOPPING or e.code in CONNECTION_ERRORS:
+    from tether.client.errors import CONNECTION_ERRORS, TetherError
+    from tether.model.errors import RpcCode
+
+    error = TetherError.from_wire(err)
+    if error.rpc_code == RpcCode.DAEMON_STOPPING or error.code in CONNECTION_ERRORS:
         return None
-    raise e
+    raise error
 
 
-def _reply(s: socket.socket) -> dict[str, Any] | None:
+def _reply(s: _socket.socket) -> dict[str, Any] | None:
     """The reply to request 1 (notifications skipped), or ``None`` when the daemon closed
     the connection first or refused it (id null)."""
     buf = b""
@@ -64,7 +80,7 @@ def _reply(s: socket.socket) -> dict[str, Any] | None:
                 return None
             buf += chunk
             continue
-        msg = json.loads(buf[:nl])
+        msg = wirejson.loads(buf[:nl])
         buf = buf[nl + 1:]
         if not isinstance(msg, dict):
             return None

@@ -174,7 +174,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         out["agent"] = agents.summary_for_exec(rec.id, rec.lineage) if rec.lineage else None
         return out
 
-    async def health(p: m.Empty, c: Connection) -> Any:
+    def health(p: m.Empty, c: Connection) -> Any:  # never waits: called, not awaited
         serving = d.state == DaemonState.RUNNING and d.server_accepting()
         return {"status": "SERVING" if serving else "NOT_SERVING", "state": str(d.state)}
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import itertools
 import logging
 import time
@@ -34,11 +35,12 @@ import msgspec
 
 from tether.model.errors import RpcCode, TetherError
 from tether.model.states import IllegalTransition
-from tether.rpc.framing import MAX_LINE, LineReader, LineTooLong
+from tether.rpc.framing import CHUNK, MAX_LINE, LineReader, LineTooLong
 
 log = logging.getLogger("tether.rpc")
 
 _enc = msgspec.json.Encoder()
+json_decode = msgspec.json.decode
 MAX_LONG_POLLS_PER_CONNECTION = 16
 MAX_BATCH = 1000
 MAX_BATCH_REPLY = 8 * 1024 * 1024
@@ -47,11 +49,15 @@ MAX_BATCH_REPLY = 8 * 1024 * 1024
 #: all recurse, and a recursion limit hit in any of them must not be a crash.
 MAX_DEPTH = 128
 _ID_TYPES = frozenset({type(None), str, int, float})
+#: params that are no params (``[]`` is not: it is refused)
+_NONE: tuple[None, dict[str, Any]] = (None, {})
 MAX_CONNECTIONS = 1024  # per server (tether.sock and agent.sock each)
 HALF_LINE_TIMEOUT = 10.0  # seconds a line may take from its first byte to its newline
 NOTIFY_BUFFER = 64 * 1024  # bytes queued for a client above which notifications wait
 
-Handler = Callable[[Any, "Connection"], Awaitable[Any]]
+#: A method's handler: a coroutine function, or a plain function for one that never waits
+#: (``daemon.health``): called without making a coroutine, which costs more than it does.
+Handler = Callable[[Any, "Connection"], Awaitable[Any]] | Callable[[Any, "Connection"], Any]
 
 
 @dataclass
@@ -64,8 +70,11 @@ class Method:
     #: them (the same value), at a fraction of msgspec.convert's cost per call
     bare: bool = False
     ok: int = 0  # requests its handler answered without error (for ``daemon.metrics``)
+    #: the handler is a plain function: its return value is the result
+    sync: bool = False
 
     def __post_init__(self) -> None:
+        self.sync = not inspect.iscoroutinefunction(self.handler)
         if isinstance(self.params, type) and issubclass(self.params, msgspec.Struct):
             try:
                 msgspec.convert({}, self.params, strict=True)
@@ -248,15 +257,20 @@ class RpcServer:
                 conn = Connection(writer=writer, tasks=tasks, lines=lines,
                                   last_active=next(ticks))
                 self.connections.add(conn)
+                read, transport = reader.read, writer.transport
                 try:
                     while True:
                         conn.busy = False
-                        item = await lines.next()
+                        # lines.next(), inlined for its common case: one frame less
+                        item: bytes | LineTooLong | None = (
+                            lines.whole(await read(CHUNK)) if lines.fresh else None)
+                        if item is None:
+                            item = await lines.rest()
                         conn.busy = True
                         conn.last_active = next(ticks)
-                        if item is None:
-                            break
-                        if isinstance(item, LineTooLong):
+                        if type(item) is not bytes:
+                            if item is None:
+                                break
                             conn.send(_error(None, RpcCode.INVALID_REQUEST,
                                              f"message larger than the {self.max_line}-byte "
                                              "limit; it was discarded",
@@ -265,17 +279,58 @@ class RpcServer:
                             continue
                         if not item or item.isspace():  # what strip() removes
                             continue
-                        msg = _decode(item)
+                        try:  # _decode, inlined for a line that decodes
+                            msg = json_decode(item)
+                        except Exception:  # the parse error replies, by _decode
+                            msg = _decode(item)
+                        else:
+                            if len(item) > MAX_DEPTH and _too_deep(item, msg):
+                                msg = _decode(item)  # its reply for a line nested too deep
                         if type(msg) is dict:  # not a batch: the is_long test, inline
                             name = msg.get("method")
                             method = methods.get(name) if type(name) is str else None
                             long = method is not None and method.long
                         else:
-                            long = self.router.is_long(msg)
+                            method, long = None, self.router.is_long(msg)
                         if long:
                             await slots.acquire()
                             conn.spawn_long(self._handle_line(conn, msg, slots))
                             await conn.drain()
+                        elif method is not None:  # _handle_line, inlined: one frame less
+                            self.inflight += 1
+                            try:
+                                # The common case — a "2.0" request with a valid id and
+                                # no params for a method whose params are all optional
+                                # (daemon.health, listings), while the daemon accepts
+                                # work — passes _handle_one's checks: its handler is
+                                # awaited here, one frame less.
+                                if (msg.get("jsonrpc") == "2.0" and self.accepting
+                                        and method.bare and msg.get("params") in _NONE
+                                        and type(msg.get("id", conn)) in _ID_TYPES):
+                                    reply: dict[str, Any] | None
+                                    try:
+                                        result = method.handler(method.params(), conn)
+                                        if not method.sync:
+                                            result = await result
+                                        method.ok += 1
+                                        reply = {"jsonrpc": "2.0", "id": msg["id"],
+                                                 "result": result}
+                                    except BaseException as e:
+                                        reply = self._failed(e, conn, msg, False)
+                                        if reply is not None:
+                                            self._count_error(msg, reply)
+                                else:
+                                    reply = await self._handle_one(conn, msg, method)
+                                    if reply is not None and "error" in reply:
+                                        self._count_error(msg, reply)
+                                if reply is not None and not transport.is_closing():
+                                    transport.write(_enc.encode(reply) + b"\n")
+                                    if transport.get_write_buffer_size():
+                                        await self._drain(conn)
+                            finally:
+                                self.inflight -= 1
+                                if self._idle is not None:
+                                    self._done(None, counted=True)
                         else:
                             await self._handle_line(conn, msg, None)  # drains its reply
                 finally:
@@ -331,26 +386,38 @@ class RpcServer:
                            slots: asyncio.Semaphore | None) -> None:
         self.inflight += 1
         try:
-            if type(msg) is dict:
-                reply = await self._handle_one(conn, msg)
-                if reply is not None and "error" in reply:
-                    self._count_error(msg, reply)
-            else:
-                reply = await self._handle_message(conn, msg)
-            if reply is not None:
-                transport = conn.writer.transport  # what StreamWriter.write calls anyway
-                if not transport.is_closing():
-                    transport.write(_enc.encode(reply) + b"\n")
-                    # Nothing queued (the usual case) means nothing to wait for.
-                    if transport.get_write_buffer_size():
-                        with contextlib.suppress(ConnectionError):
-                            await conn.writer.drain()
+            reply = await (self._handle_one(conn, msg) if type(msg) is dict
+                           else self._handle_message(conn, msg))
+            if reply is not None and type(msg) is dict and "error" in reply:
+                self._count_error(msg, reply)
+            if reply is not None and self._write(conn, reply):
+                await self._drain(conn)
         finally:
-            if slots is not None:
-                slots.release()
+            self._done(slots)
+
+    @staticmethod
+    def _write(conn: Connection, reply: Any) -> bool:
+        """Send ``reply``; whether any of it is still queued (then drain)."""
+        transport = conn.writer.transport  # what StreamWriter.write calls anyway
+        if transport.is_closing():
+            return False
+        transport.write(_enc.encode(reply) + b"\n")
+        return bool(transport.get_write_buffer_size())
+
+    @staticmethod
+    async def _drain(conn: Connection) -> None:
+        with contextlib.suppress(ConnectionError):
+            await conn.writer.drain()
+
+    def _done(self, slots: asyncio.Semaphore | None, counted: bool = False) -> None:
+        """A request is answered (and ``counted`` out of ``inflight`` already): its
+        long-poll slot back, and drain() told when the last one in flight is."""
+        if slots is not None:
+            slots.release()
+        if not counted:
             self.inflight -= 1
-            if self.inflight == 0 and self._idle is not None and not self._idle.done():
-                self._idle.set_result(None)
+        if self.inflight == 0 and self._idle is not None and not self._idle.done():
+            self._idle.set_result(None)
 
     async def _handle_message(self, conn: Connection, msg: Any) -> Any:
         if isinstance(msg, _Unparsable):
@@ -397,7 +464,10 @@ class RpcServer:
         label = name if isinstance(name, str) and name in self.router.methods else "unknown"
         self.errors[(label, str(code))] += 1
 
-    async def _handle_one(self, conn: Connection, msg: Any) -> dict[str, Any] | None:
+    async def _handle_one(self, conn: Connection, msg: Any, found: Method | None = None
+                          ) -> dict[str, Any] | None:
+        """One request's reply (``None`` for a notification); ``found`` is its method
+        when the caller looked it up already."""
         if not isinstance(msg, dict):
             return _error(None, RpcCode.INVALID_REQUEST, "a request must be a JSON object",
                           {"code": "INVALID_REQUEST"})
@@ -415,7 +485,7 @@ class RpcServer:
                 raise _std(RpcCode.INVALID_REQUEST, 'missing or wrong "jsonrpc": "2.0"')
             if not isinstance(name, str):
                 raise _std(RpcCode.INVALID_REQUEST, '"method" must be a string')
-            method = self.router.methods.get(name)
+            method = found or self.router.methods.get(name)
             if method is None:
                 raise TetherError(RpcCode.METHOD_NOT_FOUND, "METHOD_NOT_FOUND",
                                   f"unknown method {name!r}; see docs/PROTOCOL.md for the list",
@@ -434,41 +504,47 @@ class RpcServer:
                 raise TetherError(RpcCode.DAEMON_STOPPING, "DAEMON_STOPPING",
                                   "the daemon is stopping; retry in a moment (a new daemon "
                                   "starts on the next command)")
-            result = await method.handler(params, conn)
+            result = method.handler(params, conn)
+            if not method.sync:
+                result = await result
             method.ok += 1
-        except IllegalTransition as e:  # lost a race with another state change
-            if is_notification:
-                return None
-            return _error(rid, RpcCode.INVALID_STATE,
-                          f"{e.kind} {e.ident} is now {e.current} and cannot become "
-                          f"{e.wanted}; look at it again and retry",
-                          {"code": "INVALID_STATE", "state": e.current})
-        except TetherError as e:
-            if is_notification:
-                return None
-            return {"jsonrpc": "2.0", "id": rid, "error": e.to_wire()}
-        except asyncio.CancelledError:
+        except BaseException as e:
+            return self._failed(e, conn, msg, is_notification)
+        if is_notification:
+            return None
+        return {"jsonrpc": "2.0", "id": rid, "result": result}
+
+    def _failed(self, e: BaseException, conn: Connection, msg: dict[str, Any],
+                is_notification: bool) -> dict[str, Any] | None:
+        """The error reply for a request whose handling raised ``e`` (``None`` for a
+        notification); re-raises what must end the connection (a cancellation while
+        the daemon accepts work or after the client left, an interrupt)."""
+        rid = msg.get("id")
+        if isinstance(e, asyncio.CancelledError):
             if conn.closed.is_set() or self.accepting:
-                raise
+                raise e
             if is_notification:
                 return None
             return _error(rid, RpcCode.DAEMON_STOPPING, "the daemon is stopping; retry",
                           {"code": "DAEMON_STOPPING"})
-        except Exception as e:  # a bug in one handler must not take the daemon down
-            known = self.translate(e)
-            if known is not None:
-                log.warning("%s failed: %s", msg.get("method"), known.message)
-                if is_notification:
-                    return None
-                return {"jsonrpc": "2.0", "id": rid, "error": known.to_wire()}
-            log.exception("internal error in %r", msg.get("method"))
-            if is_notification:
-                return None
-            return _error(rid, RpcCode.INTERNAL_ERROR, f"internal error: {e!r}",
-                          {"code": "INTERNAL_ERROR"})
-        if is_notification:
-            return None
-        return {"jsonrpc": "2.0", "id": rid, "result": result}
+        if not isinstance(e, Exception):
+            raise e
+        reply: dict[str, Any]
+        if isinstance(e, IllegalTransition):  # lost a race with another state change
+            reply = _error(rid, RpcCode.INVALID_STATE,
+                           f"{e.kind} {e.ident} is now {e.current} and cannot become "
+                           f"{e.wanted}; look at it again and retry",
+                           {"code": "INVALID_STATE", "state": e.current})
+        elif isinstance(e, TetherError):
+            reply = {"jsonrpc": "2.0", "id": rid, "error": e.to_wire()}
+        elif (known := self.translate(e)) is not None:  # an outside condition (a full disk)
+            log.warning("%s failed: %s", msg.get("method"), known.message)
+            reply = {"jsonrpc": "2.0", "id": rid, "error": known.to_wire()}
+        else:  # a bug in one handler must not take the daemon down
+            log.exception("internal error in %r", msg.get("method"), exc_info=e)
+            reply = _error(rid, RpcCode.INTERNAL_ERROR, f"internal error: {e!r}",
+                           {"code": "INTERNAL_ERROR"})
+        return None if is_notification else reply
 
     async def drain(self, timeout: float) -> None:
         """Stop accepting work, cancel long polls, wait for the rest to finish."""

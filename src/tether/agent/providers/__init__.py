@@ -14,10 +14,12 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Iterator, Mapping
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
+TYPE_CHECKING = False  # not ``typing``'s: the hook program imports this package
 if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
     from tether.agent.providers.base import Provider
     from tether.agent.providers.claude import ClaudeProvider
     from tether.agent.providers.codex import CodexProvider
@@ -33,6 +35,9 @@ PROVIDERS = {
     "aider": "aider:AiderProvider",
     "amp": "amp:AmpProvider",
 }
+#: The providers whose hook payload is the hook program's last argument, not its stdin
+#: (``Provider.payload_in_argv``, here so the hook need not import the provider).
+PAYLOAD_IN_ARGV = frozenset({"codex"})
 
 
 class _Registry(Mapping[str, "Provider"]):
@@ -107,5 +112,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["PROVIDERS", "REGISTRY", "ClaudeProvider", "CodexProvider", "GenericProvider",
-           "Provider", "for_command", "get", "load_user"]
+__all__ = ["PAYLOAD_IN_ARGV", "PROVIDERS", "REGISTRY", "ClaudeProvider", "CodexProvider",
+           "GenericProvider", "Provider", "for_command", "get", "load_user"]

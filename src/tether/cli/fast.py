@@ -1,0 +1,189 @@
+"""The ``tether`` console script: the hot read-only commands without click, rich or msgspec.
+
+A command's wall time is mostly imports, and ``tether ps``, ``status`` and ``logs`` are what
+scripts and people run most. When the command line is one of their plain forms, this
+module makes the calls with ``client.oneshot`` (``json``, ``socket``) and prints exactly
+what the click command would. Anything else — another command, ``--help``, an option it
+does not know, no daemon answering (the full client auto-starts one), an error reply, a
+home that fails the trust check, a terminal on stdout for ``ps`` (rich lays tables out to
+its width) — goes to the click CLI (``tether.cli.main``) as if this module were not there;
+a read-only call that fails here is simply made again there, which renders the error.
+``tests/e2e/test_cli_fast.py`` compares both paths' bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False  # not ``typing``'s: every import here costs every command
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+SOCKET_NAME = "tether.sock"  # HomeLayout.socket; a unit test keeps them the same
+
+
+class Decline(Exception):
+    """This path does not handle the command line: the click CLI will (with ``argv``,
+    when given, instead of the command line's)."""
+
+    def __init__(self, argv: list[str] | None = None) -> None:
+        super().__init__()
+        self.argv = argv
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    try:
+        code = run(args)
+    except Decline as e:
+        args, code = e.argv or args, None
+    if code is None:
+        from tether.cli.main import cli
+
+        cli(args, prog_name="tether")
+    sys.exit(code)
+
+
+def run(argv: list[str]) -> int | None:
+    """The exit code of a command handled here, else ``None`` (or ``Decline``)."""
+    home = None
+    while argv and argv[0].startswith("--home"):
+        if argv[0] == "--home" and len(argv) > 1:
+            home, argv = argv[1], argv[2:]
+        elif argv[0].startswith("--home="):
+            home, argv = argv[0].removeprefix("--home="), argv[1:]
+        else:
+            return None
+    command = COMMANDS.get(argv[0]) if argv else None
+    if command is None:
+        return None
+    return command(resolve_home(home), argv[1:])
+
+
+def resolve_home(home: str | None) -> str:
+    """``daemonctl.resolve_home`` with ``os.path`` (a unit test keeps them the same)."""
+    if home:
+        return _absolute(os.path.expanduser(home))
+    env = os.environ.get("TETHER_HOME")
+    if env:
+        return _absolute(os.path.expanduser(env))
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = os.path.expanduser(xdg) if xdg else os.path.join(os.path.expanduser("~"),
+                                                          ".local", "state")
+    return _absolute(os.path.join(base, "tether"))
+
+
+def _absolute(path: str) -> str:
+    """``Path.absolute()``: joined to the working directory, not normalized."""
+    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+
+
+def _flags(args: list[str], known: set[str]) -> set[str]:
+    """The flags among ``known`` that ``args`` holds, which must be nothing else."""
+    if not set(args) <= known or len(set(args)) != len(args):
+        raise Decline
+    return set(args)
+
+
+def _call(home: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """``method``'s result, or ``Decline`` so that the full client makes the call."""
+    from tether.client.oneshot import call_once
+
+    try:
+        result = call_once(os.path.join(home, SOCKET_NAME), method, params, home=home)
+    except Exception as e:  # a TetherError: the click path renders it
+        raise Decline from e
+    if result is None:
+        raise Decline
+    return result
+
+
+def ps(home: str, args: list[str]) -> int:
+    from tether.cli import pstable  # only here: it imports re, shlex and datetime
+
+    flags = _flags(args, {"-a", "--all", "--json"})
+    as_json = "--json" in flags
+    if not as_json and (sys.stdout.isatty() or "FORCE_COLOR" in os.environ
+                        or "TTY_COMPATIBLE" in os.environ):
+        raise Decline  # rich draws for a terminal (and colours on request)
+    execs = _call(home, "exec.list", {"sandbox": None,
+                                      "all": bool(flags & {"-a", "--all"})})["execs"]
+    if as_json:
+        import json
+
+        sys.stdout.write(json.dumps([pstable.exec_row(x) for x in execs]) + "\n")
+        return 0
+    text = pstable.plain(*pstable.exec_cells(execs))
+    if text is None:
+        raise Decline
+    sys.stdout.write(text)
+    return 0
+
+
+def status(home: str, args: list[str]) -> int:
+    _flags(args, set())
+    st = _call(home, "daemon.status", {})
+    counts = st.get("counts") or {}
+    by_state = counts.get("execs") or {}
+    execs = ", ".join(f"{k.lower()} {v}" for k, v in sorted(by_state.items())) or "none"
+    lines = [f"daemon   pid {st['pid']}, {st['state']}, up {st.get('uptime', 0.0):.0f}s, "
+             f"version {st['version']}", f"home     {st['home']}"]
+    for name, rt in (st.get("runtimes") or {}).items():
+        ok = rt.get("available")
+        detail = rt.get("version") or ""
+        if not ok and rt.get("reason"):
+            detail = rt["reason"]
+        mark = {True: "available", False: "unavailable", None: "not probed"}[ok]
+        lines.append(f"{name:<8} {mark}" + (f" ({detail})" if detail else ""))
+    lines.append(f"execs    {execs} (watched {counts.get('watched', 0)})")
+    lines.append(f"sandboxes {counts.get('sandboxes', 0)}, clients "
+                 f"{counts.get('connections', 0)}")
+    sys.stdout.write("".join(line + "\n" for line in lines))
+    sys.stdout.flush()
+    return 0
+
+
+def logs(home: str, args: list[str]) -> int:
+    """``logs [--stderr] EXEC`` to its end. Should a call fail once bytes are out, the
+    click command carries on from the offset reached."""
+    refs = [a for a in args if not a.startswith("-")]
+    flags = _flags([a for a in args if a.startswith("-")], {"--stderr"})
+    if len(refs) != 1:
+        raise Decline
+    x = _call(home, "exec.get", {"exec": refs[0]})
+    stream = "stderr" if flags else ("pty" if x["spec"].get("tty") else "stdout")
+    import binascii
+
+    sink, offset = sys.stdout.buffer, 0
+    try:
+        while True:
+            try:
+                chunk = _call(home, "exec.logs", {"exec": x["id"], "stream": stream,
+                                                  "offset": offset, "limit": 1024 * 1024,
+                                                  "wait": 0.0})
+            except Decline:
+                if offset == 0:
+                    raise
+                raise Decline(["--home", home, "logs", *args, "--offset", str(offset)]
+                              ) from None
+            data = binascii.a2b_base64(chunk.get("data") or "")
+            if not data:
+                return 0
+            offset = chunk["offset"]
+            sink.write(data)
+            sink.flush()
+    except KeyboardInterrupt:
+        return 0
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+COMMANDS: dict[str, Callable[[str, list[str]], int]] = {"ps": ps, "status": status,
+                                                         "logs": logs}
+
+
+if __name__ == "__main__":
+    main()
