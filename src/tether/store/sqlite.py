@@ -98,7 +98,9 @@ class Store:
             if getattr(e, "sqlite_errorcode", None) in _CORRUPT_CODES:
                 raise StoreCorrupt(str(e)) from None
             raise
-        problems = [str(r[0]) for r in rows]
+        # One line each: SQLite's first row can itself span lines ("*** in database main
+        # ***\nPage 12: …"), and the refusal promises one line.
+        problems = [" ".join(str(r[0]).split()) for r in rows]
         if problems != ["ok"]:
             more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
             raise StoreCorrupt(problems[0] + more)
