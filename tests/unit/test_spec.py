@@ -729,3 +729,23 @@ def test_object_nesting_is_bounded() -> None:
         deep = [deep]
     with pytest.raises(SpecError, match=r"^spec: nested more than 64 levels deep"):
         parse_spec_object({"labels": deep})
+
+
+def test_docker_host_and_its_tls_files(tmp_path: Path) -> None:
+    for host in ("unix:///run/d2.sock", "tcp://10.0.0.2:2376", "ssh://me@box:2222"):
+        assert parse(DOCKER + f"docker_host: {host}\n").docker_host == host
+    check(fail(DOCKER + "docker_host: http://box\n"), 3, "docker_host",
+          "unix:///path/to/docker.sock, tcp://HOST:PORT or ssh://")
+    check(fail(DOCKER + "docker_host: unix://relative.sock\n"), 3, "docker_host", "unix:///")
+    check(fail("runtime: bwrap\ndocker_host: ssh://box\n"), 2, "docker_host",
+          "docker_host needs runtime: docker")
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    tcp = DOCKER + "docker_host: tcp://box:2376\n"
+    check(fail(tcp + "docker_cert_path: certs\n", tmp_path), 4, "docker_cert_path",
+          "lacks ca.pem, cert.pem, key.pem")
+    for name in ("ca.pem", "cert.pem", "key.pem"):
+        (certs / name).write_text("x")
+    assert parse(tcp + "docker_cert_path: certs\n", tmp_path).docker_cert_path == str(certs)
+    check(fail(DOCKER + "docker_host: ssh://box\ndocker_cert_path: certs\n", tmp_path), 4,
+          "docker_cert_path", "tcp://HOST:PORT")

@@ -37,6 +37,8 @@ class RuntimeStatus(_Reply):
     reason: str | msgspec.UnsetType | None = msgspec.UNSET
     connected: bool | msgspec.UnsetType | None = msgspec.UNSET  # docker only
     reconciles: int | msgspec.UnsetType | None = msgspec.UNSET  # docker only
+    # docker only: each sandbox's docker_host in use, with these same fields
+    hosts: dict[str, dict[str, Any]] | msgspec.UnsetType = msgspec.UNSET
 
 
 class StatusCounts(_Reply):

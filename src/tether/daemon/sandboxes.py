@@ -126,7 +126,7 @@ class SandboxService:
                                        os.path.realpath(self.execs.layout.root))
             if problem is not None:
                 raise invalid_params(f"mounts[{i}]: {problem}")
-        await rt.ensure()  # refuse before anything is recorded
+        await rt.ensure(spec)  # refuse before anything is recorded
         rec = self.journal.commit(self.store.create_sandbox(name, spec))
         return await rt.create(rec, warning)
 

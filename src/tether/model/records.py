@@ -44,6 +44,11 @@ Seconds = Annotated[float, Meta(gt=0, description=_DURATION, extra={"form": "dur
 SecondsOrZero = Annotated[float, Meta(ge=0, description=_DURATION,
                                       extra={"form": "duration"})]
 Image = Annotated[str, Meta(pattern=r"^\S+\Z", description="an image reference (no spaces)")]
+#: A docker engine's address, in the docker SDK's and CLI's own transports.
+DockerHost = Annotated[str, Meta(
+    pattern=r"^(unix:///|tcp://[^/\s]|ssh://[^/\s])\S*\Z",
+    description="a docker engine address: unix:///path/to/docker.sock, tcp://HOST:PORT "
+                "or ssh://[USER@]HOST[:PORT]")]
 
 
 class MountSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -122,6 +127,11 @@ class SandboxSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     # docker: "always" lets dockerd restart containers that exit (not those tether
     # stops), also while tether is down; "never" makes such an exit FAILED.
     restart: Literal["never", "always"] = "never"
+    # docker: the engine that runs the sandbox; None is the daemon's own (DOCKER_HOST or
+    # the local socket). Every engine call, docker exec and cp for it goes there.
+    docker_host: DockerHost | None = None
+    # docker with tcp://: a directory holding ca.pem, cert.pem and key.pem; verified TLS.
+    docker_cert_path: str | None = None
 
 
 class SandboxRecord(msgspec.Struct, kw_only=True):

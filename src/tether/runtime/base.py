@@ -176,8 +176,9 @@ class Runtime(ABC):
         ok, reason = self.available()
         return RuntimeStatus(ok, {} if ok else {"reason": reason})
 
-    async def ensure(self) -> None:
-        """Refuse (``RUNTIME_UNAVAILABLE``) when it cannot serve a request now."""
+    async def ensure(self, spec: SandboxSpec | None = None) -> None:
+        """Refuse (``RUNTIME_UNAVAILABLE``) when it cannot serve a request now (for a
+        sandbox of ``spec``: it may name where it runs, a docker ``docker_host``)."""
         ok, reason = self.available()
         if not ok:
             raise unavailable(self.name, reason)

@@ -31,6 +31,9 @@ def no_container_fields(spec: SandboxSpec) -> list[SpecProblem]:
     if spec.restart != "never":
         out.append(SpecProblem("restart", f"restart needs runtime: docker {runtime}; other "
                                "runtimes have no long-lived container"))
+    for field in ("docker_host", "docker_cert_path"):
+        if getattr(spec, field) is not None:
+            out.append(SpecProblem(field, f"{field} needs runtime: docker {runtime}"))
     return out
 
 

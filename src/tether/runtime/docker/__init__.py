@@ -18,6 +18,7 @@ import os
 
 from tether.model.errors import RpcCode, TetherError
 from tether.model.records import SandboxRecord, SandboxSpec
+from tether.model.states import SandboxState
 from tether.runtime.base import (
     ExecRequest,
     Launch,
@@ -34,6 +35,7 @@ from tether.runtime.docker.names import (
     HOST_ONLY_ENV,
     KEEPALIVE,
     bridge_name,
+    client_env,
     docker_binary,
     exec_argv,
     home_key,
@@ -60,12 +62,28 @@ class DockerRuntime(Runtime):
                       "process sandbox, e.g. the default one")
 
     def __init__(self, home: str, docker_cli: str | None) -> None:
-        self.engine = DockerEngine(home, docker_cli)
+        self.home = home
         self.docker_bin = docker_cli
+        self.engine = DockerEngine(home, docker_cli)
+        self._services: dict[str | None, ContainerService] = {}  # by docker_host
+        self._watches: asyncio.TaskGroup | None = None  # run()'s: one watch per engine
 
     def attach(self, host: SandboxHost) -> None:
         super().attach(host)
         self.service = ContainerService(host, self.engine, self.docker_bin)
+        self._services[None] = self.service
+
+    def service_for(self, spec: SandboxSpec) -> ContainerService:
+        """The service of the engine ``spec`` names, made (and watched) on first use."""
+        svc = self._services.get(spec.docker_host)
+        if svc is None:
+            engine = DockerEngine(self.home, self.docker_bin, spec.docker_host,
+                                  spec.docker_cert_path)
+            svc = self._services[spec.docker_host] = ContainerService(
+                self.host, engine, self.docker_bin)
+            if self._watches is not None:
+                self._watches.create_task(svc.watch_loop())
+        return svc
 
     # ------------------------------------------------------------------ availability
     def available(self) -> tuple[bool, str]:
@@ -76,10 +94,23 @@ class DockerRuntime(Runtime):
             with contextlib.suppress(TetherError, TimeoutError):
                 await asyncio.wait_for(self.service.ensure(), PROBE_TIMEOUT)
         view = self.service.status()
+        remote = {h: svc.status() for h, svc in self._services.items() if h is not None}
+        if remote:
+            view["hosts"] = remote
         return RuntimeStatus(view.pop("available"), view)
 
-    async def ensure(self) -> None:
-        await self.service.ensure()
+    async def ensure(self, spec: SandboxSpec | None = None) -> None:
+        if spec is None:
+            await self.service.ensure()
+            return
+        svc = self.service_for(spec)
+        if svc.engine.cert_path != spec.docker_cert_path:
+            raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
+                              f"docker_host {spec.docker_host} is already used with "
+                              f"docker_cert_path {svc.engine.cert_path}; one engine has one "
+                              "set of TLS files: use that docker_cert_path",
+                              {"docker_host": spec.docker_host})
+        await svc.ensure()
 
     # ------------------------------------------------------------------ specs
     @classmethod
@@ -91,6 +122,11 @@ class DockerRuntime(Runtime):
         if spec.network == "none" and spec.companions:
             out.append(SpecProblem("network", "network: none cuts the sandbox off from its "
                                    "companions; use private"))
+        if spec.docker_cert_path is not None and not (spec.docker_host or "").startswith(
+                "tcp://"):
+            out.append(SpecProblem("docker_cert_path", "TLS certificates are for a "
+                                   "docker_host of tcp://HOST:PORT (unix:// and ssh:// "
+                                   "need none); remove docker_cert_path or set docker_host"))
         return out
 
     def workspace_problem(self, path: str) -> str | None:
@@ -119,7 +155,7 @@ class DockerRuntime(Runtime):
                 inner["TERM"] = spec.env.get("TERM", "xterm")
             inner["TETHER_EXEC_ID"] = exec_id
             inner["TETHER_SANDBOX"] = sandbox.id
-            env.update({k: v for k, v in os.environ.items() if k.startswith("DOCKER_")})
+            env.update(client_env(sandbox.spec))
             env.update(inner)
             argv = exec_argv(docker_bin, sandbox.id, spec.argv, sorted(inner),
                              cwd=inside_cwd(sandbox.spec, req.cwd), tty=spec.tty,
@@ -131,37 +167,41 @@ class DockerRuntime(Runtime):
 
     # ------------------------------------------------------------------ lifecycle
     async def create(self, sb: SandboxRecord, note: str | None) -> SandboxRecord:
-        return await self.service.create(sb)
+        return await self.service_for(sb.spec).create(sb)
 
     async def start(self, sb: SandboxRecord) -> SandboxRecord:
-        await self.service.ensure()
-        return await self.service.start(sb)
+        svc = self.service_for(sb.spec)
+        await svc.ensure()
+        return await svc.start(sb)
 
     async def stop(self, sb: SandboxRecord, reason: str) -> SandboxRecord:
-        await self.service.ensure()
-        return await self.service.stop(sb, reason)
+        svc = self.service_for(sb.spec)
+        await svc.ensure()
+        return await svc.stop(sb, reason)
 
     async def remove(self, sb: SandboxRecord, *, force: bool) -> None:
+        svc = self.service_for(sb.spec)
         try:
-            await self.service.ensure()
-            await self.service.remove(sb)
+            await svc.ensure()
+            await svc.remove(sb)
         except TetherError as e:
             if not force:
                 raise TetherError(e.rpc_code, e.code, f"{e.message}; the sandbox stays "
                                   "DELETING until dockerd answers (or `tether sandbox rm "
                                   "--force` records it deleted now)", e.data) from None
             log.warning("sandbox %s deleted by force: %s", sb.id, e.message)
-            self.service.leftovers_due = True
-            self.service.wanted.set()
+            svc.leftovers_due = True
+            svc.wanted.set()
 
     async def copy(self, sb: SandboxRecord, direction: str, src: str, dst: str, *,
                    tether_home: str) -> int:
-        await self.service.ensure()
+        svc = self.service_for(sb.spec)
+        await svc.ensure()
         try:
             if direction == "in":
-                return await self.service.call(copying.copy_in, self.engine, sb.id, src, dst)
-            return await self.service.call(copying.copy_out, self.engine, sb.id, src, dst,
-                                           tether_home)
+                return await svc.call(copying.copy_in, svc.engine, sb.id, src, dst)
+            return await svc.call(copying.copy_out, svc.engine, sb.id, src, dst,
+                                  tether_home)
         except DockerError as e:
             raise TetherError(rpc_code(e.code, RpcCode.INVALID_PARAMS), e.code, str(e),
                               {"sandbox": sb.id}) from None
@@ -173,10 +213,23 @@ class DockerRuntime(Runtime):
     def note_sandboxes(self, sandboxes: list[SandboxRecord]) -> None:
         if sandboxes:  # a home that used docker: reconcile, sweep leftovers
             self.service.wanted.set()
+        for sb in sandboxes:  # other engines: those with a sandbox left to reconcile
+            if sb.spec.docker_host is not None and sb.state != SandboxState.DELETED:
+                self.service_for(sb.spec).wanted.set()
 
     async def run(self) -> None:
-        await self.service.watch_loop()
+        """One watch per engine in use, in a task group this task owns: an engine a
+        sandbox names later joins it (:meth:`service_for`)."""
+        async with asyncio.TaskGroup() as tg:
+            self._watches = tg
+            try:
+                for svc in list(self._services.values()):
+                    tg.create_task(svc.watch_loop())
+                await asyncio.Future()  # until the daemon cancels run()
+            finally:
+                self._watches = None
 
     async def sweep(self) -> None:
-        await self.service.sweep_leftovers()
+        for svc in list(self._services.values()):
+            await svc.sweep_leftovers()
 

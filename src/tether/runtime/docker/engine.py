@@ -41,11 +41,15 @@ def _ns(seconds: float) -> int:
 
 
 class DockerEngine:
-    """dockerd through its SDK, for one tether home."""
+    """One dockerd through its SDK, for one tether home: the daemon's own (``host``
+    None: DOCKER_HOST or the local socket) or a sandbox's ``docker_host``."""
 
-    def __init__(self, home: str, docker_cli: str | None) -> None:
+    def __init__(self, home: str, docker_cli: str | None, host: str | None = None,
+                 cert_path: str | None = None) -> None:
         self.home = home
         self.docker_cli = docker_cli
+        self.host = host
+        self.cert_path = cert_path
         self._key: str | None = None
         self._client: docker.DockerClient | None = None
 
@@ -56,16 +60,43 @@ class DockerEngine:
             self._key = home_key(self.home)
         return self._key
 
+    @property
+    def local(self) -> bool:
+        """Whether the engine's bridges are this machine's, so that iptables here keeps
+        a sandbox off the host (a tcp:// or ssh:// engine's are another machine's)."""
+        return self.host is None or self.host.startswith("unix://")
+
+    @property
+    def where(self) -> str:
+        return f"dockerd at {self.host}" if self.host else "dockerd"
+
     # ------------------------------------------------------------------ connection
     def client(self) -> docker.DockerClient:
         if self._client is None:
             import docker
 
             try:
-                self._client = docker.from_env(timeout=120)
+                if self.host is None:
+                    self._client = docker.from_env(timeout=120)
+                else:
+                    self._client = docker.DockerClient(
+                        base_url=self.host, timeout=120, tls=self._tls(),
+                        # ssh:// through the ssh binary, as the docker CLI does (its
+                        # ~/.ssh/config and agent), not paramiko.
+                        use_ssh_client=self.host.startswith("ssh://"))
             except docker.errors.DockerException as e:
-                raise DockerError(f"cannot reach dockerd: {e}", "DOCKER_UNAVAILABLE") from None
+                raise DockerError(f"cannot reach {self.where}: {e}",
+                                  "DOCKER_UNAVAILABLE") from None
         return self._client
+
+    def _tls(self) -> Any:
+        if self.cert_path is None:
+            return False
+        from docker.tls import TLSConfig
+
+        return TLSConfig(client_cert=(f"{self.cert_path}/cert.pem",
+                                      f"{self.cert_path}/key.pem"),
+                         ca_cert=f"{self.cert_path}/ca.pem", verify=True)
 
     def reset(self) -> None:
         """Drop the connection (after dockerd went away) so the next call reconnects."""
@@ -84,8 +115,9 @@ class DockerEngine:
             version = str(c.version().get("Version"))
         except Exception as e:
             self.reset()
-            return Probe(False, None, f"dockerd is not reachable: {short(e)} (start it, "
-                         "or set DOCKER_HOST)")
+            how = "or fix the sandbox's docker_host" if self.host else "or set DOCKER_HOST"
+            return Probe(False, None, f"{self.where} is not reachable: {short(e)} (start "
+                         f"it, {how})")
         return Probe(True, version, "ok")
 
     def labels(self, sandbox: str, name: str, role: str, **extra: str) -> dict[str, str]:
@@ -276,7 +308,10 @@ class DockerEngine:
 
     # ------------------------------------------------------------------ host blocking
     def block_host(self, sandbox: str) -> None:
-        """Drop what the sandbox's bridge sends to the host itself (idempotent)."""
+        """Drop what the sandbox's bridge sends to the host itself (idempotent). A
+        remote engine's bridge is not here: nothing to do (docs/STATE.md Known limits)."""
+        if not self.local:
+            return
         rule = ["INPUT", "-i", bridge_name(sandbox), "-j", "DROP"]
         if _iptables("-C", *rule) == 0:
             return
@@ -286,6 +321,8 @@ class DockerEngine:
                               "opt out)", "HOST_BLOCK_FAILED")
 
     def unblock_host(self, sandbox: str) -> None:
+        if not self.local:
+            return
         rule = ["INPUT", "-i", bridge_name(sandbox), "-j", "DROP"]
         while _iptables("-C", *rule) == 0:
             if _iptables("-D", *rule) != 0:

@@ -143,6 +143,20 @@ def inside_cwd(spec: SandboxSpec, host_cwd: str | None) -> str | None:
     return target
 
 
+def client_env(spec: SandboxSpec) -> dict[str, str]:
+    """The ``docker`` CLI's environment for a sandbox's execs and signals: the daemon's
+    DOCKER_* for its own engine, else the sandbox's ``docker_host`` (and TLS files)
+    alone, so no context or certificate of the daemon's engine leaks into it."""
+    if spec.docker_host is None:
+        return {k: v for k, v in os.environ.items() if k.startswith("DOCKER_")}
+    env = {"DOCKER_HOST": spec.docker_host}
+    if spec.docker_cert_path is not None:
+        env.update(DOCKER_TLS_VERIFY="1", DOCKER_CERT_PATH=spec.docker_cert_path)
+    if "DOCKER_CONFIG" in os.environ:  # the client's own settings (ssh, auth), not an engine's
+        env["DOCKER_CONFIG"] = os.environ["DOCKER_CONFIG"]
+    return env
+
+
 def exec_argv(docker_bin: str, sandbox: str, argv: list[str], env_names: list[str], *,
               cwd: str | None, tty: bool, stdin: bool) -> list[str]:
     """The ``docker exec`` the monitor runs. Values of ``env_names`` come from the

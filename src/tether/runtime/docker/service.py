@@ -38,10 +38,41 @@ BACKOFF_MAX = 5.0
 RESTART_SETTLE = 5.0  # seconds to let dockerd restart a `restart: always` container
 
 
+class EngineSandboxes:
+    """The daemon's sandboxes narrowed to those one engine runs (their ``docker_host``),
+    so each engine's reconcile sees only its own and takes another's for nothing."""
+
+    def __init__(self, host: SandboxHost, docker_host: str | None) -> None:
+        self._host = host
+        self._docker_host = docker_host
+
+    def _mine(self, sb: SandboxRecord | None) -> SandboxRecord | None:
+        return sb if sb is not None and sb.spec.docker_host == self._docker_host else None
+
+    def get(self, sandbox: str) -> SandboxRecord | None:
+        return self._mine(self._host.get(sandbox))
+
+    def list(self, *, include_deleted: bool = False) -> list[SandboxRecord]:
+        return [sb for sb in self._host.list(include_deleted=include_deleted)
+                if self._mine(sb) is not None]
+
+    def transition(self, sandbox: str, to: SandboxState, reason: str) -> SandboxRecord:
+        return self._host.transition(sandbox, to, reason)
+
+    def event(self, sandbox: str | None, kind: str, reason: str,
+              data: dict[str, Any] | None = None) -> None:
+        self._host.event(sandbox, kind, reason, data)
+
+    async def finish_delete(self, sb: SandboxRecord) -> SandboxRecord:
+        return await self._host.finish_delete(sb)
+
+
 class ContainerService:
+    """One engine's sandboxes: their lifecycle, reconcile and event watch."""
+
     def __init__(self, host: SandboxHost, engine: DockerEngine,
                  docker_cli: str | None) -> None:
-        self.host = host
+        self.host: SandboxHost = EngineSandboxes(host, engine.host)
         self.engine = engine
         self.docker_cli = docker_cli
         self.probe_result: Probe | None = None
@@ -71,7 +102,11 @@ class ContainerService:
 
     def _event(self, sandbox: str | None, kind: str, reason: str,
                data: dict[str, Any] | None = None) -> None:
-        self.host.event(sandbox, kind, reason, data or {})
+        data = data or {}
+        if self.engine.host is not None and sandbox is None:  # which engine says so
+            data = {**data, "docker_host": self.engine.host}
+            reason = f"{reason} ({self.engine.where})"
+        self.host.event(sandbox, kind, reason, data)
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """An engine call in a worker thread. A broken connection (dockerd restarted or
@@ -84,7 +119,7 @@ class ContainerService:
             raise
         except (OSError, docker.errors.DockerException) as e:
             self.probe_result = None
-            raise DockerError(f"dockerd is not reachable: {short(e)}",
+            raise DockerError(f"{self.engine.where} is not reachable: {short(e)}",
                               "DOCKER_UNAVAILABLE") from e
 
     async def ensure(self) -> Probe:
@@ -93,9 +128,12 @@ class ContainerService:
         if self.probe_result is None or not self.probe_result.available:
             self.probe_result = await asyncio.to_thread(self.engine.probe)
         if not self.probe_result.available:
+            data: dict[str, Any] = {"runtime": "docker"}
+            if self.engine.host is not None:
+                data["docker_host"] = self.engine.host
             raise TetherError(RpcCode.INVALID_STATE, "RUNTIME_UNAVAILABLE",
                               f"the docker runtime is not available: "
-                              f"{self.probe_result.reason}", {"runtime": "docker"})
+                              f"{self.probe_result.reason}", data)
         return self.probe_result
 
     def status(self) -> dict[str, Any]:

@@ -132,6 +132,15 @@ class _Checks:
                           f"{targets[inside]}")
             targets[inside] = join("mounts", i)
             mounts.append(MountSpec(source=source, target=inside, mode=mount.mode))
+        cert_path = spec.docker_cert_path
+        if cert_path is not None:
+            cert_path = self.host_path(["docker_cert_path"], cert_path, "docker_cert_path")
+            missing = [f for f in ("ca.pem", "cert.pem", "key.pem")
+                       if not os.path.isfile(os.path.join(cert_path, f))]
+            if missing:
+                self.fail(["docker_cert_path"], f"docker_cert_path {cert_path} lacks "
+                          f"{', '.join(missing)} (docker's TLS files: ca.pem, cert.pem, "
+                          "key.pem)")
         self.names(["env"], spec.env, env=True)
         seen: dict[str, str] = {}
         for i, companion in enumerate(spec.companions):
@@ -146,7 +155,8 @@ class _Checks:
             self.report.fail(node, v.path, v.problem, line=key_line)
         resources = None if spec.resources == ResourceSpec() else spec.resources
         return msgspec.structs.replace(spec, workspace=workspace, workspace_target=target,
-                                       mounts=mounts, resources=resources)
+                                       mounts=mounts, resources=resources,
+                                       docker_cert_path=cert_path)
 
 
 def resolve(spec: SandboxSpec, root: Map, report: Reporter, *, base_dir: str,
