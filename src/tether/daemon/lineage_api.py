@@ -17,7 +17,8 @@ LONG = frozenset({"lineage.finish"})
 
 def handlers(d: Daemon) -> dict[str, Handler]:
     async def finish(p: m.LineageFinish, c: Connection) -> Any:
-        rec, outcome = await d.agents.finish(d.agents.resolve(p.lineage), commit=p.commit)
+        rec, outcome = await d.tasks.owned(d.agents.finish(d.agents.resolve(p.lineage),
+                                                           commit=p.commit))
         return {**d.agents.view(rec), "handoff": outcome}
 
     return {"lineage.finish": finish}

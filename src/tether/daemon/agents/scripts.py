@@ -201,13 +201,16 @@ class WorktreeScripts:
     async def on_end(self, rec: LineageRecord) -> None:
         """The lineage ended: stop its companion, free its ports, run ``archive``."""
         core, cfg = self.core, rec.config
+        if cfg.repo is None:
+            return
         for n in range(1, rec.attempt + 1):
             x = core.store.exec_by_request_key(f"lineage-{rec.id}-run-{n}")
             if x is not None and x.ended_at is None:
                 with contextlib.suppress(Exception):
                     await core.execs.cancel(x, 15, 5.0, f"lineage {rec.id} ended")
-        core.store.ports.release(rec.id)
-        if cfg.repo is None or not cfg.repo.archive or not cfg.worktree \
+        if cfg.port_base is not None:
+            core.store.ports.release(rec.id)
+        if not cfg.repo.archive or not cfg.worktree \
                 or not os.path.isdir(cfg.worktree):
             return
         code, tail = await run_script(cfg.repo.archive, cfg.worktree,
