@@ -220,3 +220,23 @@ def test_workdir_and_adopting_an_existing_worktree(daemon: DaemonProc,
     r = tether(daemon, repo, "run", "--agent", "generic", "-d", "--worktree", "x",
                "--workdir", str(plain), "--", "sleep", "60")
     assert r.returncode == 2 and "exclude each other" in r.stderr
+
+
+def test_a_hand_off_cut_by_a_daemon_sigkill_runs_again(stopped_daemon: DaemonProc,
+                                                        tmp_path: Path) -> None:
+    marks = tmp_path / "command-ran"
+    repo = make_repo(tmp_path, f"""
+handoff: {{commit: true, remote: origin, command: 'echo x >> {marks}; sleep 3'}}
+""")
+    remote = bare_remote(tmp_path, repo)
+    d = stopped_daemon
+    d.start()
+    one = start(d, repo, "feat-k", "echo done > out.txt; exit 0")
+    wait_for(lambda: marks.exists(), timeout=30, what="the hand-off command")
+    d.kill9()  # after the push, during the command: the outcome was never committed
+    d.start()
+    c = d.client()
+    wait_for(lambda: c.lineage_get(one).handed_off == "ok", timeout=30)
+    assert marks.read_text().split() == ["x", "x"]  # at least once: it ran again
+    assert git(remote, "show", "feat-k:out.txt") == "done"
+    assert c.status().recovery.get("handoffs_resumed") == 1
