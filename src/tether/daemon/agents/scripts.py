@@ -121,6 +121,10 @@ class WorktreeScripts:
         """Before the lineage exists: read the repository's config, copy its files, lease
         its ports and run its setup (once per worktree). Raises, with the lease freed, if
         any of it fails: no lineage is created."""
+        # A successor's config is its predecessor's: read and lease afresh.
+        env = {k: v for k, v in cfg.env.items()
+               if k not in ("TETHER_PORT_BASE", "TETHER_PORT_COUNT")}
+        cfg = msgspec.structs.replace(cfg, repo=None, port_base=None, env=env)
         tree = cfg.worktree
         if not tree:
             return cfg
