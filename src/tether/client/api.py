@@ -209,7 +209,8 @@ class _Api:
                     dying_pct: float | None = None, stale_after: float | None = None,
                     crashed_after: float | None = None, worktree: str | None = None,
                     issue: str | None = None, issue_id: str | None = None,
-                    force: bool = False, request_key: str | None = None) -> Request[r.AgentStarted]:
+                    force: bool = False, request_key: str | None = None,
+                    commit_on_finish: bool = False) -> Request[r.AgentStarted]:
         """Start an agent lineage; unset options take the daemon's defaults
         (``tether.model.records.AgentConfig``). A request key makes retries start it once."""
         return Request("agent.start", {
@@ -219,6 +220,7 @@ class _Api:
             "successor": successor, "aging_pct": aging_pct, "dying_pct": dying_pct,
             "stale_after": stale_after, "crashed_after": crashed_after,
             "worktree": worktree, "issue": issue, "issue_id": issue_id,
+            "commit_on_finish": commit_on_finish or None,
             "force": force or None,
             "request_key": request_key or _request_key()}, r.AgentStarted)
 
@@ -241,6 +243,14 @@ class _Api:
         """Decide for a lineage waiting under the ``ask`` revival policy."""
         return Request("lineage.resolve", {"lineage": lineage, "action": action},
                        r.LineageView)
+
+    @rpc
+    def lineage_finish(self, lineage: str, *, commit: bool = False,
+                       ) -> Request[r.LineageFinished]:
+        """Stop a lineage (it finishes) and hand its branch off: commit (if asked or
+        configured), push to the repository's ``handoff.remote``, run its command."""
+        return Request("lineage.finish", {"lineage": lineage, "commit": commit},
+                       r.LineageFinished)
 
     # activity digests
     @rpc

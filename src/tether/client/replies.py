@@ -139,6 +139,14 @@ class LineageView(_Reply):
     worktree: str | None = None
     created_at: float = 0.0
     predecessor: str | None = None
+    port_base: int | None = None  # TETHER_PORT_BASE, when its repository asks for ports
+    handed_off: str | None = None  # the branch hand-off: None, "ok" or "failed"
+
+
+class LineageFinished(LineageView, kw_only=True):
+    # This call's hand-off: ok, branch, remote, head, steps (each step's exit_code and
+    # output_tail); None when the lineage had been handed off already.
+    handoff: dict[str, Any] | None = None
 
 
 class AgentStarted(LineageView, kw_only=True):

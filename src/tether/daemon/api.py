@@ -17,7 +17,7 @@ from tether import __version__
 from tether.agent.lifecycle import Thresholds
 from tether.agent.providers import REGISTRY, for_command
 from tether.agent.providers import get as get_provider
-from tether.daemon import digest_api, metrics_api
+from tether.daemon import digest_api, lineage_api, metrics_api
 from tether.daemon.agents import AgentService, git_common_dir
 from tether.daemon.digest import DigestService
 from tether.daemon.events import MAX_TOTAL_SUBSCRIPTIONS, EventBus
@@ -81,7 +81,7 @@ MAX_SUBSCRIPTIONS = 64  # per connection; each may queue up to QUEUE_LIMIT event
 # a client's next request on the same connection may rely on the sandbox existing.
 LONG_POLL_METHODS = {"exec.wait", "exec.logs", "sandbox.stop", "sandbox.delete",
                      "sandbox.copy", "agent.start", "lineage.resolve", "retention.prune",
-                     *digest_api.LONG}
+                     *digest_api.LONG, *lineage_api.LONG}
 
 
 def provider_for(argv0: str) -> str:
@@ -147,6 +147,7 @@ METHODS: dict[str, type[Any]] = {
     "lineage.get": m.LineageRef,
     "lineage.resolve": m.LineageResolve,
     **digest_api.METHODS,
+    **lineage_api.METHODS,
     **HOOK_METHODS,
     **metrics_api.METHODS,
     "schedule.add": m.ScheduleAdd,
@@ -459,6 +460,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         "lineage.get": lineage_get,
         "lineage.resolve": lineage_resolve,
         **digest_api.handlers(d),
+        **lineage_api.handlers(d),
         **hook_handlers(d.hooks),
         **metrics_api.handlers(d),
         **schedule_handlers(d.scheduler),

@@ -300,6 +300,7 @@ class Daemon:
         await self.sandboxes.recover()
         # Agents last: a lineage is orphaned only once its exec's fate is known.
         summary.update({f"lineages_{k}": v for k, v in (await self.agents.recover()).items()})
+        summary["handoffs_resumed"] = self.agents.resume_ends()
         summary["deliveries_requeued"] = self.hooks.recover()
         # Schedules after execs: a run settles from its exec's recovered end.
         summary.update({f"schedule_{k}": v

@@ -36,3 +36,23 @@ class Tasks:
             coro.close()
             raise RuntimeError("the daemon's task group is not open yet")
         return self._group.create_task(coro, name=name)
+
+    async def owned(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a state change in a task of the group and await its outcome: a client
+        that goes away must not leave it half done (a hand-off between its push and its
+        command, say). An error reaches this caller, never the group."""
+        if self._group is None:
+            return await coro
+        outcome: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+        async def run() -> None:
+            try:
+                outcome.set_result(await coro)
+            except asyncio.CancelledError:
+                outcome.cancel()
+                raise
+            except Exception as e:
+                outcome.set_exception(e)
+
+        self.spawn(run(), name="owned")
+        return await asyncio.shield(outcome)

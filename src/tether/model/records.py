@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from tether.model.repo import RepoConfig
+
 DEFAULT_SANDBOX = "default"
 
 # The defaults of an exec and of an agent, written once: the records below, the wire
@@ -229,6 +231,9 @@ class AgentOptions(msgspec.Struct, kw_only=True, omit_defaults=True):
     crashed_after: float = CRASHED_AFTER
     worktree: str | None = None
     issue: str | None = None
+    # Commit what the agent left, push and run the hand-off command when it finishes
+    # (``--commit-on-finish``; the repository's ``handoff:`` says where to push).
+    commit_on_finish: bool = False
 
 
 class AgentConfig(AgentOptions, kw_only=True, omit_defaults=True):
@@ -237,6 +242,11 @@ class AgentConfig(AgentOptions, kw_only=True, omit_defaults=True):
     # The worktree's git common dir, found once at start (a sandboxed agent's commits
     # write there; its worktree's .git file is the agent's to rewrite).
     git_dir: str | None = None
+    # The repository's .tether.yaml as read at start (tether.agent.repoconfig).
+    repo: RepoConfig | None = None
+    # The first of the ports leased to this lineage (TETHER_PORT_BASE), if the repository
+    # asks for ports; the lease itself is the store's (port_leases, migration 12).
+    port_base: int | None = None
 
 
 class LineageRecord(msgspec.Struct, kw_only=True):
@@ -280,6 +290,8 @@ class LineageRecord(msgspec.Struct, kw_only=True):
     reason: str | None = None
     predecessor: str | None = None  # the lineage whose handoff seeded this one
     request_key: str | None = None  # the agent.start that created it (retries are no-ops)
+    # The branch hand-off's outcome: None (none yet, or none configured), "ok", "failed".
+    handed_off: str | None = None
 
 
 def to_builtins(obj: Any) -> Any:

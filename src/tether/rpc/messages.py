@@ -245,6 +245,11 @@ class LineageList(_P):
     all: bool = False
 
 
+class LineageFinish(_P):
+    lineage: NonEmpty
+    commit: bool = False  # commit what the agent left first, whatever the repository says
+
+
 class LineageResolve(_P):
     lineage: NonEmpty
     action: Literal["revive", "reap"]

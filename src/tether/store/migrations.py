@@ -212,4 +212,19 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        12,
+        "port ranges leased to agent lineages (worktree scripts)",
+        # One row per lineage holding ports; a row whose lineage is gone or no longer live
+        # is free (swept in the transaction that leases), so a crash never double-leases.
+        """
+        CREATE TABLE port_leases (
+            lineage   TEXT PRIMARY KEY,
+            lo        INTEGER NOT NULL,
+            hi        INTEGER NOT NULL,
+            leased_at REAL NOT NULL
+        );
+        CREATE INDEX port_leases_lo ON port_leases(lo);
+        """,
+    ),
 ]

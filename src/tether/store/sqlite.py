@@ -32,6 +32,7 @@ from tether.model.records import (
 )
 from tether.model.states import ExecState, LineageStatus, SandboxState, check_transition
 from tether.store.migrations import MIGRATIONS
+from tether.store.ports import PortLeases
 from tether.store.schedules import ScheduleStore
 
 _enc = msgspec.json.Encoder()
@@ -76,6 +77,7 @@ class Store:
         self.migrate()
         self._epoch: str | None = None
         self.schedules = ScheduleStore(self)
+        self.ports = PortLeases(self)
 
     @property
     def epoch(self) -> str:

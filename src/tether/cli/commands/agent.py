@@ -42,6 +42,31 @@ def lineage_resolve(ctx: click.Context, action: str | None, ref: str) -> None:
                                           if rec.status == "ACTIVE" else ""))
 
 
+@lineage.command("finish")
+@click.option("--commit", is_flag=True, help="commit what the agent left uncommitted first")
+@click.argument("ref")
+@click.pass_context
+def lineage_finish(ctx: click.Context, commit: bool, ref: str) -> None:
+    """Stop a lineage (it finishes) and hand its branch off: commit (--commit, or the
+    repository's handoff.commit), push to handoff.remote, run handoff.command."""
+    rec = client(ctx).lineage_finish(ref, commit=commit)
+    h = rec.handoff
+    if h is None:
+        click.echo(f"{rec.id} {rec.status}: handed off already")
+        return
+    for st in h.get("steps", []):
+        click.echo(f"  {st['step']}: exit {st['exit_code']}")
+    where = f" to {h['remote']}" if h.get("remote") else ""
+    if h.get("ok"):
+        click.echo(f"{rec.id} handed off: {h.get('branch')} at {h.get('head')}{where}")
+        return
+    bad = next((s for s in h.get("steps", []) if s["exit_code"] != 0), None)
+    tail = (bad or {}).get("output_tail", "").strip()
+    click.echo(f"tether: {rec.id}: hand-off failed at {(bad or {}).get('step')}: {tail}\n"
+               f"fix it and run `tether lineage finish {rec.id}` again", err=True)
+    sys.exit(1)
+
+
 @click.command()
 @click.pass_context
 def reap(ctx: click.Context) -> None:

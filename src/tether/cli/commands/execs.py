@@ -63,7 +63,15 @@ if TYPE_CHECKING:
 @click.option("--successor", type=click.Choice(["none", "auto"]), default="none",
               show_default=True, help="agents: start a fresh session from the handoff at DEAD")
 @click.option("--worktree", default=None,
-              help="agents: run in git worktree BRANCH (created beside the repo) or '.'")
+              help="agents: run in git worktree BRANCH (created beside the repo, or the "
+                   "repository's existing worktree of BRANCH or at that path) or '.'")
+@click.option("--workdir", "workdir_opt", default=None,
+              type=click.Path(file_okay=False, exists=True),
+              help="agents: run in this existing directory or checkout as it is (no "
+                   "worktree is created)")
+@click.option("--commit-on-finish", is_flag=True,
+              help="agents: when it finishes, commit what it left, push and run the "
+                   "repository's handoff command")
 @click.option("--issue", default=None, help="agents: the issue this session works on")
 @click.option("--issue-id", default=None,
               help="agents: the tracker's own id of --issue (default: derived from it)")
@@ -76,7 +84,8 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
         interactive: bool, detach_keys: str | None, agent_provider: str | None,
         no_agent: bool, revival: str, max_revivals: int, aging_pct: float, dying_pct: float,
         stale_after: float, crashed_after: float, successor: str, worktree: str | None,
-        issue: str | None, issue_id: str | None, force: bool, argv: tuple[str, ...],
+        workdir_opt: str | None, commit_on_finish: bool, issue: str | None,
+        issue_id: str | None, force: bool, argv: tuple[str, ...],
         **flags: Any) -> None:
     """Run a command under the daemon: tether run [-d] [-it] -- CMD ARGS...
 
@@ -92,6 +101,11 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
     from tether.cli import foreground as fg
     from tether.cli.terminal import terminal_size
 
+    if worktree and workdir_opt:
+        die("--worktree and --workdir exclude each other: --workdir runs in a directory "
+            "as it is, --worktree in a git worktree of a branch", 2)
+    if workdir_opt:
+        worktree = os.path.abspath(workdir_opt)  # used as it is: never created
     if issue_id is not None and not (issue and worktree):
         die("--issue-id needs --issue and --worktree", 2)
     keys = fg.detach_keys(detach_keys)
@@ -117,13 +131,15 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
                      f"{sandbox}` removes it)")
     try:
         if provider is not None:
-            wt_path = _prepare_worktree(worktree, workdir) if worktree else None
+            wt_path = (worktree if workdir_opt else
+                       _prepare_worktree(worktree, workdir) if worktree else None)
             lin = c.agent_start(
                 list(argv), provider=provider, name=name, sandbox=sandbox, env=env,
                 cwd=wt_path or workdir, tty=use_tty, revival=revival,
                 max_revivals=max_revivals, aging_pct=aging_pct, dying_pct=dying_pct,
                 stale_after=stale_after, crashed_after=crashed_after, successor=successor,
-                worktree=wt_path, issue=issue, issue_id=issue_id, force=force)
+                worktree=wt_path, issue=issue, issue_id=issue_id, force=force,
+                commit_on_finish=commit_on_finish)
             if lin.exec_view is None:
                 die(f"agent lineage {lin.id} did not start: {lin.reason}", 1)
             x: ExecView = lin.exec_view
@@ -156,13 +172,40 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
     sys.exit(fg.attach_output(c, x.id, interrupts))
 
 
+def _existing_worktrees(top: str) -> dict[str, str]:
+    """The repository's worktrees: path -> branch name ('' when detached)."""
+    import subprocess
+
+    r = subprocess.run(["git", "-C", top, "worktree", "list", "--porcelain"],
+                       capture_output=True, text=True)
+    found: dict[str, str] = {}
+    path = ""
+    for line in r.stdout.splitlines():
+        if line.startswith("worktree "):
+            path = line.removeprefix("worktree ")
+            found[path] = ""
+        elif line.startswith("branch refs/heads/") and path:
+            found[path] = line.removeprefix("branch refs/heads/")
+    return found
+
+
 def _prepare_worktree(branch: str, cwd: str) -> str:
-    """``--worktree .`` uses the current directory; ``--worktree B`` creates (or reuses)
-    a git worktree for branch B next to the repository: ``<repo>.worktrees/<B>``."""
+    """``--worktree .`` uses the current directory; ``--worktree PATH`` adopts the
+    repository's existing worktree there; ``--worktree B`` adopts the worktree that has
+    branch B checked out, else creates (or reuses) ``<repo>.worktrees/<B>`` for it."""
     import subprocess
 
     if branch == ".":
         return cwd
+    if os.path.isdir(branch):
+        real = os.path.realpath(branch)
+        top = subprocess.run(["git", "-C", real, "rev-parse", "--show-toplevel"],
+                             capture_output=True, text=True).stdout.strip()
+        if top and os.path.realpath(top) == real and real in {
+                os.path.realpath(p) for p in _existing_worktrees(cwd)}:
+            return real
+        die(f"--worktree {branch}: a directory, but not a worktree of the repository at "
+            f"{cwd}; use --workdir {branch} to run there as it is", 2)
     ok = not branch.startswith("-") and subprocess.run(
         ["git", "check-ref-format", "--branch", branch], capture_output=True).returncode == 0
     if not ok:
@@ -172,6 +215,9 @@ def _prepare_worktree(branch: str, cwd: str) -> str:
                              capture_output=True, text=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         die(f"--worktree {branch}: {cwd} is not inside a git repository", 2)
+    for have, checked_out in _existing_worktrees(top).items():
+        if checked_out == branch:
+            return have  # the branch's own worktree, wherever it is: adopted
     path = os.path.join(f"{top}.worktrees", branch.replace("/", "-"))
     if os.path.isdir(path):
         return path

@@ -27,6 +27,7 @@ from tether.agent.providers import get as get_provider
 from tether.agent.providers.base import SessionContext
 from tether.daemon.agents import ending
 from tether.daemon.agents.core import AgentCore, token_digest
+from tether.daemon.agents.scripts import WorktreeScripts
 from tether.daemon.agents.worktree import WorktreeFiles
 from tether.hostio.untrusted import replace_at
 from tether.model.errors import RpcCode, TetherError
@@ -72,9 +73,11 @@ def _write_private(directory: Path, path: str, content: bytes) -> None:
 
 
 class Attempts:
-    def __init__(self, core: AgentCore, worktree: WorktreeFiles) -> None:
+    def __init__(self, core: AgentCore, worktree: WorktreeFiles,
+                 scripts: WorktreeScripts) -> None:
         self.core = core
         self.worktree = worktree
+        self.scripts = scripts
 
     # ------------------------------------------------------------------ start
     async def start(self, cfg: AgentConfig, name: str | None,
@@ -101,6 +104,7 @@ class Attempts:
                      predecessor: str | None = None) -> LineageRecord:
         """A new lineage, then its first attempt."""
         ident = self.core.store.reserve_id("lineage", nbytes=5)
+        cfg = await self.scripts.prepare(cfg, ident)  # copy, ports, setup: or refuse
         now = time.time()
         rec = LineageRecord(id=ident, name=name, config=cfg, created_at=now, updated_at=now,
                             request_key=request_key, predecessor=predecessor)
@@ -195,9 +199,11 @@ class Attempts:
                     why = e.message if isinstance(e, TetherError) else f"{type(e).__name__}: {e}"
                     if not isinstance(e, TetherError):
                         log.warning("lineage %s attempt %s: %s", rec.id, rec.attempt, why)
-                    return core.commit(core.store.update_lineage(
+                    rec = core.commit(core.store.update_lineage(
                         rec.id, status=LineageStatus.FAILED, reason=f"could not start attempt "
                         f"{rec.attempt}: {why}"))
+                    core.forget(rec.id)
+                    return rec
                 x = unstarted
             if not x.never_started:
                 break
@@ -212,6 +218,7 @@ class Attempts:
             exec_id=x.id, recent_starts=starts,
             reason=f"attempt {rec.attempt} running as exec {x.id}"))
         self.worktree.update(rec, pid=core.execs.pid_of(x.id))
+        await self.scripts.start_companion(rec)
         if x.state in EXEC_TERMINAL:  # it ended before we looked (e.g. instantly)
             self.on_exec_terminal(x)
         return core.store.get_lineage(rec.id) or rec

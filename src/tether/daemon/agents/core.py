@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,8 @@ class AgentCore:
         # lineage -> its current attempt's token, only here and in that attempt's exec
         # environment; lost with the daemon (the next start of the attempt gets a new one).
         self.tokens: dict[str, str] = {}
+        # Called with every lineage that ended (its end scripts and hand-off: the service).
+        self.on_end: Callable[[str], None] | None = None
 
     def commit(self, result: tuple[LineageRecord, Event | None]) -> LineageRecord:
         """Publish a committed lineage change's event, if any; return the record."""
@@ -75,7 +78,9 @@ class AgentCore:
         return self.locks.setdefault(lineage, asyncio.Lock())
 
     def forget(self, lineage: str) -> None:
-        """Drop the memory of a lineage that has ended."""
+        """Drop the memory of a lineage that has ended, and run what follows its end."""
+        if self.on_end is not None:
+            self.on_end(lineage)
         self.heartbeat.pop(lineage, None)
         lock = self.locks.get(lineage)
         if lock is not None and not lock.locked():

@@ -6,6 +6,7 @@ side (``resolve``, ``view``, ``summary_for_exec``) is its own.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -14,7 +15,9 @@ from tether.agent.providers import load_user
 from tether.daemon.agents import recovery
 from tether.daemon.agents.attempts import Attempts, revivals
 from tether.daemon.agents.core import AgentCore
+from tether.daemon.agents.handoff import hand_off, wanted
 from tether.daemon.agents.protocol import Protocol
+from tether.daemon.agents.scripts import WorktreeScripts
 from tether.daemon.agents.tick import Tick
 from tether.daemon.agents.turns import OutputTurns
 from tether.daemon.agents.worktree import WorktreeFiles
@@ -27,6 +30,8 @@ from tether.daemon.tasks import Tasks
 from tether.model.errors import RpcCode, TetherError
 from tether.model.layout import HomeLayout
 from tether.model.records import AgentConfig, LineageRecord
+from tether.model.repo import Handoff
+from tether.model.states import LINEAGE_LIVE, LineageStatus
 from tether.store import Store
 
 log = logging.getLogger("tether.agents")
@@ -42,7 +47,11 @@ class AgentService:
         self.core = AgentCore(store, layout, journal, execs, sandboxes, tasks, instance,
                               faults, clock)
         self.worktree = WorktreeFiles(self.core)
-        self.attempts = Attempts(self.core, self.worktree)
+        self.scripts = WorktreeScripts(self.core)
+        self.attempts = Attempts(self.core, self.worktree, self.scripts)
+        self.core.on_end = self._on_end
+        # lineage -> its end task (hand-off, companion, ports, archive), while it runs.
+        self.ending: dict[str, asyncio.Task[None]] = {}
         self.protocol = Protocol(self.core, self.worktree)
         self.ticker = Tick(self.core, self.attempts, self.worktree, tick_interval,
                            OutputTurns(self.core, self.protocol))
@@ -90,7 +99,8 @@ class AgentService:
             "revive_at": rec.revive_at, "has_handoff": rec.handoff is not None,
             "snapshot": str(snapshot.path_for(self.layout.root, rec.id)),
             "worktree": rec.config.worktree, "created_at": rec.created_at,
-            "predecessor": rec.predecessor,
+            "predecessor": rec.predecessor, "port_base": rec.config.port_base,
+            "handed_off": rec.handed_off,
         }
         return out
 
@@ -148,6 +158,74 @@ class AgentService:
     async def hook(self, rec: LineageRecord, provider_name: str, event: str,
                    payload: dict[str, Any]) -> dict[str, Any]:
         return await self.protocol.hook(rec, provider_name, event, payload)
+
+    # ------------------------------------------------------------------ ends
+    def _on_end(self, lineage: str) -> None:
+        if lineage in self.ending or not self.core.tasks.open:
+            return  # (before the group opens, recovery runs what is owed)
+        self.ending[lineage] = self.core.tasks.spawn(self._end(lineage),
+                                                     name=f"end-{lineage}")
+
+    async def _end(self, lineage: str) -> None:
+        """After a lineage's end: its hand-off if it finished and one is owed, then its
+        companion stopped, its ports freed and its archive script."""
+        try:
+            rec = self.store.get_lineage(lineage)
+            if rec is None:
+                return
+            h = wanted(rec)
+            if rec.status == LineageStatus.FINISHED and h and rec.handed_off is None:
+                rec, _ = await hand_off(self.core, rec, h)
+            await self.scripts.on_end(rec)
+        except Exception:  # never into the daemon's TaskGroup
+            log.exception("ending lineage %s failed", lineage)
+        finally:
+            self.ending.pop(lineage, None)
+
+    def resume_ends(self) -> int:
+        """At start: ports of lineages never created are free again, and every finished
+        lineage whose hand-off is owed gets it (a daemon killed mid-way)."""
+        self.store.ports.sweep_unborn()
+        owed = [r.id for r in self.store.list_lineages((LineageStatus.FINISHED,))
+                if r.handed_off is None and wanted(r) is not None]
+        for lineage in owed:
+            self._on_end(lineage)
+        return len(owed)
+
+    async def finish(self, rec: LineageRecord, *, commit: bool,
+                     ) -> tuple[LineageRecord, dict[str, Any] | None]:
+        """``lineage.finish``: stop a live lineage (it FINISHES), then hand its branch
+        off now (again, if a hand-off failed), whether or not its finish would have; the
+        outcome is None when it was handed off already."""
+        if rec.status in LINEAGE_LIVE:
+            x = self.store.get_exec(rec.exec_id) if rec.exec_id else None
+            if x is not None and x.ended_at is None:
+                await self.core.execs.cancel(x, 15, 5.0, "finished by `tether lineage finish`")
+            for _ in range(300):
+                fresh = self.store.get_lineage(rec.id)
+                if fresh is None or fresh.status not in LINEAGE_LIVE:
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise TetherError(RpcCode.INVALID_STATE, "STILL_RUNNING",
+                                  f"lineage {rec.id} did not end within 30 s of its exec's "
+                                  "cancel; try again, or `tether kill` its exec")
+        task = self.ending.get(rec.id)
+        if task is not None:
+            await asyncio.shield(task)
+        rec = self.store.get_lineage(rec.id) or rec
+        if rec.status != LineageStatus.FINISHED:
+            raise TetherError(RpcCode.INVALID_STATE, "NOT_FINISHED",
+                              f"lineage {rec.id} is {rec.status}, not FINISHED: only a "
+                              "finished lineage's branch is handed off")
+        if rec.handed_off == "ok" and not commit:
+            return rec, None
+        repo_h = rec.config.repo.handoff if rec.config.repo else None
+        h = Handoff(commit=commit or bool(repo_h and repo_h.commit) or
+                    rec.config.commit_on_finish,
+                    remote=repo_h.remote if repo_h else None,
+                    command=repo_h.command if repo_h else None)
+        return await hand_off(self.core, rec, h)
 
     # ------------------------------------------------------------------ tick
     async def tick_loop(self) -> None:
