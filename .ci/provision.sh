@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # System packages the tests and benchmarks need, on a fresh Debian machine (root, no
 # container registry): bubblewrap, tmux (bench baseline), and a Docker engine with a
-# small local busybox image, chromium for the dashboard's browser tests, (docker.io's dockerd started by hand; `docker import`).
+# small local busybox image, chromium for the dashboard's browser tests, postgresql
+# for the fleet tests (a throw-away cluster per run, tests/pg.py), (docker.io's dockerd started by hand; `docker import`).
 set -eu
 IMAGE=${TETHER_TEST_IMAGE:-tether-test:busybox}
 export DEBIAN_FRONTEND=noninteractive
@@ -11,6 +12,7 @@ command -v tmux    >/dev/null || need+=(tmux)
 command -v dockerd >/dev/null || need+=(docker.io)
 command -v busybox >/dev/null || need+=(busybox-static)
 command -v chromium >/dev/null || need+=(chromium)   # the dashboard's browser tests
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)  # fleet tests (tests/pg.py)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq "${need[@]}" >/dev/null

@@ -34,7 +34,7 @@ COMMANDS = {
     "sandbox": "sandbox:sandbox", "cp": "sandbox:cp", "lineage": "agent:lineage",
     "reap": "agent:reap", "agent": "agent:agent", "status": "daemon:status",
     "daemon": "daemon:daemon", "digest": "digest:digest", "hook": "hook:hook",
-    "web": "web:web",
+    "web": "web:web", "fleet": "fleet:fleet", "hosts": "fleet:hosts", "drain": "fleet:drain",
 }
 
 
@@ -75,11 +75,13 @@ class TetherGroup(click.Group):
 @click.group(cls=TetherGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="tether home (default: $TETHER_HOME or ~/.local/state/tether)")
+@click.option("--fleet", default=None, metavar="URL",
+              help="the fleet's PostgreSQL: ps, hosts, drain and run act on every host")
 @click.version_option(__version__, prog_name="tether")
 @click.pass_context
-def cli(ctx: click.Context, home: Path | None) -> None:
+def cli(ctx: click.Context, home: Path | None, fleet: str | None) -> None:
     """tether — a durable supervisor for AI coding agents and long-running commands."""
-    ctx.obj = Ctx(resolve_home(home))
+    ctx.obj = Ctx(resolve_home(home), fleet)
 
 
 def main() -> None:

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from tether.daemon.clock import Clock
 from tether.daemon.events import QUEUE_LIMIT
+from tether.daemon.fleet import FleetConfig
 from tether.rpc.server import HALF_LINE_TIMEOUT, MAX_CONNECTIONS
 
 POOL_SIZE = 2  # idle monitors kept ready
@@ -47,10 +49,14 @@ class DaemonConfig:
     digest_interval: float = 900.0
     digest_summarizer: str | None = None
     digest_tz: str | None = None
+    #: Fleet mode (``--fleet URL --host-name N``): None on a single host.
+    fleet: FleetConfig | None = None
 
     @classmethod
     def from_env(cls, home: Path, *, pool_size: int = POOL_SIZE,
                  default_runtime: str | None = None, recover_store: bool = False,
+                 fleet_url: str | None = None, host_name: str | None = None,
+                 capacity: int = 4, labels: dict[str, str] | None = None,
                  env: Mapping[str, str] = os.environ) -> DaemonConfig:
         """Flags win over the environment, which wins over the defaults."""
         return cls(
@@ -70,6 +76,10 @@ class DaemonConfig:
             digest_interval=float(env.get("TETHER_DIGEST_INTERVAL", 900.0)),
             digest_summarizer=env.get("TETHER_DIGEST_SUMMARIZER") or None,
             digest_tz=env.get("TETHER_DIGEST_TZ") or None,
+            fleet=None if not fleet_url else FleetConfig(
+                url=fleet_url, host=host_name or socket.gethostname(), capacity=capacity,
+                labels=labels or {}, lease=float(env.get("TETHER_FLEET_LEASE", 10.0)),
+                interval=float(env.get("TETHER_FLEET_INTERVAL", 1.0))),
         )
 
     def clock(self) -> Clock:

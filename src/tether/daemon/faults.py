@@ -8,7 +8,12 @@ Points (docs/STATE.md lists what each must leave):
 * ``agent.after_attempt_commit`` — a revival's intent (attempt number, token) is
   committed, its exec is not started yet;
 * ``digest.after_node`` — a rollup pass has finished one digest node (and its
-  checkpoint), others remain.
+  checkpoint), others remain;
+* ``fleet.after_start`` — fleet work placed on this host has started here, its
+  RUNNING is not written to PostgreSQL yet.
+
+And one that is not a crash: ``fleet.partition`` cuts this host off PostgreSQL while
+the file ``<home>/fleet.partition`` exists (its lease renewals stop; it fences itself).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import os
 import signal
 
 POINTS = frozenset({"exec.after_commit", "exec.after_handoff", "agent.after_attempt_commit",
-                    "digest.after_node"})
+                    "digest.after_node", "fleet.after_start", "fleet.partition"})
 
 
 class Faults:

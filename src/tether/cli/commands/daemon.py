@@ -47,9 +47,16 @@ def status(ctx: click.Context, as_json: bool) -> None:
 @click.option("--recover-store", is_flag=True,
               help="the store is missing, empty or corrupt: move it aside, make a new one "
               "and re-adopt the running execs from their monitors' files")
+@click.option("--fleet", "fleet_url", default=None, metavar="URL",
+              help="join the fleet whose PostgreSQL is URL (after `tether fleet init URL`)")
+@click.option("--host-name", default=None, help="fleet: this host's name (default: hostname)")
+@click.option("--capacity", type=click.IntRange(0, 10000), default=4, show_default=True,
+              help="fleet: placements this host runs at once")
+@click.option("--label", "labels", multiple=True, help="fleet: KEY=VALUE placement may ask for")
 @click.pass_context
 def daemon(ctx: click.Context, pool: int, default_runtime: str | None,
-           recover_store: bool) -> None:
+           recover_store: bool, fleet_url: str | None, host_name: str | None, capacity: int,
+           labels: tuple[str, ...]) -> None:
     """Run the daemon in the foreground (systemd Type=notify friendly)."""
     if ctx.invoked_subcommand is not None:
         return
@@ -61,6 +68,12 @@ def daemon(ctx: click.Context, pool: int, default_runtime: str | None,
         argv += ["--default-runtime", default_runtime]
     if recover_store:
         argv.append("--recover-store")
+    fleet_url = fleet_url or ctx.obj.fleet
+    if fleet_url:
+        argv += ["--fleet", fleet_url, "--capacity", str(capacity)]
+        argv += ["--host-name", host_name] if host_name else []
+        for label in labels:
+            argv += ["--label", label]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, argv)

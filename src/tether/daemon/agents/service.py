@@ -6,6 +6,7 @@ side (``resolve``, ``view``, ``summary_for_exec``) is its own.
 
 from __future__ import annotations
 
+import signal
 from typing import Any
 
 from tether.agent import snapshot
@@ -23,6 +24,7 @@ from tether.daemon.tasks import Tasks
 from tether.model.errors import RpcCode, TetherError
 from tether.model.layout import HomeLayout
 from tether.model.records import AgentConfig, LineageRecord
+from tether.model.states import LINEAGE_LIVE, LineageStatus
 from tether.store import Store
 
 
@@ -99,6 +101,24 @@ class AgentService:
 
     async def resolve_ask(self, rec: LineageRecord, action: str) -> LineageRecord:
         return await self.attempts.resolve_ask(rec, action)
+
+    async def withdraw(self, lineage: str, reason: str) -> bool:
+        """End a live lineage here for good (REAPED, its exec killed): fleet mode calls
+        it when this host lost its lease, since the lineage is revived on another host
+        and must not run here too. False when it has already ended (or is mid-revival:
+        the caller tries again)."""
+        async with self.core.lock(lineage):
+            rec = self.store.get_lineage(lineage)
+            if rec is None or rec.status not in (LineageStatus.ACTIVE, LineageStatus.ORPHANED,
+                                                  LineageStatus.ASK_PENDING):
+                return rec is None or rec.status not in LINEAGE_LIVE
+            rec = self.core.commit(self.store.update_lineage(
+                rec.id, status=LineageStatus.REAPED, reason=reason))
+            self.core.forget(rec.id)
+        x = self.store.get_exec(rec.exec_id) if rec.exec_id else None
+        if x is not None:
+            await self.core.execs.cancel(x, signal.SIGKILL, 0.0, reason)
+        return True
 
     def reap(self) -> dict[str, int]:
         """Sweep without signalling: settle dead sessions, drop stale heartbeat files."""
