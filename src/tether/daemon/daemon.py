@@ -270,6 +270,7 @@ class Daemon:
         if self.config.fleet is not None:
             self.fleet = FleetService(self.config.fleet, self.layout.root, self.store,
                                       self.journal, self.agents, self._dispatch, faults)
+            self.agents.gate_revivals(self.fleet.may_revive)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from tether import __version__
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
+from tether.model.records import LineageRecord
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE
 from tether.store import Store
 
@@ -63,6 +64,7 @@ class FleetService:
         self.state: str | None = None
         self.deadline = 0.0  # monotonic: the lease is surely still ours before this
         self.fenced_count = 0
+        self.owned: frozenset[str] = frozenset()  # local request keys this lease owns
         self.wake = asyncio.Event()
         self._conns: dict[str, Any] = {}
 
@@ -105,6 +107,12 @@ class FleetService:
     def close(self) -> None:
         for role in list(self._conns):
             self._drop(role)
+
+    def may_revive(self, rec: LineageRecord) -> bool:
+        """The agent service's revival gate: a fleet lineage is revived here only while
+        this host's live lease owns its placement (else it is revived elsewhere)."""
+        key = rec.request_key or ""
+        return not key.startswith(REQUEST_PREFIX) or (self.live() and key in self.owned)
 
     def live(self) -> bool:
         return self.token is not None and time.monotonic() < self.deadline
@@ -152,6 +160,7 @@ class FleetService:
     async def _fence(self, why: str) -> None:
         """Stop acting for the fleet: this host's work is being revived elsewhere."""
         token, self.token = self.token, None
+        self.owned = frozenset()
         self.fenced_count += 1
         log.error("fleet: host %s is fenced (lease %s): %s", self.cfg.host, token, why)
         self.journal.record(None, "fleet.fenced", reason=f"host {self.cfg.host} fenced: {why}",
@@ -206,7 +215,7 @@ class FleetService:
             local = await self._start(w)
             await self._call("work", fs.mark_running, w["id"], host, token, local)
         running = await self._call("work", fs.running_on, host, token)
-        owned = frozenset(_key(w) for w in [*placed, *running])
+        owned = self.owned = frozenset(_key(w) for w in [*placed, *running])
         for w in running:
             ended = self._ended(w)
             if ended is not None:
