@@ -306,3 +306,36 @@ def test_randomised_host_kills_keep_every_lineage_on_one_host(fleet: Fleet) -> N
     assert [e["gseq"] for e in journal] == list(range(1, len(journal) + 1))
     placed = [e["work"] for e in journal if e["type"] == "work.placed"]
     assert sorted(placed) == sorted(acked)
+
+
+def test_a_crash_between_the_local_start_and_running_starts_once(fleet: Fleet) -> None:
+    slow = {"TETHER_FLEET_LEASE": "15"}  # the restart comes back within the lease
+    h1 = fleet.add("h1", env={**slow, "TETHER_FAULT": "fleet.after_start"})
+    wait_for(lambda: len(fleet.hosts_rows()) == 1, 15, what="h1")
+    ident = fleet.place("--host", "h1", "--", *SLEEPER)
+    assert h1.proc is not None
+    h1.proc.wait(20)  # the fault point killed it after the local start
+    assert fleet.work(ident)["state"] == "PLACED"
+    h1.start(pool=0, env={**FAST, **slow}, args=["--fleet", fleet.url, "--host-name", "h1"])
+    w = wait_for(lambda: fleet.work(ident)["state"] == "RUNNING" and fleet.work(ident), 20,
+                 what="RUNNING after the restart")
+    assert _local_starts(h1.home) == {f"fleet-{ident}-1": 1}
+    with h1.client() as c:
+        assert c.exec_get(w["local_id"]).state == "RUNNING"
+
+
+def test_drain_stops_new_placements_and_keeps_what_runs(fleet: Fleet) -> None:
+    fleet.add("h1")
+    fleet.add("h2")
+    wait_for(lambda: len(fleet.hosts_rows()) == 2, 15, what="two hosts")
+    first = fleet.place("--host", "h1", "--", *SLEEPER)
+    assert "h1 draining" in fleet.cli("drain", "h1").stdout.decode()
+    placed = [fleet.work(fleet.place("--host", "auto", "--", *SLEEPER))["host"]
+              for _ in range(3)]
+    assert placed == ["h2"] * 3
+    refused = fleet.cli("run", "--host", "h1", "--", "true", check=False)
+    assert refused.returncode == 1 and "DRAINING" in refused.stderr.decode()
+    wait_for(lambda: fleet.work(first)["state"] == "RUNNING", 20, what="h1 keeps its work")
+    assert fleet.hosts_rows()["h1"]["state"] == "DRAINING"
+    unknown = fleet.cli("drain", "nope", check=False)
+    assert unknown.returncode == 1 and "no host named 'nope'" in unknown.stderr.decode()
