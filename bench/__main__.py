@@ -17,6 +17,7 @@ from bench import (
     agents,
     cli,
     digest,
+    fleet,
     floods,
     logs,
     memory,
@@ -57,6 +58,7 @@ BENCHMARKS: dict[str, Runner] = {
     "digest": lambda o, c: digest.run(o),
     "outbox": lambda o, c: outbox.run(o),
     "web": lambda o, c: web.run(o),
+    "fleet": lambda o, c: fleet.run(o),
 }
 ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
            "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents",
