@@ -70,8 +70,9 @@ if TYPE_CHECKING:
 @click.option("--force", is_flag=True, help="agents: reuse a worktree of another issue")
 @click.option("--host", "fleet_host", default=None,
               help="fleet (--fleet URL): the host to run on, or auto (the freest)")
-@click.option("--label", "fleet_labels", multiple=True,
-              help="fleet: KEY=VALUE a host must carry (e.g. gpu=1)")
+@click.option("--host-label", "fleet_labels", multiple=True,
+              help="fleet: KEY=VALUE the host must carry (e.g. gpu=1; --label is the "
+                   "sandbox's)")
 @sandbox_flags(for_run=True)
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
@@ -112,7 +113,7 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
         elif name is not None:
             spec["name"] = name
         place_run(ctx, "agent" if provider else "exec", spec, fleet_host,
-                  kv(fleet_labels, "label"), revival)
+                  kv(fleet_labels, "host-label"), revival)
         return
     keys = fg.detach_keys(detach_keys)
     c = client(ctx)
