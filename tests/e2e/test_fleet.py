@@ -356,3 +356,20 @@ def test_host_labels_steer_placement(fleet: Fleet) -> None:
         assert fleet.work(ident)["host"] == "gpu1"
     none = fleet.cli("run", "--host-label", "tpu=1", "--", "true", check=False)
     assert none.returncode == 1 and "labels" in none.stderr.decode()
+
+
+def test_a_host_refuses_an_uninitialised_fleet_but_starts_without_postgresql(
+        pg: PgCluster) -> None:
+    raw = pg.new_db(f"raw_{os.getpid()}")
+    d = DaemonProc(new_home(), env=FAST)
+    try:
+        d.start(wait=False, pool=0, args=["--fleet", raw, "--host-name", "h1"])
+        assert d.proc is not None and d.proc.wait(20) == 1
+        assert "tether fleet init URL" in d.log_text()
+        gone = "postgresql://tether@/nope?host=/nonexistent"
+        d.start(pool=0, args=["--fleet", gone, "--host-name", "h1"])  # serves anyway
+        with d.client() as c:
+            assert c.exec_start(["true"]).id
+    finally:
+        d.cleanup()
+        remove_home(d.home)

@@ -271,6 +271,9 @@ class Daemon:
             self.fleet = FleetService(self.config.fleet, self.layout.root, self.store,
                                       self.journal, self.agents, self._dispatch, faults)
             self.agents.gate_revivals(self.fleet.may_revive)
+            if (why := self.fleet.check_schema()) is not None:
+                self._lock.release()
+                raise StartupError(f"cannot join the fleet: {why}")
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)

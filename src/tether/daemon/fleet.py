@@ -68,6 +68,30 @@ class FleetService:
         self.wake = asyncio.Event()
         self._conns: dict[str, Any] = {}
 
+    def check_schema(self) -> str | None:
+        """At start: why this host cannot join (the database is not initialised, or is
+        newer than this tether), else None. An unreachable database is no reason: the
+        host starts, supervises locally and joins when PostgreSQL answers."""
+        import psycopg
+
+        from tether.fleet import schema
+        from tether.fleet import store as fs
+
+        try:
+            with fs.connect(self.cfg.url) as conn:
+                have = schema.version(conn)
+        except psycopg.Error as e:
+            log.warning("fleet: PostgreSQL unreachable at start (%s); joining when it "
+                        "answers", str(e).strip())
+            return None
+        if have == 0:
+            return ("the fleet database is not initialised: run `tether fleet init URL` "
+                    "once, then start this host again")
+        if have > schema.LATEST:
+            return (f"the fleet database is at schema {have}, newer than this tether's "
+                    f"{schema.LATEST}: upgrade tether on this host")
+        return None
+
     # ------------------------------------------------------------------ plumbing
     def partitioned(self) -> bool:
         """The ``fleet.partition`` fault: while ``<home>/fleet.partition`` exists this
