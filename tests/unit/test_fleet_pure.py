@@ -12,7 +12,7 @@ from tether.fleet import schema
 def test_migrations_are_numbered_forward_from_one() -> None:
     versions = [v for v, _ in schema.MIGRATIONS]
     assert versions == list(range(1, len(versions) + 1))
-    assert schema.LATEST == versions[-1]
+    assert versions[-1] == schema.LATEST
 
 
 def test_the_single_host_paths_never_import_psycopg() -> None:
