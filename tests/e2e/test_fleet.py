@@ -219,7 +219,7 @@ def test_postgresql_restarted_mid_run_hosts_carry_on(fleet: Fleet, pg: PgCluster
     wait_for(lambda: len(fleet.hosts_rows()) == 2, 15, what="two hosts")
     before = fleet.place("--host", "auto", "--", *SLEEPER)
     wait_for(lambda: fleet.work(before)["state"] == "RUNNING", 20, what="running")
-    pg.stop("fast")
+    pg.stop("immediate")  # as if killed: recovery from its WAL at the next start
     try:
         down = fleet.cli("hosts", check=False)
         assert down.returncode == 125 and "cannot reach" in down.stderr.decode()
