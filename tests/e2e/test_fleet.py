@@ -373,3 +373,26 @@ def test_a_host_refuses_an_uninitialised_fleet_but_starts_without_postgresql(
     finally:
         d.cleanup()
         remove_home(d.home)
+
+
+def test_postgresql_down_longer_than_the_lease_fences_and_the_agent_runs_once_after(
+        fleet: Fleet, pg: PgCluster) -> None:
+    import time
+
+    fleet.add("h1")
+    fleet.add("h2")
+    wait_for(lambda: len(fleet.hosts_rows()) == 2, 15, what="two hosts")
+    agent = _agent(fleet, "h1")
+    wait_for(lambda: fleet.work(agent)["state"] == "RUNNING", 20, what="running")
+    pg.stop("immediate")
+    try:
+        time.sleep(LEASE * 2)  # every host fences itself: its agents are withdrawn
+    finally:
+        pg.start()
+    w = wait_for(lambda: (fleet.work(agent)["state"] == "RUNNING"
+                          and len(fleet.live_copies(agent)) == 1 and fleet.work(agent)),
+                 LEASE * 8, interval=0.2, what="the agent running again, once")
+    assert w["generation"] == 2
+    assert fleet.live_copies(agent) == [(w["host"], w["local_id"])]
+    for d in fleet.hosts.values():
+        assert d.proc is not None and d.proc.poll() is None  # hosts carried on
