@@ -6,7 +6,7 @@ BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo test test-fast lint typecheck unit bench clean
+.PHONY: demo demo-fleet test test-fast lint typecheck unit bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "tether needs Python 3.11+"'
@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/python demo/story.py
+
+# Fleet mode on one machine: a throw-away PostgreSQL (Debian's postgresql) and three hosts.
+demo-fleet: $(STAMP)
+	$(BIN)/python demo/fleet.py
 
 test: lint typecheck unit
 

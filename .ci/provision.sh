@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # System packages the tests and benchmarks need, on a fresh Debian machine (root, no
 # container registry): bubblewrap, tmux (bench baseline), systemd-analyze, chromium (the
-# dashboard's browser tests), and a Docker engine with a small local busybox image
-# (docker.io's dockerd started by hand; `docker import`).
+# dashboard's browser tests), postgresql (the fleet tests: a throw-away cluster per run,
+# tests/pg.py), and a Docker engine with a small local busybox image (docker.io's dockerd
+# started by hand; `docker import`).
 set -eu
 IMAGE=${TETHER_TEST_IMAGE:-tether-test:busybox}
 export DEBIAN_FRONTEND=noninteractive
@@ -13,6 +14,7 @@ command -v dockerd >/dev/null || need+=(docker.io)
 command -v busybox >/dev/null || need+=(busybox-static)
 command -v chromium >/dev/null || need+=(chromium)   # the dashboard's browser tests
 command -v systemd-analyze >/dev/null || need+=(systemd)  # verifies `tether daemon install`'s unit
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)  # fleet tests (tests/pg.py)
 if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq "${need[@]}" >/dev/null

@@ -17,6 +17,7 @@ from bench import (
     agents,
     cli,
     digest,
+    fleet,
     floods,
     logs,
     memory,
@@ -61,6 +62,7 @@ BENCHMARKS: dict[str, Runner] = {
     "web": lambda o, c: web.run(o),
     "scheduler": lambda o, c: scheduler.run(o),
     "retention": lambda o, c: retention.run(o),
+    "fleet": lambda o, c: fleet.run(o),
 }
 ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
            "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents",

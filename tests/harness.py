@@ -59,16 +59,18 @@ class DaemonProc:
         return self.home / "tether.sock"
 
     def start(self, wait: bool = True, env: dict[str, str] | None = None,
-              pool: int | None = None) -> subprocess.Popen[bytes]:
+              pool: int | None = None, args: list[str] | None = None,
+              ) -> subprocess.Popen[bytes]:
+        """``args``: more ``tether daemon`` options (e.g. ``--fleet URL``)."""
         self.starts += 1
         log = open(self.home / f"daemon-{self.starts}.log", "wb")  # noqa: SIM115
-        args = [*TETHER, "--home", str(self.home), "daemon"]
+        argv = [*TETHER, "--home", str(self.home), "daemon", *(args or [])]
         if pool is not None:
-            args += ["--pool", str(pool)]
+            argv += ["--pool", str(pool)]
         run_env = dict(self.env)
         run_env.pop("TETHER_FAULT", None)
         run_env.update(env or {})
-        self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=run_env,
+        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=run_env,
                                      start_new_session=True)
         log.close()
         if wait:

@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 
 
 class Ctx:
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, fleet: str | None = None) -> None:
         self.home = home
+        self.fleet = fleet  # --fleet URL: the fleet's PostgreSQL
         self._client: Client | None = None
 
     def client(self) -> Client:

@@ -37,6 +37,7 @@ COMMANDS = {
     "web": "web:web", "mcp": "mcp:mcp", "metrics": "metrics:metrics",
     "schedule": "schedule:schedule", "scheduler": "schedule:scheduler",
     "rm": "prune:rm", "prune": "prune:prune", "df": "prune:df",
+    "fleet": "fleet:fleet", "hosts": "fleet:hosts", "drain": "fleet:drain",
 }
 
 
@@ -77,11 +78,13 @@ class TetherGroup(click.Group):
 @click.group(cls=TetherGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="tether home (default: $TETHER_HOME or ~/.local/state/tether)")
+@click.option("--fleet", default=None, metavar="URL",
+              help="the fleet's PostgreSQL: ps, hosts, drain and run act on every host")
 @click.version_option(__version__, prog_name="tether")
 @click.pass_context
-def cli(ctx: click.Context, home: Path | None) -> None:
+def cli(ctx: click.Context, home: Path | None, fleet: str | None) -> None:
     """tether — a durable supervisor for AI coding agents and long-running commands."""
-    ctx.obj = Ctx(resolve_home(home))
+    ctx.obj = Ctx(resolve_home(home), fleet)
 
 
 def main() -> None:

@@ -47,13 +47,22 @@ def main() -> int:
         parse = parse_size if var == "TETHER_LOGS_MAX" else parse_duration
         p.add_argument(flag, dest=var, default=None, type=_checked(parse),
                        help=f"{what} (default: ${var})")
+    p.add_argument("--fleet", default=None, metavar="URL",
+                   help="join the fleet whose PostgreSQL is URL (`tether fleet init URL` first)")
+    p.add_argument("--host-name", default=None, help="this host's name in the fleet")
+    p.add_argument("--capacity", type=int, default=4, help="fleet work this host runs at once")
+    p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                   help="a label placement can ask for (--label gpu=1)")
     args = p.parse_args()
+    labels = dict(x.split("=", 1) if "=" in x else (x, "") for x in args.label)
     home = args.home.expanduser().absolute() if args.home else default_home()
     retention = {var: getattr(args, var) for _, var, _ in RETENTION_FLAGS
                  if getattr(args, var) is not None}
     return serve(home, pool_size=max(0, min(args.pool, 64)),
                  default_runtime=args.default_runtime, recover_store=args.recover_store,
-                 log_format=args.log_format, retention=retention)
+                 log_format=args.log_format, retention=retention,
+                 fleet_url=args.fleet, host_name=args.host_name,
+                 capacity=max(0, args.capacity), labels=labels)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from pathlib import Path
 from tether.daemon import systemd
 from tether.daemon.clock import Clock
 from tether.daemon.events import QUEUE_LIMIT
+from tether.daemon.fleet import FleetConfig
 from tether.model.retention import RetentionPolicy, parse_duration, parse_size
 from tether.rpc.server import HALF_LINE_TIMEOUT, MAX_CONNECTIONS
 
@@ -56,12 +58,16 @@ class DaemonConfig:
     #: What the retention pass removes (TETHER_KEEP_LOGS, TETHER_LOGS_MAX,
     #: TETHER_KEEP_EVENTS, TETHER_KEEP_RUN_FILES, TETHER_RETENTION_INTERVAL).
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    #: Fleet mode (``--fleet URL --host-name N``): None on a single host.
+    fleet: FleetConfig | None = None
 
     @classmethod
     def from_env(cls, home: Path, *, pool_size: int = POOL_SIZE,
                  default_runtime: str | None = None, recover_store: bool = False,
                  log_format: str | None = None,
                  retention: Mapping[str, str] | None = None,
+                 fleet_url: str | None = None, host_name: str | None = None,
+                 capacity: int = 4, labels: dict[str, str] | None = None,
                  env: Mapping[str, str] = os.environ) -> DaemonConfig:
         """Flags win over the environment, which wins over the defaults. ``retention``:
         the retention flags given, by the name of the variable each overrides."""
@@ -85,6 +91,10 @@ class DaemonConfig:
             log_format=log_format or env.get("TETHER_LOG_FORMAT") or "text",
             watchdog=systemd.watchdog_interval(env, os.getpid()),
             retention=retention_from_env({**env, **(retention or {})}),
+            fleet=None if not fleet_url else FleetConfig(
+                url=fleet_url, host=host_name or socket.gethostname(), capacity=capacity,
+                labels=labels or {}, lease=float(env.get("TETHER_FLEET_LEASE", 10.0)),
+                interval=float(env.get("TETHER_FLEET_INTERVAL", 1.0))),
         )
 
     def clock(self) -> Clock:

@@ -28,6 +28,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from tether import __version__
 from tether.daemon import home as homes
 from tether.daemon import logfmt, lost_store, systemd
@@ -38,6 +40,7 @@ from tether.daemon.digest import DigestService
 from tether.daemon.events import EventBus
 from tether.daemon.execs import ExecService
 from tether.daemon.faults import Faults
+from tether.daemon.fleet import FleetService
 from tether.daemon.journal import Journal
 from tether.daemon.outbox import HookService
 from tether.daemon.retention import RetentionService
@@ -186,6 +189,8 @@ class Daemon:
                 tg.create_task(self.retention.loop(), name="retention")
                 for rt in self.runtimes:
                     tg.create_task(rt.run(), name=f"runtime-{rt.name}")
+                if self.fleet is not None:
+                    tg.create_task(self.fleet.run(), name="fleet")
                 await self._stop.wait()
                 await self._shutdown()
                 raise _Stopped
@@ -282,6 +287,14 @@ class Daemon:
         self.hooks = HookService(self.journal, self.layout.root, self.config.clock())
         self.scheduler = Scheduler(self.store, self.journal, self.execs, self.sandboxes,
                                    self.tasks, self.config.clock(), faults)
+        self.fleet: FleetService | None = None
+        if self.config.fleet is not None:
+            self.fleet = FleetService(self.config.fleet, self.layout.root, self.store,
+                                      self.journal, self.agents, self._dispatch, faults)
+            self.agents.gate_revivals(self.fleet.may_revive)
+            if (why := self.fleet.check_schema()) is not None:
+                self._lock.release()
+                raise StartupError(f"cannot join the fleet: {why}")
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop)
@@ -328,6 +341,14 @@ class Daemon:
                                     half_line_timeout=cfg.half_line_timeout)
         self._agent_server = await self._listen(self._agent_rpc, self.layout.agent_socket)
 
+    async def _dispatch(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Call one of our own methods as a client would (fleet work placed here)."""
+        assert self._rpc is not None
+        m = self._rpc.router.methods[method]
+        reply = await m.handler(msgspec.convert(params, m.params), None)  # type: ignore[arg-type]
+        assert isinstance(reply, dict)
+        return reply
+
     async def _listen(self, rpc: RpcServer, path: Path) -> asyncio.AbstractServer:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()  # stale: we hold the home lock
@@ -358,6 +379,9 @@ class Daemon:
         self.execs.detach_all()
 
     def _close_infrastructure(self) -> None:
+        if getattr(self, "fleet", None) is not None:
+            assert self.fleet is not None
+            self.fleet.close()
         with contextlib.suppress(Exception):
             self.monitors.close()
         with contextlib.suppress(Exception):

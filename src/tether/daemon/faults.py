@@ -8,11 +8,16 @@ Points (docs/STATE.md lists what each must leave):
 * ``agent.after_attempt_commit`` — a revival's intent (attempt number, token) is
   committed, its exec is not started yet;
 * ``digest.after_node`` — a rollup pass has finished one digest node (and its
-  checkpoint), others remain.
+  checkpoint), others remain;
 * ``schedule.after_fire_commit`` — a scheduled fire time's run is committed, its exec
-  is not created yet.
+  is not created yet;
 * ``retention.after_mark`` — execs are marked pruned (journaled), their files not yet
-  removed.
+  removed;
+* ``fleet.after_start`` — fleet work placed on this host has started here, its
+  RUNNING is not written to PostgreSQL yet.
+
+And one that is not a crash: ``fleet.partition`` cuts this host off PostgreSQL while
+the file ``<home>/fleet.partition`` exists (its lease renewals stop; it fences itself).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import signal
 
 POINTS = frozenset({"exec.after_commit", "exec.after_handoff", "agent.after_attempt_commit",
                     "digest.after_node", "schedule.after_fire_commit",
-                    "retention.after_mark"})
+                    "retention.after_mark", "fleet.after_start", "fleet.partition"})
 
 
 class Faults:

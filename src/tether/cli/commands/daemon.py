@@ -56,10 +56,17 @@ def status(ctx: click.Context, as_json: bool) -> None:
               "logs/ is above SIZE (default: $TETHER_LOGS_MAX, else 2G)")
 @click.option("--keep-events", metavar="AGE", help="compact journal events older than AGE "
               "(default: $TETHER_KEEP_EVENTS, else 30d)")
+@click.option("--fleet", "fleet_url", default=None, metavar="URL",
+              help="join the fleet whose PostgreSQL is URL (after `tether fleet init URL`)")
+@click.option("--host-name", default=None, help="fleet: this host's name (default: hostname)")
+@click.option("--capacity", type=click.IntRange(0, 10000), default=4, show_default=True,
+              help="fleet: placements this host runs at once")
+@click.option("--label", "labels", multiple=True, help="fleet: KEY=VALUE placement may ask for")
 @click.pass_context
 def daemon(ctx: click.Context, pool: int, default_runtime: str | None,
            recover_store: bool, log_format: str | None, keep_logs: str | None,
-           logs_max: str | None, keep_events: str | None) -> None:
+           logs_max: str | None, keep_events: str | None, fleet_url: str | None,
+           host_name: str | None, capacity: int, labels: tuple[str, ...]) -> None:
     """Run the daemon in the foreground (systemd Type=notify friendly)."""
     if ctx.invoked_subcommand is not None:
         return
@@ -77,6 +84,12 @@ def daemon(ctx: click.Context, pool: int, default_runtime: str | None,
                         ("--keep-events", keep_events)):
         if value is not None:
             argv += [flag, value]
+    fleet_url = fleet_url or ctx.obj.fleet
+    if fleet_url:
+        argv += ["--fleet", fleet_url, "--capacity", str(capacity)]
+        argv += ["--host-name", host_name] if host_name else []
+        for label in labels:
+            argv += ["--label", label]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, argv)

@@ -76,6 +76,11 @@ if TYPE_CHECKING:
 @click.option("--issue-id", default=None,
               help="agents: the tracker's own id of --issue (default: derived from it)")
 @click.option("--force", is_flag=True, help="agents: reuse a worktree of another issue")
+@click.option("--host", "fleet_host", default=None,
+              help="fleet (--fleet URL): the host to run on, or auto (the freest)")
+@click.option("--host-label", "fleet_labels", multiple=True,
+              help="fleet: KEY=VALUE the host must carry (e.g. gpu=1; --label is the "
+                   "sandbox's)")
 @sandbox_flags(for_run=True)
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
@@ -85,8 +90,8 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
         no_agent: bool, revival: str, max_revivals: int, aging_pct: float, dying_pct: float,
         stale_after: float, crashed_after: float, successor: str, worktree: str | None,
         workdir_opt: str | None, commit_on_finish: bool, issue: str | None,
-        issue_id: str | None, force: bool, argv: tuple[str, ...],
-        **flags: Any) -> None:
+        issue_id: str | None, force: bool, fleet_host: str | None,
+        fleet_labels: tuple[str, ...], argv: tuple[str, ...], **flags: Any) -> None:
     """Run a command under the daemon: tether run [-d] [-it] -- CMD ARGS...
 
     `tether run claude ...`, `tether run codex ...` and `--agent NAME` start an agent
@@ -108,6 +113,22 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
         worktree = os.path.abspath(workdir_opt)  # used as it is: never created
     if issue_id is not None and not (issue and worktree):
         die("--issue-id needs --issue and --worktree", 2)
+    auto = for_command(argv[0]) if not no_agent else None
+    provider = agent_provider or (auto.name if auto is not None else None)
+    if ctx.obj.fleet or fleet_host or fleet_labels:
+        from tether.cli.commands.fleet import place_run
+
+        # Only -e variables travel: this shell's environment belongs to this machine.
+        spec: dict[str, Any] = {"argv": list(argv), "env": kv(envs, "env"),
+                                "cwd": os.path.abspath(cwd) if cwd else os.getcwd()}
+        if provider is not None:
+            spec.update(provider=provider, revival=revival, max_revivals=max_revivals,
+                        stale_after=stale_after, crashed_after=crashed_after, name=name)
+        elif name is not None:
+            spec["name"] = name
+        place_run(ctx, "agent" if provider else "exec", spec, fleet_host,
+                  kv(fleet_labels, "host-label"), revival)
+        return
     keys = fg.detach_keys(detach_keys)
     c = client(ctx)
     env = {} if clean_env else dict(os.environ)
@@ -115,8 +136,6 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
     workdir = os.path.abspath(cwd) if cwd else os.getcwd()
     size = terminal_size(sys.stdin.fileno()) if use_tty else None
     interrupts = fg.Interrupts() if not detach and not use_tty else None
-    auto = for_command(argv[0]) if not no_agent else None
-    provider = agent_provider or (auto.name if auto is not None else None)
     made: str | None = None
     if wants_sandbox(flags):
         ephemeral = provider is None and not flags.get("keep_sandbox")
@@ -255,7 +274,12 @@ def attach(ctx: click.Context, detach_keys: str | None, read_only: bool, replay:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def ps(ctx: click.Context, all_: bool, sandbox: str | None, as_json: bool) -> None:
-    """List execs (running ones; -a for all)."""
+    """List execs (running ones; -a for all); with --fleet, every host's placements."""
+    if ctx.obj.fleet:
+        from tether.cli.commands.fleet import fleet_ps
+
+        fleet_ps(ctx, all_, as_json)
+        return
     execs = client(ctx).exec_list(sandbox=sandbox, all=all_)
     if as_json:
         out.emit_json([out.exec_row(x) for x in execs])

@@ -64,6 +64,9 @@ class AgentCore:
         # One per lineage: turns, revivals and resolutions of a lineage never interleave.
         self.locks: dict[str, asyncio.Lock] = {}
         self.wake = asyncio.Event()  # makes the tick run at once
+        # May this host revive that lineage now? Fleet mode says no for a lineage whose
+        # placement this host's lease does not own (it is revived on another host).
+        self.may_revive: Callable[[LineageRecord], bool] = lambda rec: True
         # lineage -> its current attempt's token, only here and in that attempt's exec
         # environment; lost with the daemon (the next start of the attempt gets a new one).
         self.tokens: dict[str, str] = {}

@@ -64,7 +64,7 @@ async def _recover_one(core: AgentCore, attempts: Attempts, rec: LineageRecord,
                 attempts.on_exec_terminal(x)
             else:
                 attempts.orphan(rec, "no process after a daemon restart", None)
-    elif rec.status == LineageStatus.REVIVING:
+    elif rec.status == LineageStatus.REVIVING and core.may_revive(rec):
         # An interrupted revival or restart: same attempt, same key. (A restarted first
         # attempt is launched, not resumed.)
         summary["resumed"] += 1

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
+from collections.abc import Callable
 from typing import Any
 
 from tether.agent import snapshot
@@ -126,6 +128,28 @@ class AgentService:
 
     async def resolve_ask(self, rec: LineageRecord, action: str) -> LineageRecord:
         return await self.attempts.resolve_ask(rec, action)
+
+    async def withdraw(self, lineage: str, reason: str) -> None:
+        """End a live lineage here for good (REAPED, its exec killed): fleet mode calls
+        it when this host lost its lease, since the lineage is revived on another host
+        and must not run here too (a lineage mid-revival becomes FAILED instead)."""
+        async with self.core.lock(lineage):
+            rec = self.store.get_lineage(lineage)
+            if rec is None or rec.status not in LINEAGE_LIVE:
+                return
+            # REVIVING may only fail (its attempt is committed, not started).
+            status = (LineageStatus.FAILED if rec.status == LineageStatus.REVIVING
+                      else LineageStatus.REAPED)
+            rec = self.core.commit(self.store.update_lineage(
+                rec.id, status=status, reason=reason))
+            self.core.forget(rec.id)
+        x = self.store.get_exec(rec.exec_id) if rec.exec_id else None
+        if x is not None:
+            await self.core.execs.cancel(x, signal.SIGKILL, 0.0, reason)
+
+    def gate_revivals(self, may_revive: Callable[[LineageRecord], bool]) -> None:
+        """Revive a lineage (tick, recovery) only when ``may_revive`` says so."""
+        self.core.may_revive = may_revive
 
     def reap(self) -> dict[str, int]:
         """Sweep without signalling: settle dead sessions, drop stale heartbeat files."""

@@ -66,7 +66,8 @@ class Tick:
                     next_due = min(next_due or now + left, now + left)
             elif rec.status == LineageStatus.ORPHANED and rec.revive_at is not None:
                 if rec.revive_at <= now:
-                    await self.attempts.revive_due(rec.id)
+                    if core.may_revive(rec):
+                        await self.attempts.revive_due(rec.id)
                 else:
                     next_due = min(next_due or rec.revive_at, rec.revive_at)
             elif rec.status == LineageStatus.ACTIVE and rec.exec_id:

@@ -1,0 +1,126 @@
+"""`make demo-fleet`: three hosts on one machine, one PostgreSQL, a host dies.
+
+A throw-away PostgreSQL cluster (``tests/pg.py``), ``tether fleet init``, three daemons
+in separate homes as hosts ``build-1..3``; an agent placed with ``--host auto``, a
+plain command placed on a named host; then ``build-1``'s daemon and monitors are
+SIGKILLed (the host died) and its agent comes back on another host once, while its
+plain command is marked lost. Every step is the real CLI; every claim is checked
+(exit 1 when one fails); everything is cleaned up.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.harness import TETHER, DaemonProc, kill_strays, new_home, remove_home  # noqa: E402
+from tests.pg import PgCluster  # noqa: E402
+
+LEASE = "3"
+ENV = {"TETHER_FLEET_LEASE": LEASE, "TETHER_FLEET_INTERVAL": "0.5",
+       "TETHER_DEFAULT_RUNTIME": "process"}
+SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
+
+
+def say(text: str) -> None:
+    print(f"\n\033[1m# {text}\033[0m", flush=True)
+
+
+def tether(url: str, *args: str) -> str:
+    words = " ".join("$URL" if a == url else shlex.quote(a) for a in args)
+    print(f"$ tether {'' if args[0] == 'fleet' else '--fleet $URL '}{words}", flush=True)
+    r = subprocess.run([*TETHER, "--fleet", url, *args], capture_output=True, text=True,
+                       env={**os.environ, **ENV})
+    print(r.stdout + r.stderr, end="", flush=True)
+    if r.returncode != 0:
+        sys.exit(f"demo: `tether {args[0]}` failed ({r.returncode})")
+    return r.stdout
+
+
+def check(ok: bool, claim: str) -> None:
+    print(("  ✓ " if ok else "  ✗ ") + claim, flush=True)
+    if not ok:
+        sys.exit(1)
+
+
+def until(pred: object, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():  # type: ignore[operator]
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def main() -> int:
+    pg = PgCluster()
+    hosts: dict[str, DaemonProc] = {}
+    try:
+        pg.start()
+        url = pg.url
+        say("a PostgreSQL for the fleet's intent (a throw-away cluster here), then its schema")
+        tether(url, "fleet", "init", url)
+        say("three hosts: `tether daemon --fleet $URL --host-name build-N --capacity 4`")
+        for i in (1, 2, 3):
+            d = hosts[f"build-{i}"] = DaemonProc(new_home(), env=ENV)
+            d.start(pool=0, env=ENV, args=["--fleet", url, "--host-name", f"build-{i}"])
+        check(until(lambda: len(_hosts(url)) == 3, 15), "three hosts hold leases")
+        tether(url, "hosts")
+        say("an agent wherever there is room, and a command on build-1")
+        agent = int(tether(url, "run", "--host", "auto", "--agent", "generic",
+                           "--crashed-after", "3600", "--", *SLEEP).split()[0])
+        where = _work(url, agent)["host"]
+        cmd = int(tether(url, "run", "--host", "build-1", "--", *SLEEP).split()[0])
+        check(until(lambda: _work(url, agent)["state"] == _work(url, cmd)["state"] == "RUNNING",
+                    20), "both RUNNING on their hosts")
+        tether(url, "ps")
+        say(f"{where} dies: its daemon and its monitors get SIGKILL")
+        victim = hosts[where]
+        victim.kill9()
+        kill_strays(victim.home, wait=5)
+        t0 = time.monotonic()
+        check(until(lambda: _work(url, agent)["generation"] == 2
+                    and _work(url, agent)["state"] == "RUNNING", 30),
+              f"the agent runs again on {_work(url, agent)['host']} after "
+              f"{time.monotonic() - t0:.1f} s (lease {LEASE} s), exactly once")
+        tether(url, "ps", "-a")
+        tether(url, "hosts")
+        if where == "build-1":
+            check(_work(url, cmd)["state"] == "LOST", "build-1's command is marked LOST")
+        say("drain a host: no new work goes there")
+        live = next(n for n in hosts if n != where)
+        tether(url, "drain", live)
+        tether(url, "hosts")
+        return 0
+    finally:
+        for d in hosts.values():
+            d.cleanup()
+            remove_home(d.home)
+        pg.destroy()
+
+
+def _hosts(url: str) -> list[dict[str, object]]:
+    from tether.fleet import store as fs
+
+    with fs.connect(url) as c:
+        return fs.hosts(c)
+
+
+def _work(url: str, ident: int) -> dict[str, object]:
+    from tether.fleet import store as fs
+
+    with fs.connect(url) as c:
+        row = fs.get_work(c, ident)
+    assert row is not None
+    return row
+
+
+if __name__ == "__main__":
+    sys.exit(main())

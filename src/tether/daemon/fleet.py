@@ -1,0 +1,280 @@
+"""Fleet mode, the host's side: hold this host's lease, start the work placed on it,
+report how it ends, and revive the work of hosts that lost theirs.
+
+Two loops in the daemon's TaskGroup. The lease loop renews every third of the lease
+period; once the period has passed since the last renewal that was *sent* and
+acknowledged (by this host's monotonic clock, so before PostgreSQL can consider the
+lease expired), the host is fenced: it starts nothing more, writes no fleet intent
+and withdraws its agents (they are revived elsewhere), then takes a new lease with a
+new token when it can, without resuming the old work. The work loop wakes on a
+``NOTIFY`` or every ``interval``: start what is placed here, report what ended, sweep
+orphans. PostgreSQL is reached from worker threads (psycopg's blocking API); while it
+is unreachable the host keeps supervising what it has, locally.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tether import __version__
+from tether.daemon.faults import Faults
+from tether.daemon.journal import Journal
+from tether.model.records import LineageRecord
+from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE
+from tether.store import Store
+
+if TYPE_CHECKING:
+    from tether.daemon.agents import AgentService
+
+log = logging.getLogger("tether.fleet")
+
+#: Local starts go through the daemon's own method table: the same checks as a client's.
+Dispatch = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+REQUEST_PREFIX = "fleet-"
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    url: str
+    host: str
+    capacity: int = 4
+    labels: dict[str, str] = field(default_factory=dict)
+    lease: float = 10.0  # seconds a lease lasts; renewed every third of it
+    interval: float = 1.0  # seconds between work passes without a NOTIFY
+
+
+class FleetService:
+    def __init__(self, cfg: FleetConfig, home: Path, store: Store, journal: Journal,
+                 agents: AgentService, dispatch: Dispatch, faults: Faults) -> None:
+        self.cfg = cfg
+        self.home = home
+        self.store = store
+        self.journal = journal
+        self.agents = agents
+        self.dispatch = dispatch
+        self.faults = faults
+        self.token: int | None = None
+        self.state: str | None = None
+        self.deadline = 0.0  # monotonic: the lease is surely still ours before this
+        self.fenced_count = 0
+        self.owned: frozenset[str] = frozenset()  # local request keys this lease owns
+        self.wake = asyncio.Event()
+        self._conns: dict[str, Any] = {}
+
+    def check_schema(self) -> str | None:
+        """At start: why this host cannot join (the database is not initialised, or is
+        newer than this tether), else None. An unreachable database is no reason: the
+        host starts, supervises locally and joins when PostgreSQL answers."""
+        import psycopg
+
+        from tether.fleet import schema
+        from tether.fleet import store as fs
+
+        try:
+            with fs.connect(self.cfg.url) as conn:
+                have = schema.version(conn)
+        except psycopg.Error as e:
+            log.warning("fleet: PostgreSQL unreachable at start (%s); joining when it "
+                        "answers", str(e).strip())
+            return None
+        if have == 0:
+            return ("the fleet database is not initialised: run `tether fleet init URL` "
+                    "once, then start this host again")
+        if have > schema.LATEST:
+            return (f"the fleet database is at schema {have}, newer than this tether's "
+                    f"{schema.LATEST}: upgrade tether on this host")
+        return None
+
+    # ------------------------------------------------------------------ plumbing
+    def partitioned(self) -> bool:
+        """The ``fleet.partition`` fault: while ``<home>/fleet.partition`` exists this
+        host reaches no PostgreSQL (a network partition, for tests)."""
+        return "fleet.partition" in self.faults.armed and (self.home / "fleet.partition").exists()
+
+    def _db(self, role: str) -> Any:
+        from tether.fleet import store as fs
+
+        conn = self._conns.get(role)
+        if conn is None or conn.closed:
+            conn = self._conns[role] = fs.connect(self.cfg.url)
+            if role == "listen":
+                conn.execute(f"LISTEN {fs.CHANNEL}")
+        return conn
+
+    def _drop(self, role: str) -> None:
+        conn = self._conns.pop(role, None)
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    async def _call(self, role: str, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        """``fn(conn, *args)`` in a worker thread; a broken connection is dropped (the
+        next call reconnects) and the error raised."""
+        def run() -> Any:
+            return fn(self._db(role), *args, **kw)
+        try:
+            return await asyncio.to_thread(run)
+        except Exception as e:
+            import psycopg
+
+            if isinstance(e, psycopg.OperationalError | psycopg.InterfaceError):
+                self._drop(role)
+            raise
+
+    def close(self) -> None:
+        for role in list(self._conns):
+            self._drop(role)
+
+    def may_revive(self, rec: LineageRecord) -> bool:
+        """The agent service's revival gate: a fleet lineage is revived here only while
+        this host's live lease owns its placement (else it is revived elsewhere)."""
+        key = rec.request_key or ""
+        return not key.startswith(REQUEST_PREFIX) or (self.live() and key in self.owned)
+
+    def live(self) -> bool:
+        return self.token is not None and time.monotonic() < self.deadline
+
+    # ------------------------------------------------------------------ lease
+    async def run(self) -> None:
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self._lease_loop(), name="fleet-lease")
+            tg.create_task(self._work_loop(), name="fleet-work")
+
+    async def _lease_loop(self) -> None:
+        from tether.fleet import store as fs
+
+        cfg = self.cfg
+        while True:
+            try:
+                if self.token is not None and time.monotonic() >= self.deadline:
+                    await self._fence("its lease expired before it could renew it")
+                if self.partitioned():
+                    pass
+                elif self.token is None:
+                    t0 = time.monotonic()
+                    lease = await self._call("lease", fs.acquire, cfg.host,
+                                             capacity=cfg.capacity, labels=cfg.labels,
+                                             version=__version__, home=str(self.home),
+                                             ttl=cfg.lease)
+                    self.token, self.state = lease.token, lease.state
+                    self.deadline = t0 + cfg.lease
+                    self.journal.record(None, "fleet.lease", reason=(
+                        f"host {cfg.host} holds the fleet lease {lease.token} "
+                        f"({lease.carried} placements carried over)"),
+                        data={"token": lease.token, "carried": lease.carried})
+                    self.wake.set()
+                else:
+                    t0 = time.monotonic()
+                    state = await self._call("lease", fs.renew, cfg.host, self.token, cfg.lease)
+                    if state is None:
+                        await self._fence("its lease was taken (expired or fenced)")
+                    else:
+                        self.state, self.deadline = state, t0 + cfg.lease
+            except Exception as e:  # PostgreSQL away: keep supervising, retry
+                log.warning("fleet lease: %s", e)
+            await asyncio.sleep(cfg.lease / 3)
+
+    async def _fence(self, why: str) -> None:
+        """Stop acting for the fleet: this host's work is being revived elsewhere."""
+        token, self.token = self.token, None
+        self.owned = frozenset()
+        self.fenced_count += 1
+        log.error("fleet: host %s is fenced (lease %s): %s", self.cfg.host, token, why)
+        self.journal.record(None, "fleet.fenced", reason=f"host {self.cfg.host} fenced: {why}",
+                            data={"token": token})
+        await self._withdraw_strays()
+
+    async def _withdraw_strays(self, keep: frozenset[str] = frozenset()) -> None:
+        """Withdraw every live fleet lineage here whose request key (its placement and
+        generation) is not one this lease owns."""
+        for rec in self.store.list_lineages(tuple(LINEAGE_LIVE)):
+            key = rec.request_key or ""
+            if key.startswith(REQUEST_PREFIX) and key not in keep:
+                await self.agents.withdraw(rec.id, f"host {self.cfg.host} lost its fleet "
+                                           "lease: the lineage runs elsewhere")
+
+    # ------------------------------------------------------------------ work
+    async def _work_loop(self) -> None:
+        while True:
+            self.wake.clear()
+            try:
+                if self.live() and not self.partitioned():
+                    await self.pass_once()
+            except Exception as e:
+                log.warning("fleet work pass: %s", e)
+            await self._wait()
+
+    async def _wait(self) -> None:
+        """Until a NOTIFY names this host, a lease change, or ``interval``."""
+        def listen() -> bool:
+            conn = self._db("listen")
+            return any(n.payload == self.cfg.host
+                       for n in conn.notifies(timeout=self.cfg.interval, stop_after=1))
+        if not self.live() or self.partitioned():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), self.cfg.interval)
+            return
+        try:
+            await asyncio.wait_for(asyncio.to_thread(listen), self.cfg.interval + 5)
+        except Exception:
+            self._drop("listen")
+            await asyncio.sleep(self.cfg.interval)
+
+    async def pass_once(self) -> None:
+        from tether.fleet import store as fs
+
+        host, token = self.cfg.host, self.token
+        assert token is not None
+        placed = await self._call("work", fs.placed_for, host, token)
+        for w in placed:
+            if not self.live():
+                return
+            local = await self._start(w)
+            await self._call("work", fs.mark_running, w["id"], host, token, local)
+        running = await self._call("work", fs.running_on, host, token)
+        owned = self.owned = frozenset(_key(w) for w in [*placed, *running])
+        for w in running:
+            ended = self._ended(w)
+            if ended is not None:
+                await self._call("work", fs.mark_ended, w["id"], host, token,
+                                 exit_code=ended[0], reason=ended[1])
+        await self._withdraw_strays(keep=owned)
+        await self._call("work", fs.sweep_orphans, host, token)
+
+    async def _start(self, w: dict[str, Any]) -> str:
+        """Start placed work here, once: the request key makes a retry (a crash between
+        the start and ``mark_running``) return the same exec or lineage."""
+        params = dict(w["spec"])
+        params["request_key"] = _key(w)
+        method = "agent.start" if w["kind"] == "agent" else "exec.start"
+        reply = await self.dispatch(method, params)
+        self.faults.hit("fleet.after_start")
+        return str(reply["id"])
+
+    def _ended(self, w: dict[str, Any]) -> tuple[int | None, str] | None:
+        if w["kind"] == "agent":
+            rec = self.store.get_lineage(w["local_id"])
+            if rec is None or rec.status in LINEAGE_LIVE:
+                return None
+            return None, f"lineage {rec.id} {rec.status}"
+        x = self.store.get_exec(w["local_id"])
+        if x is None or x.state not in EXEC_TERMINAL:
+            return None
+        return x.exit_code, f"exec {x.id} {x.state}"
+
+    def view(self) -> dict[str, Any]:
+        return {"host": self.cfg.host, "token": self.token, "live": self.live(),
+                "state": self.state, "fenced": self.fenced_count,
+                "lease_left": max(0.0, self.deadline - time.monotonic()) if self.token else 0.0}
+
+
+def _key(w: dict[str, Any]) -> str:
+    """The local request key of a placement's generation: one start per generation."""
+    return f"{REQUEST_PREFIX}{w['id']}-{w['generation']}"

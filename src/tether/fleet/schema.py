@@ -1,0 +1,92 @@
+"""The fleet's PostgreSQL schema: forward-only, versioned migrations.
+
+``migrate`` applies every missing version in one transaction under an advisory lock,
+so any number of ``tether fleet init`` and daemons may race on a fresh database.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Serialises migrations across every client of one database (an arbitrary constant).
+LOCK_KEY = 0x7E7E_F1EE
+
+MIGRATIONS: list[tuple[int, str]] = [
+    (1, """
+CREATE SEQUENCE fleet_token;
+CREATE TABLE hosts (
+    name          text PRIMARY KEY,
+    capacity      integer NOT NULL CHECK (capacity >= 0),
+    labels        jsonb NOT NULL DEFAULT '{}',
+    state         text NOT NULL CHECK (state IN ('ACTIVE', 'DRAINING', 'DEAD')),
+    token         bigint NOT NULL,
+    lease_expires timestamptz NOT NULL,
+    renewed_at    timestamptz NOT NULL,
+    registered_at timestamptz NOT NULL DEFAULT now(),
+    version       text NOT NULL,
+    home          text NOT NULL
+);
+CREATE TABLE work (
+    id          bigserial PRIMARY KEY,
+    kind        text NOT NULL CHECK (kind IN ('exec', 'agent')),
+    spec        jsonb NOT NULL,
+    labels      jsonb NOT NULL DEFAULT '{}',
+    want_host   text,
+    revival     text NOT NULL DEFAULT 'reap',
+    host        text REFERENCES hosts (name),
+    token       bigint,
+    generation  integer NOT NULL DEFAULT 1,
+    state       text NOT NULL CHECK (state IN ('PLACED', 'RUNNING', 'ENDED', 'LOST',
+                                               'REAPED', 'ASK')),
+    local_id    text,
+    exit_code   integer,
+    reason      text,
+    request_key text UNIQUE,
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX work_live ON work (host) WHERE state IN ('PLACED', 'RUNNING');
+CREATE TABLE journal (
+    gseq  bigserial PRIMARY KEY,
+    at    timestamptz NOT NULL DEFAULT now(),
+    host  text,
+    token bigint,
+    work  bigint,
+    type  text NOT NULL,
+    data  jsonb NOT NULL DEFAULT '{}'
+);
+"""),
+]
+
+LATEST = MIGRATIONS[-1][0]
+
+
+def migrate(conn: Any) -> list[int]:
+    """Apply the missing migrations on ``conn`` (from ``store.connect``); returns the
+    versions applied (none: up to date). Raises ``RuntimeError`` for a database newer
+    than this tether."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (LOCK_KEY,))
+        conn.execute("CREATE TABLE IF NOT EXISTS fleet_schema (version integer PRIMARY KEY,"
+                     " applied_at timestamptz NOT NULL DEFAULT now())")
+        have = {r["version"] for r in conn.execute("SELECT version FROM fleet_schema")}
+        if have and max(have) > LATEST:
+            raise RuntimeError(f"the fleet database is at schema {max(have)}, newer than this "
+                               f"tether's {LATEST}: upgrade tether on this host")
+        applied = []
+        for version, sql in MIGRATIONS:
+            if version in have:
+                continue
+            conn.execute(sql)
+            conn.execute("INSERT INTO fleet_schema (version) VALUES (%s)", (version,))
+            applied.append(version)
+        return applied
+
+
+def version(conn: Any) -> int:
+    """The database's schema version (0: never initialised)."""
+    row = conn.execute("SELECT to_regclass('fleet_schema') IS NOT NULL AS made").fetchone()
+    if not row or not row["made"]:
+        return 0
+    got = conn.execute("SELECT max(version) AS v FROM fleet_schema").fetchone()
+    return int(got["v"] or 0) if got else 0

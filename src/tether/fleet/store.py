@@ -1,0 +1,284 @@
+"""The fleet's SQL: hosts and their leases, placement, orphans and the fleet journal.
+
+Every write a host makes is fenced: it names the host's lease token and holds only
+while that token is the host's current one and its lease has not expired, judged by
+PostgreSQL's own clock (``now()``), so hosts' clocks never need to agree. Placement
+picks a host with ``SELECT … FOR UPDATE SKIP LOCKED`` by free capacity and labels;
+an orphan (work whose host lost its lease) changes hands in one conditional
+transaction, so it is revived on exactly one host.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+#: Serialises fleet journal appends, so its sequence has no gap (a bigserial would
+#: leave one at every rolled-back transaction).
+JOURNAL_LOCK = 0x7E7E_10C4
+LIVE = ("PLACED", "RUNNING")
+CHANNEL = "tether_work"
+
+
+class NoHost(Exception):
+    """No host can take this work now (the message says why and what to do)."""
+
+
+class Fenced(Exception):
+    """This host's lease is gone: it must not start work or write fleet intent."""
+
+
+@dataclass(frozen=True)
+class Lease:
+    token: int
+    carried: int  # work rows kept from the previous lease (a restart within the lease)
+    state: str
+
+
+_LIVE_HOST = "h.state <> 'DEAD' AND h.lease_expires > now()"
+_LOAD = ("(SELECT count(*) FROM work w WHERE w.host = h.name "
+         "AND w.state IN ('PLACED', 'RUNNING'))")
+
+
+def connect(url: str, *, timeout: float = 5.0) -> psycopg.Connection[dict[str, Any]]:
+    """A connection in autocommit mode (each ``transaction()`` is one commit)."""
+    return psycopg.connect(url, autocommit=True, row_factory=dict_row,
+                           connect_timeout=max(1, int(timeout)))
+
+
+def _journal(conn: Any, type_: str, *, host: str | None = None, token: int | None = None,
+             work: int | None = None, **data: Any) -> None:
+    conn.execute("SELECT pg_advisory_xact_lock(%s)", (JOURNAL_LOCK,))
+    conn.execute("INSERT INTO journal (gseq, host, token, work, type, data) "
+                 "SELECT coalesce(max(gseq), 0) + 1, %s, %s, %s, %s, %s FROM journal",
+                 (host, token, work, type_, json.dumps(data)))
+
+
+def _guard(conn: Any, host: str, token: int) -> None:
+    """Raise ``Fenced`` unless ``token`` is ``host``'s live lease (inside a transaction,
+    locking the host row so the lease cannot change until it commits)."""
+    row = conn.execute("SELECT 1 FROM hosts h WHERE name = %s AND token = %s AND "
+                       f"{_LIVE_HOST} FOR SHARE", (host, token)).fetchone()
+    if row is None:
+        raise Fenced(f"host {host} no longer holds lease {token}")
+
+
+# ---------------------------------------------------------------------- host side
+def acquire(conn: Any, name: str, *, capacity: int, labels: dict[str, str], version: str,
+            home: str, ttl: float) -> Lease:
+    """Take (or take again) ``name``'s lease with a new, larger fencing token. Work of
+    a lease still live (a daemon restarted within it) moves to the new token; work of
+    an expired one stays an orphan for the others to revive."""
+    with conn.transaction():
+        old = conn.execute("SELECT token, state, lease_expires > now() AS live FROM hosts "
+                           "WHERE name = %s FOR UPDATE", (name,)).fetchone()
+        token = conn.execute("SELECT nextval('fleet_token') AS t").fetchone()["t"]
+        state = "DRAINING" if old and old["state"] == "DRAINING" else "ACTIVE"
+        conn.execute(
+            "INSERT INTO hosts (name, capacity, labels, state, token, lease_expires, "
+            "renewed_at, version, home) VALUES (%s, %s, %s, %s, %s, "
+            "now() + make_interval(secs => %s), now(), %s, %s) ON CONFLICT (name) DO UPDATE "
+            "SET capacity = EXCLUDED.capacity, labels = EXCLUDED.labels, state = %s, "
+            "token = EXCLUDED.token, lease_expires = EXCLUDED.lease_expires, "
+            "renewed_at = now(), version = EXCLUDED.version, home = EXCLUDED.home",
+            (name, capacity, json.dumps(labels), state, token, ttl, version, home, state))
+        carried = 0
+        if old and old["live"]:
+            carried = conn.execute(
+                "UPDATE work SET token = %s, updated_at = now() WHERE host = %s AND "
+                "token = %s AND state IN ('PLACED', 'RUNNING')",
+                (token, name, old["token"])).rowcount
+        _journal(conn, "host.acquired", host=name, token=token, capacity=capacity,
+                 labels=labels, carried=carried, previous=old["token"] if old else None)
+    return Lease(token=token, carried=carried, state=state)
+
+
+def renew(conn: Any, name: str, token: int, ttl: float) -> str | None:
+    """Extend the lease; its state (ACTIVE, DRAINING), or None when it is lost."""
+    row = conn.execute(
+        "UPDATE hosts h SET lease_expires = now() + make_interval(secs => %s), "
+        f"renewed_at = now() WHERE name = %s AND token = %s AND {_LIVE_HOST} "
+        "RETURNING state", (ttl, name, token)).fetchone()
+    return None if row is None else str(row["state"])
+
+
+def placed_for(conn: Any, name: str, token: int) -> list[dict[str, Any]]:
+    return list(conn.execute(
+        "SELECT id, kind, spec, generation FROM work WHERE host = %s AND token = %s "
+        "AND state = 'PLACED' ORDER BY id", (name, token)))
+
+
+def running_on(conn: Any, name: str, token: int) -> list[dict[str, Any]]:
+    return list(conn.execute(
+        "SELECT id, kind, local_id, generation FROM work WHERE host = %s AND token = %s "
+        "AND state = 'RUNNING'", (name, token)))
+
+
+def mark_running(conn: Any, work: int, name: str, token: int, local_id: str) -> None:
+    with conn.transaction():
+        _guard(conn, name, token)
+        cur = conn.execute("UPDATE work SET state = 'RUNNING', local_id = %s, "
+                           "updated_at = now() WHERE id = %s AND host = %s AND token = %s "
+                           "AND state = 'PLACED'", (local_id, work, name, token))
+        if cur.rowcount:
+            _journal(conn, "work.running", host=name, token=token, work=work,
+                     local_id=local_id)
+
+
+def mark_ended(conn: Any, work: int, name: str, token: int, *, exit_code: int | None,
+               reason: str) -> None:
+    with conn.transaction():
+        _guard(conn, name, token)
+        cur = conn.execute("UPDATE work SET state = 'ENDED', exit_code = %s, reason = %s, "
+                           "updated_at = now() WHERE id = %s AND host = %s AND token = %s "
+                           "AND state IN ('PLACED', 'RUNNING')",
+                           (exit_code, reason, work, name, token))
+        if cur.rowcount:
+            _journal(conn, "work.ended", host=name, token=token, work=work,
+                     exit_code=exit_code, reason=reason)
+
+
+def sweep_orphans(conn: Any, name: str, token: int) -> list[dict[str, Any]]:
+    """Settle the work of hosts whose lease expired (or was taken again): an exec is
+    LOST; an agent is placed again on a live host (``revive``), REAPED or left to a
+    human (``ask``), each at most once, whoever sweeps. Returns what changed."""
+    done: list[dict[str, Any]] = []
+    with conn.transaction():
+        _guard(conn, name, token)
+        dead = conn.execute("UPDATE hosts SET state = 'DEAD' WHERE state <> 'DEAD' AND "
+                            "lease_expires <= now() RETURNING name").fetchall()
+        for row in dead:
+            _journal(conn, "host.dead", host=row["name"], by=name)
+        orphans = conn.execute(
+            "SELECT w.id, w.kind, w.host, w.revival, w.generation, w.labels FROM work w "
+            "JOIN hosts h ON h.name = w.host WHERE w.state IN ('PLACED', 'RUNNING') "
+            "AND (h.lease_expires <= now() OR h.token <> w.token) "
+            "ORDER BY w.id FOR UPDATE OF w SKIP LOCKED").fetchall()
+        for w in orphans:
+            why = f"host {w['host']} lost its lease"
+            if w["kind"] == "exec" or w["revival"] == "reap":
+                state = "LOST" if w["kind"] == "exec" else "REAPED"
+                conn.execute("UPDATE work SET state = %s, reason = %s, updated_at = now() "
+                             "WHERE id = %s", (state, why, w["id"]))
+                _journal(conn, f"work.{state.lower()}", host=w["host"], work=w["id"],
+                         reason=why, by=name)
+                done.append({"id": w["id"], "state": state})
+            elif w["revival"] == "ask":
+                conn.execute("UPDATE work SET state = 'ASK', reason = %s, updated_at = now() "
+                             "WHERE id = %s", (why + ": waiting for a human", w["id"]))
+                _journal(conn, "work.ask", host=w["host"], work=w["id"], reason=why, by=name)
+                done.append({"id": w["id"], "state": "ASK"})
+            else:
+                target = _pick(conn, w["labels"], None, exclude=w["host"])
+                if target is None:
+                    continue  # no live host with room: the next sweep tries again
+                conn.execute("UPDATE work SET host = %s, token = %s, generation = "
+                             "generation + 1, state = 'PLACED', local_id = NULL, reason = %s, "
+                             "updated_at = now() WHERE id = %s",
+                             (target["name"], target["token"], why + ": revived", w["id"]))
+                _journal(conn, "work.revived", host=target["name"], token=target["token"],
+                         work=w["id"], previous=w["host"], generation=w["generation"] + 1,
+                         by=name)
+                conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, target["name"]))
+                done.append({"id": w["id"], "state": "PLACED", "host": target["name"]})
+    return done
+
+
+# ---------------------------------------------------------------------- client side
+def _pick(conn: Any, labels: Any, host: str | None, *, exclude: str | None = None,
+          ) -> dict[str, Any] | None:
+    row: dict[str, Any] | None = conn.execute(
+        f"SELECT h.name, h.token FROM hosts h WHERE h.state = 'ACTIVE' AND "
+        f"h.lease_expires > now() AND h.labels @> %s::jsonb AND "
+        f"(%s::text IS NULL OR h.name = %s) AND (%s::text IS NULL OR h.name <> %s) AND "
+        f"h.capacity > {_LOAD} ORDER BY h.capacity - {_LOAD} DESC, h.name "
+        f"FOR UPDATE OF h SKIP LOCKED LIMIT 1",
+        (json.dumps(labels or {}), host, host, exclude, exclude)).fetchone()
+    return row
+
+
+def place(conn: Any, kind: str, spec: dict[str, Any], *, labels: dict[str, str],
+          host: str | None, revival: str, request_key: str | None) -> dict[str, Any]:
+    """Place work on a live host with free capacity (``host``: that one only) and
+    commit it there; a retry with the same ``request_key`` returns the first row."""
+    with conn.transaction():
+        if request_key:
+            row = conn.execute("SELECT * FROM work WHERE request_key = %s",
+                               (request_key,)).fetchone()
+            if row is not None:
+                return dict(row)
+        target = _pick(conn, labels, host)
+        if target is None:
+            raise NoHost(_why_no_host(conn, labels, host))
+        row = conn.execute(
+            "INSERT INTO work (kind, spec, labels, want_host, revival, host, token, state, "
+            "request_key) VALUES (%s, %s, %s, %s, %s, %s, %s, 'PLACED', %s) RETURNING *",
+            (kind, json.dumps(spec), json.dumps(labels), host, revival, target["name"],
+             target["token"], request_key)).fetchone()
+        _journal(conn, "work.placed", host=target["name"], token=target["token"],
+                 work=row["id"], kind=kind)
+        conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, target["name"]))
+        return dict(row)
+
+
+def _why_no_host(conn: Any, labels: dict[str, str], host: str | None) -> str:
+    rows = hosts(conn)
+    if host is not None:
+        h = next((r for r in rows if r["name"] == host), None)
+        if h is None:
+            return f"no host named {host!r} in the fleet (`tether --fleet URL hosts` lists them)"
+        if not h["live"]:
+            return f"host {host} has no live lease (its daemon is down or partitioned)"
+        if h["state"] != "ACTIVE":
+            return f"host {host} is {h['state']}: it takes no new work"
+        if h["load"] >= h["capacity"]:
+            return f"host {host} is full ({h['load']}/{h['capacity']}); try --host auto"
+        return f"host {host} lacks the labels {labels}"
+    live = [r for r in rows if r["live"] and r["state"] == "ACTIVE"]
+    if not live:
+        return ("no live ACTIVE host in the fleet: start one with "
+                "`tether daemon --fleet URL --host-name NAME`")
+    return (f"no live host with free capacity{' and labels ' + str(labels) if labels else ''}"
+            f" ({len(live)} live): wait for work to end, or add capacity")
+
+
+def hosts(conn: Any) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute(
+        f"SELECT h.name, h.capacity, h.labels, h.state, h.token, h.version, h.home, "
+        f"{_LOAD} AS load, h.lease_expires > now() AS live, "
+        f"extract(epoch FROM h.lease_expires - now())::float AS lease_left "
+        f"FROM hosts h ORDER BY h.name")]
+
+
+def drain(conn: Any, name: str) -> bool:
+    with conn.transaction():
+        cur = conn.execute("UPDATE hosts SET state = 'DRAINING' WHERE name = %s AND "
+                           "state = 'ACTIVE'", (name,))
+        if cur.rowcount:
+            _journal(conn, "host.draining", host=name)
+        exists = conn.execute("SELECT 1 FROM hosts WHERE name = %s", (name,)).fetchone()
+    if exists is None:
+        raise NoHost(f"no host named {name!r} in the fleet")
+    return bool(cur.rowcount)
+
+
+def work(conn: Any, *, all_: bool = False) -> list[dict[str, Any]]:
+    where = "" if all_ else "WHERE state IN ('PLACED', 'RUNNING', 'ASK')"
+    return [dict(r) for r in conn.execute(
+        "SELECT id, kind, host, state, generation, local_id, exit_code, reason, "
+        f"spec->'argv' AS argv, created_at FROM work {where} ORDER BY id")]
+
+
+def get_work(conn: Any, ident: int) -> dict[str, Any] | None:
+    row = conn.execute("SELECT * FROM work WHERE id = %s", (ident,)).fetchone()
+    return dict(row) if row else None
+
+
+def journal(conn: Any, after: int = 0) -> list[dict[str, Any]]:
+    return [dict(r) for r in conn.execute(
+        "SELECT gseq, host, token, work, type, data FROM journal WHERE gseq > %s "
+        "ORDER BY gseq", (after,))]

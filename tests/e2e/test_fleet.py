@@ -1,0 +1,398 @@
+"""Fleet mode against a real PostgreSQL (a throw-away cluster, tests/pg.py) and three
+real daemons in separate homes acting as three hosts; hosts die by SIGKILL."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness import DaemonProc, kill_strays, new_home, remove_home, wait_for
+from tests.pg import PgCluster, bindir
+
+# Skipped without PostgreSQL, unless TETHER_REQUIRE_POSTGRES=1 (CI, after provisioning).
+pytestmark = [pytest.mark.xdist_group("fleet"),
+              pytest.mark.skipif(bindir() is None
+                                 and os.environ.get("TETHER_REQUIRE_POSTGRES") != "1",
+                                 reason="PostgreSQL is not installed (apt-get install "
+                                 "postgresql)")]
+
+LEASE = 3.0
+FAST = {"TETHER_FLEET_LEASE": str(LEASE), "TETHER_FLEET_INTERVAL": "0.3",
+        "TETHER_AGENT_TICK": "0.3"}
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
+_db = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def pg() -> Iterator[PgCluster]:
+    c = PgCluster()
+    c.start()
+    yield c
+    c.destroy()
+
+
+class Fleet:
+    """One fleet database and the hosts (daemons) a test starts on it."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.hosts: dict[str, DaemonProc] = {}
+
+    def cli(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[bytes]:
+        d = next(iter(self.hosts.values()), None) or DaemonProc(Path("/nonexistent"))
+        r = d.cli("--fleet", self.url, *args)
+        if check and r.returncode != 0:
+            raise AssertionError(f"tether {' '.join(args)}: {r.returncode}\n"
+                                 f"{r.stderr.decode()}")
+        return r
+
+    def add(self, name: str, capacity: int = 4, env: dict[str, str] | None = None,
+            labels: tuple[str, ...] = ()) -> DaemonProc:
+        d = DaemonProc(new_home(), env={**FAST, **(env or {})})
+        self.hosts[name] = d
+        d.start(pool=0, env=env, args=["--fleet", self.url, "--host-name", name,
+                                       "--capacity", str(capacity),
+                                       *(x for lab in labels for x in ("--label", lab))])
+        return d
+
+    def db(self) -> Any:
+        from tether.fleet import store as fs
+
+        return fs.connect(self.url)
+
+    def hosts_rows(self) -> dict[str, dict[str, Any]]:
+        from tether.fleet import store as fs
+
+        with self.db() as c:
+            return {r["name"]: r for r in fs.hosts(c)}
+
+    def work(self, ident: int) -> dict[str, Any]:
+        from tether.fleet import store as fs
+
+        with self.db() as c:
+            row = fs.get_work(c, ident)
+        assert row is not None
+        return row
+
+    def place(self, *args: str) -> int:
+        out = self.cli("run", *args).stdout.decode().split()
+        return int(out[0])
+
+    def live_copies(self, ident: int) -> list[tuple[str, str]]:
+        """(host, lineage) of every local lineage of placement ``ident`` whose exec runs
+        (or is starting), on every host still up: the at-most-one-host check."""
+        found = []
+        for name, d in self.hosts.items():
+            if d.proc is None or d.proc.poll() is not None:
+                continue
+            db = sqlite3.connect(f"file:{d.home / 'tether.db'}?mode=ro", uri=True)
+            try:
+                rows = db.execute(
+                    "SELECT l.id FROM lineages l JOIN execs x ON x.id = "
+                    "json_extract(l.record, '$.exec_id') WHERE json_extract(l.record, "
+                    "'$.request_key') LIKE ? AND l.status IN ('ACTIVE', 'REVIVING') "
+                    "AND x.state IN ('PENDING', 'RUNNING')",
+                    (f"fleet-{ident}-%",)).fetchall()
+            finally:
+                db.close()
+            found += [(name, r[0]) for r in rows]
+        return found
+
+    def cleanup(self) -> None:
+        for d in self.hosts.values():
+            d.cleanup()
+            remove_home(d.home)
+
+
+@pytest.fixture
+def fleet(pg: PgCluster) -> Iterator[Fleet]:
+    url = pg.new_db(f"fleet_{os.getpid()}_{next(_db)}")
+    r = subprocess.run([sys.executable, "-m", "tether.cli.main", "fleet", "init", url],
+                       capture_output=True)
+    assert r.returncode == 0, r.stderr
+    f = Fleet(url)
+    yield f
+    f.cleanup()
+
+
+def test_fleet_init_is_idempotent_and_hosts_needs_it(pg: PgCluster) -> None:
+    url = pg.new_db(f"init_{os.getpid()}")
+    tether = [sys.executable, "-m", "tether.cli.main"]
+    r = subprocess.run([*tether, "--fleet", url, "hosts"], capture_output=True, text=True)
+    assert r.returncode == 1 and "not initialised" in r.stderr and "fleet init" in r.stderr
+    first = subprocess.run([*tether, "fleet", "init", url], capture_output=True, text=True)
+    assert first.returncode == 0 and "applied 1" in first.stdout, first.stderr
+    again = subprocess.run([*tether, "fleet", "init", url], capture_output=True, text=True)
+    assert again.returncode == 0 and "up to date" in again.stdout
+    bad = subprocess.run([*tether, "fleet", "init", "postgresql://x@/nope?host=/nonexistent"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 125 and "cannot reach the fleet database" in bad.stderr
+
+
+def test_three_hosts_register_and_run_host_auto_places_by_capacity(fleet: Fleet) -> None:
+    for name, cap in (("h1", 1), ("h2", 2), ("h3", 3)):
+        fleet.add(name, cap)
+    rows = wait_for(lambda: len(fleet.hosts_rows()) == 3 and fleet.hosts_rows(), 15,
+                    what="three hosts")
+    assert all(r["live"] and r["state"] == "ACTIVE" for r in rows.values())
+    assert "h2" in fleet.cli("hosts").stdout.decode()
+    ids = [fleet.place("--host", "auto", "--", *SLEEPER) for _ in range(6)]
+    placed = {i: fleet.work(i)["host"] for i in ids}
+    assert sorted(placed.values()) == ["h1", "h2", "h2", "h3", "h3", "h3"]
+    full = fleet.cli("run", "--host", "auto", "--", *SLEEPER, check=False)
+    assert full.returncode == 1 and "free capacity" in full.stderr.decode()
+    # Each host really runs what was placed on it.
+    wait_for(lambda: all(fleet.work(i)["state"] == "RUNNING" for i in ids), 20,
+             what="all RUNNING")
+    for i, host in placed.items():
+        with fleet.hosts[host].client() as c:
+            assert c.exec_get(fleet.work(i)["local_id"]).state == "RUNNING"
+    ps = fleet.cli("ps").stdout.decode()
+    assert all(f"{i} " in ps for i in ids) and "h3" in ps
+    named = fleet.cli("run", "--host", "h9", "--", "true", check=False)
+    assert named.returncode == 1 and "no host named 'h9'" in named.stderr.decode()
+
+
+def _agent(fleet: Fleet, host: str, *more: str) -> int:
+    return fleet.place("--host", host, "--agent", "generic", "--crashed-after", "3600",
+                       "--stale-after", "3600", *more, "--", *SLEEPER)
+
+
+def test_a_dead_host_agents_are_revived_once_elsewhere_and_its_execs_lost(
+        fleet: Fleet) -> None:
+    for name in ("h1", "h2", "h3"):
+        fleet.add(name)
+    wait_for(lambda: len(fleet.hosts_rows()) == 3, 15, what="three hosts")
+    agent = _agent(fleet, "h1")
+    plain = fleet.place("--host", "h1", "--", *SLEEPER)
+    wait_for(lambda: fleet.work(agent)["state"] == "RUNNING"
+             and fleet.work(plain)["state"] == "RUNNING", 20, what="running on h1")
+    h1 = fleet.hosts["h1"]
+    h1.kill9()
+    kill_strays(h1.home, wait=5)  # the host died: its monitors and agents with it
+    w = wait_for(lambda: (fleet.work(agent)["generation"] == 2
+                          and fleet.work(agent)["state"] == "RUNNING" and fleet.work(agent)),
+                 LEASE * 6, what="the agent revived")
+    assert w["host"] in ("h2", "h3")
+    assert fleet.work(plain)["state"] == "LOST"
+    assert "h1 lost its lease" in fleet.work(plain)["reason"]
+    copies = fleet.live_copies(agent)
+    assert copies == [(w["host"], w["local_id"])]
+    assert fleet.hosts_rows()["h1"]["state"] == "DEAD"
+
+
+def test_a_partitioned_host_fences_itself_and_does_not_resume(fleet: Fleet) -> None:
+    h1 = fleet.add("h1", env={"TETHER_FAULT": "fleet.partition"})
+    fleet.add("h2")
+    wait_for(lambda: len(fleet.hosts_rows()) == 2, 15, what="two hosts")
+    agent = _agent(fleet, "h1")
+    first = wait_for(lambda: fleet.work(agent)["state"] == "RUNNING" and fleet.work(agent),
+                     20, what="running on h1")
+    token = fleet.hosts_rows()["h1"]["token"]
+    (h1.home / "fleet.partition").touch()  # h1 runs on, but reaches no PostgreSQL
+    with h1.client() as c:
+        wait_for(lambda: c.lineage_get(first["local_id"]).status == "REAPED", LEASE * 4,
+                 what="h1 withdraws its agent")
+    w = wait_for(lambda: fleet.work(agent)["generation"] == 2
+                 and fleet.work(agent)["state"] == "RUNNING" and fleet.work(agent),
+                 LEASE * 6, what="revived on h2")
+    assert w["host"] == "h2"
+    (h1.home / "fleet.partition").unlink()  # the partition heals
+    wait_for(lambda: fleet.hosts_rows()["h1"]["live"]
+             and fleet.hosts_rows()["h1"]["token"] > token, LEASE * 4, what="h1 back")
+    assert fleet.live_copies(agent) == [("h2", w["local_id"])]
+    assert fleet.work(agent)["host"] == "h2"
+    assert h1.proc is not None and h1.proc.poll() is None  # it kept running throughout
+
+
+def test_postgresql_restarted_mid_run_hosts_carry_on(fleet: Fleet, pg: PgCluster) -> None:
+    fleet.add("h1")
+    fleet.add("h2")
+    wait_for(lambda: len(fleet.hosts_rows()) == 2, 15, what="two hosts")
+    before = fleet.place("--host", "auto", "--", *SLEEPER)
+    wait_for(lambda: fleet.work(before)["state"] == "RUNNING", 20, what="running")
+    pg.stop("immediate")  # as if killed: recovery from its WAL at the next start
+    try:
+        down = fleet.cli("hosts", check=False)
+        assert down.returncode == 125 and "cannot reach" in down.stderr.decode()
+    finally:
+        pg.start()
+    after = fleet.place("--host", "auto", "--", "true")
+    wait_for(lambda: fleet.work(after)["state"] == "ENDED", 20, what="new work ran")
+    assert fleet.work(after)["exit_code"] == 0
+    assert fleet.work(before)["state"] == "RUNNING"  # acknowledged before: not lost
+    assert all(r["live"] for r in fleet.hosts_rows().values())
+
+
+def _local_starts(home: Path) -> dict[str, int]:
+    """How many local execs and lineages each fleet request key started on a host."""
+    db = sqlite3.connect(f"file:{home / 'tether.db'}?mode=ro", uri=True)
+    try:
+        keys = [r[0] for r in db.execute(
+            "SELECT request_key FROM execs WHERE request_key LIKE 'fleet-%' UNION ALL "
+            "SELECT json_extract(record, '$.request_key') FROM lineages "
+            "WHERE json_extract(record, '$.request_key') LIKE 'fleet-%'")]
+    finally:
+        db.close()
+    counts: dict[str, int] = {}
+    for k in keys:
+        counts[k] = counts.get(k, 0) + 1
+    return counts
+
+
+def test_randomised_host_kills_keep_every_lineage_on_one_host(fleet: Fleet) -> None:
+    """Hosts die by SIGKILL (daemon and monitors) at random, coming back at once or after
+    their lease; the checker: every lineage on at most one host at a time, every
+    acknowledged placement started exactly once per generation, a journal without gap
+    or duplicate. TETHER_FLEET_CHAOS_ROUNDS=200 for the long version."""
+    import random
+
+    rounds = int(os.environ.get("TETHER_FLEET_CHAOS_ROUNDS", "5"))
+    seed = int(os.environ.get("TETHER_FLEET_CHAOS_SEED", str(random.randrange(1 << 30))))
+    rng = random.Random(seed)
+    names = ["h1", "h2", "h3"]
+    for name in names:
+        fleet.add(name, capacity=1000)
+    wait_for(lambda: len(fleet.hosts_rows()) == 3, 15, what="three hosts")
+    agents: list[int] = []
+    acked: list[int] = []
+
+    def at_most_one_copy() -> None:
+        for a in agents:
+            copies = fleet.live_copies(a)
+            assert len(copies) <= 1, f"seed {seed}: placement {a} runs on {copies}"
+
+    for _ in range(rounds):
+        agents.append(_agent(fleet, "auto"))
+        acked += [agents[-1], fleet.place("--host", "auto", "--", *SLEEPER)]
+        at_most_one_copy()
+        victim = fleet.hosts[rng.choice(names)]
+        victim.kill9()
+        kill_strays(victim.home, wait=5)
+        if rng.random() < 0.5:
+            deadline = LEASE * (1 + rng.random())
+            t_end = __import__("time").monotonic() + deadline
+            while __import__("time").monotonic() < t_end:
+                at_most_one_copy()
+        at_most_one_copy()
+        victim.start(pool=0, env=FAST, args=["--fleet", fleet.url, "--host-name",
+                                             next(n for n, d in fleet.hosts.items()
+                                                  if d is victim), "--capacity", "1000"])
+        at_most_one_copy()
+
+    def settled() -> bool:
+        rows = [fleet.work(i) for i in acked]
+        return all(r["state"] != "PLACED" for r in rows) and all(
+            len(fleet.live_copies(a)) == 1 for a in agents
+            if fleet.work(a)["state"] == "RUNNING")
+    wait_for(settled, LEASE * 8, interval=0.2, what=f"the fleet to settle (seed {seed})")
+    at_most_one_copy()
+    starts: dict[str, int] = {}
+    for d in fleet.hosts.values():
+        for k, n in _local_starts(d.home).items():
+            starts[k] = starts.get(k, 0) + n
+    dup = {k: n for k, n in starts.items() if n > 1}
+    assert not dup, f"seed {seed}: started more than once: {dup}"
+    for i in acked:
+        w = fleet.work(i)
+        assert f"fleet-{i}-{w['generation']}" in starts or w["state"] in ("LOST", "REAPED"), w
+    from tether.fleet import store as fs
+
+    with fleet.db() as c:
+        journal = fs.journal(c)
+    assert [e["gseq"] for e in journal] == list(range(1, len(journal) + 1))
+    placed = [e["work"] for e in journal if e["type"] == "work.placed"]
+    assert sorted(placed) == sorted(acked)
+
+
+def test_a_crash_between_the_local_start_and_running_starts_once(fleet: Fleet) -> None:
+    slow = {"TETHER_FLEET_LEASE": "15"}  # the restart comes back within the lease
+    h1 = fleet.add("h1", env={**slow, "TETHER_FAULT": "fleet.after_start"})
+    wait_for(lambda: len(fleet.hosts_rows()) == 1, 15, what="h1")
+    ident = fleet.place("--host", "h1", "--", *SLEEPER)
+    assert h1.proc is not None
+    h1.proc.wait(20)  # the fault point killed it after the local start
+    assert fleet.work(ident)["state"] == "PLACED"
+    h1.start(pool=0, env={**FAST, **slow}, args=["--fleet", fleet.url, "--host-name", "h1"])
+    w = wait_for(lambda: fleet.work(ident)["state"] == "RUNNING" and fleet.work(ident), 20,
+                 what="RUNNING after the restart")
+    assert _local_starts(h1.home) == {f"fleet-{ident}-1": 1}
+    with h1.client() as c:
+        assert c.exec_get(w["local_id"]).state == "RUNNING"
+
+
+def test_drain_stops_new_placements_and_keeps_what_runs(fleet: Fleet) -> None:
+    fleet.add("h1")
+    fleet.add("h2")
+    wait_for(lambda: len(fleet.hosts_rows()) == 2, 15, what="two hosts")
+    first = fleet.place("--host", "h1", "--", *SLEEPER)
+    assert "h1 draining" in fleet.cli("drain", "h1").stdout.decode()
+    placed = [fleet.work(fleet.place("--host", "auto", "--", *SLEEPER))["host"]
+              for _ in range(3)]
+    assert placed == ["h2"] * 3
+    refused = fleet.cli("run", "--host", "h1", "--", "true", check=False)
+    assert refused.returncode == 1 and "DRAINING" in refused.stderr.decode()
+    wait_for(lambda: fleet.work(first)["state"] == "RUNNING", 20, what="h1 keeps its work")
+    assert fleet.hosts_rows()["h1"]["state"] == "DRAINING"
+    unknown = fleet.cli("drain", "nope", check=False)
+    assert unknown.returncode == 1 and "no host named 'nope'" in unknown.stderr.decode()
+
+
+def test_host_labels_steer_placement(fleet: Fleet) -> None:
+    fleet.add("cpu1")
+    fleet.add("gpu1", labels=("gpu=1", "zone=a"))
+    wait_for(lambda: len(fleet.hosts_rows()) == 2, 15, what="two hosts")
+    assert fleet.hosts_rows()["gpu1"]["labels"] == {"gpu": "1", "zone": "a"}
+    for _ in range(3):
+        ident = fleet.place("--host", "auto", "--host-label", "gpu=1", "--", "true")
+        assert fleet.work(ident)["host"] == "gpu1"
+    none = fleet.cli("run", "--host-label", "tpu=1", "--", "true", check=False)
+    assert none.returncode == 1 and "labels" in none.stderr.decode()
+
+
+def test_a_host_refuses_an_uninitialised_fleet_but_starts_without_postgresql(
+        pg: PgCluster) -> None:
+    raw = pg.new_db(f"raw_{os.getpid()}")
+    d = DaemonProc(new_home(), env=FAST)
+    try:
+        d.start(wait=False, pool=0, args=["--fleet", raw, "--host-name", "h1"])
+        assert d.proc is not None and d.proc.wait(20) == 1
+        assert "tether fleet init URL" in d.log_text()
+        gone = "postgresql://tether@/nope?host=/nonexistent"
+        d.start(pool=0, args=["--fleet", gone, "--host-name", "h1"])  # serves anyway
+        with d.client() as c:
+            assert c.exec_start(["true"]).id
+    finally:
+        d.cleanup()
+        remove_home(d.home)
+
+
+def test_postgresql_down_longer_than_the_lease_fences_and_the_agent_runs_once_after(
+        fleet: Fleet, pg: PgCluster) -> None:
+    import time
+
+    fleet.add("h1")
+    fleet.add("h2")
+    wait_for(lambda: len(fleet.hosts_rows()) == 2, 15, what="two hosts")
+    agent = _agent(fleet, "h1")
+    wait_for(lambda: fleet.work(agent)["state"] == "RUNNING", 20, what="running")
+    pg.stop("immediate")
+    try:
+        time.sleep(LEASE * 2)  # every host fences itself: its agents are withdrawn
+    finally:
+        pg.start()
+    w = wait_for(lambda: (fleet.work(agent)["state"] == "RUNNING"
+                          and len(fleet.live_copies(agent)) == 1 and fleet.work(agent)),
+                 LEASE * 8, interval=0.2, what="the agent running again, once")
+    assert w["generation"] == 2
+    assert fleet.live_copies(agent) == [(w["host"], w["local_id"])]
+    for d in fleet.hosts.values():
+        assert d.proc is not None and d.proc.poll() is None  # hosts carried on
