@@ -36,6 +36,7 @@ COMMANDS = {
     "daemon": "daemon:daemon", "digest": "digest:digest", "hook": "hook:hook",
     "web": "web:web", "mcp": "mcp:mcp", "metrics": "metrics:metrics",
     "schedule": "schedule:schedule", "scheduler": "schedule:scheduler",
+    "cost": "cost:cost", "budget": "cost:budget",
 }
 
 

@@ -52,6 +52,10 @@ class DaemonConfig:
     log_format: str = "text"
     #: systemd's watchdog: seconds between WATCHDOG=1 pings (None: no watchdog asked).
     watchdog: float | None = None
+    #: TETHER_BUDGET_DAILY_USD / TETHER_BUDGET_POLICY: the daily budget over every agent
+    #: when none was set with `tether budget set` (which wins).
+    budget_daily_usd: float | None = None
+    budget_policy: str = "pause"
 
     @classmethod
     def from_env(cls, home: Path, *, pool_size: int = POOL_SIZE,
@@ -78,7 +82,28 @@ class DaemonConfig:
             digest_tz=env.get("TETHER_DIGEST_TZ") or None,
             log_format=log_format or env.get("TETHER_LOG_FORMAT") or "text",
             watchdog=systemd.watchdog_interval(env, os.getpid()),
+            budget_daily_usd=_dollars(env.get("TETHER_BUDGET_DAILY_USD")),
+            budget_policy=_policy(env.get("TETHER_BUDGET_POLICY")),
         )
 
     def clock(self) -> Clock:
         return Clock(self.test_clock)
+
+
+def _dollars(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not 0 < v < float("inf"):
+        raise ValueError(f"TETHER_BUDGET_DAILY_USD must be a positive amount of dollars "
+                         f"(e.g. 20 or 12.50), not {text!r}")
+    return v
+
+
+def _policy(text: str | None) -> str:
+    if text and text not in ("pause", "stop"):
+        raise ValueError(f"TETHER_BUDGET_POLICY must be pause or stop, not {text!r}")
+    return text or "pause"

@@ -34,6 +34,7 @@ from tether.daemon import logfmt, lost_store, systemd
 from tether.daemon.agents import AgentService
 from tether.daemon.api import AGENT_METHODS, build_router
 from tether.daemon.config import DaemonConfig
+from tether.daemon.cost import CostService
 from tether.daemon.digest import DigestService
 from tether.daemon.events import EventBus
 from tether.daemon.execs import ExecService
@@ -53,7 +54,7 @@ from tether.model.layout import (
     STORE_REFUSED_EXIT,
     HomeLayout,
 )
-from tether.model.states import DaemonState, check_transition
+from tether.model.states import LINEAGE_LIVE, DaemonState, check_transition
 from tether.rpc.server import RpcServer
 from tether.runtime.monitors import MonitorPool
 from tether.runtime.registry import RuntimeContext, Runtimes
@@ -275,6 +276,11 @@ class Daemon:
                                     summarizer=self.config.digest_summarizer,
                                     interval=self.config.digest_interval)
         self.hooks = HookService(self.journal, self.layout.root, self.config.clock())
+        self.cost = CostService(self.store, self.layout.root, self.journal, self.execs,
+                                self.tasks, self.config.clock(), faults, tz=tz,
+                                daily_usd=self.config.budget_daily_usd,
+                                daily_policy=self.config.budget_policy)
+        self.agents.protocol.budget = self.cost
         self.scheduler = Scheduler(self.store, self.journal, self.execs, self.sandboxes,
                                    self.tasks, self.config.clock(), faults)
         loop = asyncio.get_running_loop()
@@ -296,6 +302,9 @@ class Daemon:
         # Agents last: a lineage is orphaned only once its exec's fate is known.
         summary.update({f"lineages_{k}": v for k, v in (await self.agents.recover()).items()})
         summary["deliveries_requeued"] = self.hooks.recover()
+        # Budgets after agents: a crossing a crash left unjournaled is journaled now.
+        summary["budgets_reached"] = self.cost.recover(
+            self.store.list_lineages(tuple(LINEAGE_LIVE)))
         # Schedules after execs: a run settles from its exec's recovered end.
         summary.update({f"schedule_{k}": v
                         for k, v in (await self.scheduler.recover()).items()})
@@ -411,7 +420,11 @@ def _raise_fd_limit() -> None:
 
 
 def serve(home: Path, **kw: Any) -> int:
-    config = DaemonConfig.from_env(home, **kw)
+    try:
+        config = DaemonConfig.from_env(home, **kw)
+    except ValueError as e:
+        print(f"tether: cannot start: {e}", file=sys.stderr)
+        return 2
     if config.log_format not in logfmt.FORMATS:
         print(f"tether: unknown log format {config.log_format!r} (--log-format or "
               f"TETHER_LOG_FORMAT); use one of: {', '.join(logfmt.FORMATS)}", file=sys.stderr)

@@ -11,6 +11,8 @@ Points (docs/STATE.md lists what each must leave):
   checkpoint), others remain.
 * ``schedule.after_fire_commit`` — a scheduled fire time's run is committed, its exec
   is not created yet.
+* ``cost.before_crossing`` — an agent's turn is committed, whether it crossed a budget
+  is not checked yet (its ``agent.budget`` event is not journaled).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import os
 import signal
 
 POINTS = frozenset({"exec.after_commit", "exec.after_handoff", "agent.after_attempt_commit",
-                    "digest.after_node", "schedule.after_fire_commit"})
+                    "digest.after_node", "schedule.after_fire_commit",
+                    "cost.before_crossing"})
 
 
 class Faults:

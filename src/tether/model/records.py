@@ -219,6 +219,10 @@ class AgentOptions(msgspec.Struct, kw_only=True, omit_defaults=True):
     crashed_after: float = CRASHED_AFTER
     worktree: str | None = None
     issue: str | None = None
+    # Dollars this lineage may spend (None: no budget of its own) and what reaching it
+    # does: pause (tool calls denied) or stop (the agent stopped, lineage FINISHED).
+    budget_usd: float | None = None
+    budget_policy: str = "pause"
 
 
 class AgentConfig(AgentOptions, kw_only=True, omit_defaults=True):

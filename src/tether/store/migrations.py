@@ -188,4 +188,20 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         );
         """,
     ),
+    (
+        11,
+        "cost budgets, and the journal indexed by event type",
+        # Costs are computed from the journal's agent.turn events (priced when read, so a
+        # corrected price table corrects past figures); the index finds them, and the
+        # agent.budget events that make a crossing's event exactly-once.
+        """
+        CREATE INDEX events_type ON events(json_extract(body, '$.type'));
+        CREATE TABLE budgets (
+            scope      TEXT PRIMARY KEY,
+            usd        REAL NOT NULL,
+            policy     TEXT NOT NULL,
+            updated_at REAL NOT NULL
+        );
+        """,
+    ),
 ]

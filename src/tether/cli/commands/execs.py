@@ -68,6 +68,10 @@ if TYPE_CHECKING:
 @click.option("--issue-id", default=None,
               help="agents: the tracker's own id of --issue (default: derived from it)")
 @click.option("--force", is_flag=True, help="agents: reuse a worktree of another issue")
+@click.option("--budget", "budget_usd", type=click.FloatRange(min=0, min_open=True),
+              default=None, help="agents: dollars this lineage may spend (see tether cost)")
+@click.option("--budget-policy", type=click.Choice(["pause", "stop"]), default="pause",
+              show_default=True, help="agents: at the budget, deny tool calls or stop")
 @sandbox_flags(for_run=True)
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
@@ -76,8 +80,8 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
         interactive: bool, detach_keys: str | None, agent_provider: str | None,
         no_agent: bool, revival: str, max_revivals: int, aging_pct: float, dying_pct: float,
         stale_after: float, crashed_after: float, successor: str, worktree: str | None,
-        issue: str | None, issue_id: str | None, force: bool, argv: tuple[str, ...],
-        **flags: Any) -> None:
+        issue: str | None, issue_id: str | None, force: bool, budget_usd: float | None,
+        budget_policy: str, argv: tuple[str, ...], **flags: Any) -> None:
     """Run a command under the daemon: tether run [-d] [-it] -- CMD ARGS...
 
     `tether run claude ...`, `tether run codex ...` and `--agent NAME` start an agent
@@ -103,6 +107,8 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
     interrupts = fg.Interrupts() if not detach and not use_tty else None
     auto = for_command(argv[0]) if not no_agent else None
     provider = agent_provider or (auto.name if auto is not None else None)
+    if budget_usd is not None and provider is None:
+        die("--budget is for agents: add --agent NAME (or run claude, codex, ...)", 2)
     made: str | None = None
     if wants_sandbox(flags):
         ephemeral = provider is None and not flags.get("keep_sandbox")
@@ -123,7 +129,9 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
                 cwd=wt_path or workdir, tty=use_tty, revival=revival,
                 max_revivals=max_revivals, aging_pct=aging_pct, dying_pct=dying_pct,
                 stale_after=stale_after, crashed_after=crashed_after, successor=successor,
-                worktree=wt_path, issue=issue, issue_id=issue_id, force=force)
+                worktree=wt_path, issue=issue, issue_id=issue_id, force=force,
+                budget_usd=budget_usd,
+                budget_policy=budget_policy)  # type: ignore[arg-type]
             if lin.exec_view is None:
                 die(f"agent lineage {lin.id} did not start: {lin.reason}", 1)
             x: ExecView = lin.exec_view

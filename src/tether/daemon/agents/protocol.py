@@ -11,7 +11,7 @@ import logging
 import secrets
 import signal
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.agent import lifecycle as lc
 from tether.agent import snapshot
@@ -23,6 +23,9 @@ from tether.hostio.atomic import atomic_write
 from tether.model.errors import RpcCode, TetherError
 from tether.model.records import LineageRecord
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE
+
+if TYPE_CHECKING:
+    from tether.daemon.cost import CostService
 
 log = logging.getLogger("tether.agents")
 
@@ -43,6 +46,9 @@ class Protocol:
     def __init__(self, core: AgentCore, worktree: WorktreeFiles) -> None:
         self.core = core
         self.worktree = worktree
+        #: Budgets, checked at every turn's end and tool call (set by the composition
+        #: root; None: no cost accounting, as in a bare AgentService).
+        self.budget: CostService | None = None
 
     def authenticate(self, session: str, token: str) -> LineageRecord:
         """A session may only speak for itself, with the current attempt's token."""
@@ -102,7 +108,9 @@ class Protocol:
             model=model or rec.model, usage=total, last_turn_at=time.time(),
             reason=f"turn {turn_no}" + (f" at {context_pct:.0f}% context"
                                         if context_pct is not None else ""),
-            data={"turn": turn_no, "context_pct": context_pct, "usage": dict(usage or {})}))
+            data={"turn": turn_no, "context_pct": context_pct, "usage": dict(usage or {}),
+                  "model": model or rec.model, "lineage": rec.id}))
+        reached = self.budget.enforce(rec, turn_ended=True) if self.budget else []
         if after != before:
             self._lifecycle_event(rec, before, after, "turn report")
         if rec.config.tty:
@@ -115,7 +123,9 @@ class Protocol:
             core.tasks.spawn(self._reap_dead(rec.exec_id), name=f"reap-{rec.exec_id}")
         return {"lineage": rec.id, "turn": turn_no, "lifecycle": rec.lifecycle,
                 "context_pct": rec.context_pct, "instructions": lc.turn_instructions(after),
-                "snapshot": str(snapshot.path_for(core.layout.root, rec.id))}
+                "snapshot": str(snapshot.path_for(core.layout.root, rec.id)),
+                "budget": [{"scope": o.scope, "policy": o.policy, "reason": o.reason}
+                           for o in reached]}
 
     async def _reap_dead(self, exec_id: str) -> None:
         try:
@@ -149,6 +159,13 @@ class Protocol:
         core = self.core
         core.touch(rec)
         core.tool_calls[rec.id] = core.tool_calls.get(rec.id, 0) + 1
+        reached = self.budget.enforce(rec) if self.budget else []
+        if reached:  # pause or stop: no more work on this budget's money
+            reason = "budget: " + "; ".join(o.reason for o in reached)
+            core.journal.record(
+                rec.config.sandbox, "agent.fenced", exec_id=rec.exec_id, state=rec.lifecycle,
+                reason=reason, data={"lineage": rec.id, "tool": tool, "budget": True})
+            return {"allowed": False, "reason": reason, "lifecycle": rec.lifecycle}
         decision = lc.authorize_tool(rec.lifecycle)
         if decision.next_state != rec.lifecycle:
             before = rec.lifecycle
