@@ -71,8 +71,7 @@ def test_a_report_never_counts_an_unknown_model_as_free() -> None:
     t = px.load(None)
 
     def turn(model: str | None, lineage: str, **usage: int) -> rp.Turn:
-        return rp.Turn(time=0.0, day=DAY, lineage=lineage, exec=f"x-{lineage}",
-                       sandbox="default", model=model, usage=usage)
+        return rp.Turn(key=lineage, day=DAY, model=model, usage=usage)
 
     turns = [turn("claude-haiku-4-5", "a", input_tokens=2_000_000),
              turn("mystery", "b", output_tokens=10), turn(None, "b", input_tokens=1)]

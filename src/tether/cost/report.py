@@ -18,15 +18,15 @@ GROUPS = ("attempt", "lineage", "sandbox", "day", "model")
 
 @dataclass(frozen=True)
 class Turn:
-    """One ``agent.turn`` of the journal, as the report needs it."""
+    """``turns`` ``agent.turn`` events of one key (an attempt, lineage or sandbox; None
+    when grouped otherwise), model and day, their usage summed: pricing is linear, so a
+    sum priced once costs what its turns priced one by one do."""
 
-    time: float
+    key: str | None
     day: dt.date
-    lineage: str | None
-    exec: str | None
-    sandbox: str | None
     model: str | None
     usage: dict[str, int]
+    turns: int = 1
 
 
 @dataclass
@@ -37,9 +37,9 @@ class Sum:
     tokens: dict[str, int] = field(default_factory=dict)
 
     def add(self, turn: Turn, cost: float | None) -> None:
-        self.turns += 1
+        self.turns += turn.turns
         if cost is None:
-            self.unpriced_turns += 1
+            self.unpriced_turns += turn.turns
         else:
             self.priced_usd += cost
         for k, n in turn.usage.items():
@@ -69,8 +69,7 @@ def total(table: PriceTable, turns: list[Turn]) -> Sum:
 
 
 def _key(by: str, t: Turn) -> str:
-    value = {"attempt": t.exec, "lineage": t.lineage, "sandbox": t.sandbox,
-             "day": t.day.isoformat(), "model": t.model}[by]
+    value = {"day": t.day.isoformat(), "model": t.model}.get(by, t.key)
     return value if value is not None else "-"
 
 
@@ -85,7 +84,7 @@ def report(table: PriceTable, turns: list[Turn], by: str, *, price_file: str) ->
         cost = turn_cost(table, t)
         if cost is None:
             name = t.model or "(no model reported)"
-            unpriced[name] = unpriced.get(name, 0) + 1
+            unpriced[name] = unpriced.get(name, 0) + t.turns
         groups.setdefault(_key(by, t), Sum()).add(t, cost)
         whole.add(t, cost)
     notes = [f"no price for model {m!r} ({n} turn{'s' if n != 1 else ''}): its cost is "

@@ -20,6 +20,7 @@ import datetime as dt
 import logging
 import os
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,13 +35,16 @@ from tether.daemon.tasks import Tasks
 from tether.model.errors import RpcCode, TetherError
 from tether.model.records import Event, LineageRecord
 from tether.model.states import EXEC_TERMINAL
-from tether.store.cost import CostTables
+from tether.store.cost import TOKENS, CostTables, Sums
 from tether.store.sqlite import Store
 
 log = logging.getLogger("tether.cost")
 
 DAILY = "daily"
 POLICIES = ("pause", "stop")
+#: Turns are summed per quarter hour where the day must follow the zone exactly (every
+#: UTC offset is a multiple of 15 minutes), else per day at the zone's offset now.
+QUARTER, DAY = 900.0, 86400.0
 BUDGET_PREFIX = "budget: "  # an exec cancelled for its budget says so in its reason
 
 
@@ -81,9 +85,12 @@ class CostService:
         self.default_daily = (daily_usd, daily_policy) if daily_usd is not None else None
         self._budgets = self.tables.budgets()  # category C: reloaded at every budget.set
         self._table: tuple[tuple[float, int] | None, px.PriceTable] | None = None
-        self._turns = 0  # agent.turn events seen since start: the spend caches' version
-        self._lineage_spent: dict[str, tuple[int, int, float]] = {}
-        self._daily_spent: tuple[dt.date, int, int, float] | None = None
+        self._fallback: px.PriceTable | None = None  # the shipped one, while no good table
+        # Spend, computed once from the journal, then kept current by each turn's end:
+        # lineage -> (the price table used, dollars); (day, table, dollars). The table
+        # itself, compared by identity: a new one (the override changed) starts over.
+        self._lineage_spent: dict[str, tuple[px.PriceTable, float]] = {}
+        self._daily_spent: tuple[dt.date, px.PriceTable, float] | None = None
 
     # ------------------------------------------------------------------ prices
     def prices(self) -> px.PriceTable:
@@ -103,13 +110,18 @@ class CostService:
                                   {"file": str(self.override)}) from None
         return self._table[1]
 
-    def _prices_for_budgets(self) -> px.PriceTable | None:
-        """Budgets keep working on the shipped table while an override is broken."""
+    def _prices_for_budgets(self) -> px.PriceTable:
+        """Budgets keep working on the last good table (else the shipped one) while an
+        override is broken."""
         try:
             return self.prices()
         except TetherError as e:
-            log.warning("budgets: %s", e.message)
-            return self._table[1] if self._table is not None else px.load(None)
+            if self._table is not None:
+                return self._table[1]
+            if self._fallback is None:
+                log.warning("budgets use the shipped prices: %s", e.message)
+                self._fallback = px.load(None)
+            return self._fallback
 
     # ------------------------------------------------------------------ reports
     def _day(self, t: float) -> dt.date:
@@ -118,23 +130,28 @@ class CostService:
     def _start_of(self, day: dt.date) -> float:
         return dt.datetime.combine(day, dt.time.min, tzinfo=self.tz).timestamp()
 
-    def _turn(self, ev: Event, lineage: str | None) -> rp.Turn:
-        usage = ev.data.get("usage")
-        model = ev.data.get("model")
-        return rp.Turn(time=ev.time, day=self._day(ev.time),
-                       lineage=ev.data.get("lineage") or lineage, exec=ev.exec,
-                       sandbox=ev.sandbox, model=model if isinstance(model, str) else None,
-                       usage={k: int(v) for k, v in usage.items()
-                              if isinstance(v, int) and not isinstance(v, bool)}
-                       if isinstance(usage, dict) else {})
+    def _shift(self) -> float:
+        off = dt.datetime.now(self.tz).utcoffset()
+        return off.total_seconds() if off is not None else 0.0
+
+    def _turns(self, sums: list[Sums], bucket: float, shift: float) -> list[rp.Turn]:
+        epoch = dt.date(1970, 1, 1)
+        return [rp.Turn(key=key, model=model, turns=n, usage=usage,
+                        day=self._day(b * bucket) if bucket == QUARTER
+                        else epoch + dt.timedelta(days=b))
+                for key, model, b, n, usage in sums]
 
     def report(self, by: str, since: float | None) -> dict[str, Any]:
+        if by not in rp.GROUPS:
+            raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
+                              f"cannot group costs by {by!r}: one of {', '.join(rp.GROUPS)}")
         table = self.prices()
-        turns = [self._turn(ev, lin) for ev, lin in self.tables.turns_since(since or 0.0)]
-        try:
-            out = rp.report(table, turns, by, price_file=str(self.override))
-        except ValueError as e:
-            raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS", str(e)) from None
+        key = by if by in ("attempt", "lineage", "sandbox") else "none"
+        bucket, shift = (QUARTER, 0.0) if by == "day" else (DAY, self._shift())
+        sums = self.tables.turn_sums(key, since=since or 0.0, until=None, bucket=bucket,
+                                     shift=shift)
+        out = rp.report(table, self._turns(sums, bucket, shift), by,
+                        price_file=str(self.override))
         out["since"] = since
         out["price_files"] = table.files
         return out
@@ -153,23 +170,39 @@ class CostService:
 
     def lineage_spent(self, rec: LineageRecord, table: px.PriceTable) -> float:
         cached = self._lineage_spent.get(rec.id)
-        if cached is not None and cached[:2] == (self._turns, id(table)):
-            return cached[2]
-        spent = rp.total(table, [self._turn(ev, rec.id) for ev in
-                                 self.tables.turns_of_lineage(rec.id)]).priced_usd
-        self._lineage_spent[rec.id] = (self._turns, id(table), spent)
+        if cached is not None and cached[0] is table:
+            return cached[1]
+        shift = self._shift()
+        ids = [x.id for x in self.store.list_execs_of_lineage(rec.id)]
+        sums = self.tables.exec_turn_sums(ids, bucket=DAY, shift=shift)
+        spent = rp.total(table, self._turns(sums, DAY, shift)).priced_usd
+        self._lineage_spent[rec.id] = (table, spent)
         return spent
 
     def day_spent(self, day: dt.date, table: px.PriceTable) -> float:
         c = self._daily_spent
-        if c is not None and c[:3] == (day, self._turns, id(table)):
-            return c[3]
+        if c is not None and c[0] == day and c[1] is table:
+            return c[2]
         start, end = self._start_of(day), self._start_of(day + dt.timedelta(days=1))
-        turns = [self._turn(ev, lin) for ev, lin in self.tables.turns_since(start)
-                 if ev.time < end]
-        spent = rp.total(table, turns).priced_usd
-        self._daily_spent = (day, self._turns, id(table), spent)
+        sums = self.tables.turn_sums("none", since=start, until=end, bucket=QUARTER)
+        spent = rp.total(table, self._turns(sums, QUARTER, 0.0)).priced_usd
+        self._daily_spent = (day, table, spent)
         return spent
+
+    def _count(self, rec: LineageRecord, model: str | None, usage: dict[str, int],
+               at: float) -> None:
+        """A committed turn, added to the spend already computed (never recomputed)."""
+        if self._table is None:
+            return
+        table = self._table[1]
+        price = table.lookup(model, self._day(at))
+        cost = price.cost({k: v for k, v in usage.items() if k in TOKENS}) if price else 0.0
+        mine = self._lineage_spent.get(rec.id)
+        if mine is not None and mine[0] is table:
+            self._lineage_spent[rec.id] = (mine[0], mine[1] + cost)
+        c = self._daily_spent
+        if c is not None and c[0] == self._day(at) and c[1] is table:
+            self._daily_spent = (c[0], c[1], c[2] + cost)
 
     def over(self, rec: LineageRecord) -> list[Over]:
         """The budgets ``rec`` is over now (unpriced turns count as nothing: see
@@ -178,8 +211,6 @@ class CostService:
         if mine is None and daily is None:
             return []
         table = self._prices_for_budgets()
-        if table is None:
-            return []
         out: list[Over] = []
         if mine is not None:
             spent = self.lineage_spent(rec, table)
@@ -200,11 +231,13 @@ class CostService:
                     f"for the next day"))
         return out
 
-    def enforce(self, rec: LineageRecord, *, turn_ended: bool = False) -> list[Over]:
-        """Check ``rec``'s budgets: journal each new crossing once, stop the agent when a
-        reached budget's policy says ``stop``. Returns the budgets reached."""
-        if turn_ended:
-            self._turns += 1
+    def enforce(self, rec: LineageRecord,
+                turn: tuple[str | None, dict[str, int]] | None = None) -> list[Over]:
+        """Check ``rec``'s budgets (after a turn of ``(model, usage)`` was committed):
+        journal each new crossing once, stop the agent when a reached budget's policy says
+        ``stop``. Returns the budgets reached."""
+        if turn is not None:
+            self._count(rec, turn[0], turn[1], time.time())
             self.faults.hit("cost.before_crossing")
         reached = self.over(rec)
         for o in reached:

@@ -1,9 +1,11 @@
 """Cost's reads of the journal and its one table (migration 11): budgets.
 
-A budget row's scope is ``daily`` (every agent's spend per day) or ``lineage:<id>`` (a
-change to the budget the lineage started with). A crossing's ``agent.budget`` event
-is appended only if no event of the same crossing key exists, checked in the same
-transaction: exactly once, whatever crashes around it.
+Turns are summed in SQL, by key, model and time bucket (the daemon prices each sum):
+a report over a year of turns reads no event into Python. A budget row's scope is
+``daily`` (every agent's spend per day) or ``lineage:<id>`` (a change to the budget the
+lineage started with). A crossing's ``agent.budget`` event is appended only if no event
+of the same crossing key exists, checked in the same transaction: exactly once,
+whatever crashes around it.
 """
 
 from __future__ import annotations
@@ -11,50 +13,68 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import msgspec
-
 from tether.model.records import Event
 from tether.store.sqlite import Store
 
-_dec_event = msgspec.json.Decoder(Event)
-_TYPE = "json_extract(body, '$.type')"
+_TYPE = "json_extract(e.body, '$.type')"
+_TIME = "json_extract(e.body, '$.time')"
+#: What a turn is grouped by; a lineage from the event (newer daemons) or its exec's record.
+KEYS = {
+    "attempt": "json_extract(e.body, '$.exec')",
+    "sandbox": "json_extract(e.body, '$.sandbox')",
+    "lineage": "COALESCE(json_extract(e.body, '$.data.lineage'), (SELECT json_extract("
+               "x.record, '$.lineage') FROM execs x WHERE x.id = json_extract(e.body, "
+               "'$.exec')))",
+    "none": "NULL",
+}
+#: The usage keys that are priced (tether.cost.prices.TOKEN_PRICES), summed in SQL.
+TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_creation_tokens")
+_SUMS = ", ".join(f"CAST(TOTAL(json_extract(e.body, '$.data.usage.{k}')) AS INTEGER)"
+                  for k in TOKENS)
+
+Sums = tuple[str | None, str | None, int, int, dict[str, int]]  # key, model, bucket, n, usage
+
+
+def _rows(rows: list[Any]) -> list[Sums]:
+    return [(r[0], r[1], int(r[2]), int(r[3]),
+             {k: int(v) for k, v in zip(TOKENS, r[4:], strict=True) if v}) for r in rows]
 
 
 class CostTables:
     def __init__(self, store: Store) -> None:
         self._s = store
 
-    def turns_since(self, since: float) -> list[tuple[Event, str | None]]:
-        """Every ``agent.turn`` event from ``since`` (wall time) on, with the lineage of
-        its exec (events of older daemons do not carry it in their data)."""
-        rows = self._s._db.execute(
-            f"SELECT e.body, json_extract(x.record, '$.lineage') FROM events e"
-            f" LEFT JOIN execs x ON x.id = json_extract(e.body, '$.exec')"
-            f" WHERE {_TYPE.replace('body', 'e.body')} = 'agent.turn'"
-            f" AND json_extract(e.body, '$.time') >= ? ORDER BY e.gseq", (since,)).fetchall()
-        return [(_dec_event.decode(r[0]), r[1]) for r in rows]
+    def turn_sums(self, key: str, *, since: float, until: float | None, bucket: float,
+                  shift: float = 0.0) -> list[Sums]:
+        """``agent.turn`` events with ``since <= time < until``, summed by ``key`` (one of
+        :data:`KEYS`), model and ``CAST((time + shift) / bucket)``."""
+        upper = f" AND {_TIME} < ?" if until is not None else ""
+        args: tuple[Any, ...] = (shift, bucket, since, *((until,) if until is not None else ()))
+        return _rows(self._s._db.execute(
+            f"SELECT {KEYS[key]}, json_extract(e.body, '$.data.model'),"
+            f" CAST(({_TIME} + ?) / ? AS INTEGER), COUNT(*), {_SUMS}"
+            f" FROM events e WHERE {_TYPE} = 'agent.turn' AND {_TIME} >= ?{upper}"
+            f" GROUP BY 1, 2, 3", args).fetchall())
 
-    def turns_of_lineage(self, lineage: str) -> list[Event]:
-        rows = self._s._db.execute(
-            "SELECT e.body FROM execs x JOIN events e"
-            " ON json_extract(e.body, '$.exec') = x.id"
-            " WHERE json_extract(x.record, '$.lineage') = ?"
-            " AND json_extract(e.body, '$.type') = 'agent.turn' ORDER BY e.gseq",
-            (lineage,)).fetchall()
-        return [_dec_event.decode(r[0]) for r in rows]
-
-    def crossed(self, key: str) -> bool:
-        return self._s._db.execute(
-            f"SELECT 1 FROM events WHERE {_TYPE} = 'agent.budget'"
-            " AND json_extract(body, '$.data.key') = ? LIMIT 1", (key,)).fetchone() is not None
+    def exec_turn_sums(self, exec_ids: list[str], *, bucket: float, shift: float) -> list[Sums]:
+        """The same for the turns of these execs (a lineage's attempts), by their index."""
+        out: list[Sums] = []
+        for ident in exec_ids:
+            out.extend(_rows(self._s._db.execute(
+                f"SELECT NULL, json_extract(e.body, '$.data.model'),"
+                f" CAST(({_TIME} + ?) / ? AS INTEGER), COUNT(*), {_SUMS}"
+                f" FROM events e INDEXED BY events_exec"
+                f" WHERE json_extract(e.body, '$.exec') = ? AND {_TYPE} = 'agent.turn'"
+                f" GROUP BY 2, 3", (shift, bucket, ident)).fetchall()))
+        return out
 
     def record_crossing(self, sandbox: str | None, exec_id: str | None, reason: str,
                         data: dict[str, Any]) -> Event | None:
         """The ``agent.budget`` event of crossing ``data["key"]``; None if it was already
         journaled."""
         with self._s._tx() as db:
-            if db.execute(f"SELECT 1 FROM events WHERE {_TYPE} = 'agent.budget'"
-                          " AND json_extract(body, '$.data.key') = ? LIMIT 1",
+            if db.execute("SELECT 1 FROM events e WHERE json_extract(e.body, '$.data.key') = ?"
+                          f" AND {_TYPE} = 'agent.budget' LIMIT 1",
                           (data["key"],)).fetchone() is not None:
                 return None
             return self._s._append(db, sandbox, "agent.budget", exec_id=exec_id,
@@ -64,11 +84,6 @@ class CostTables:
     def budgets(self) -> dict[str, tuple[float, str]]:
         return {r[0]: (float(r[1]), str(r[2])) for r in self._s._db.execute(
             "SELECT scope, usd, policy FROM budgets").fetchall()}
-
-    def budget(self, scope: str) -> tuple[float, str] | None:
-        r = self._s._db.execute("SELECT usd, policy FROM budgets WHERE scope = ?",
-                                (scope,)).fetchone()
-        return None if r is None else (float(r[0]), str(r[1]))
 
     def set_budget(self, scope: str, usd: float | None, policy: str, reason: str) -> Event:
         """Set (or with ``usd`` None, clear) a budget, journaled as ``budget.set``."""

@@ -192,10 +192,13 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         11,
         "cost budgets, and the journal indexed by event type",
         # Costs are computed from the journal's agent.turn events (priced when read, so a
-        # corrected price table corrects past figures); the index finds them, and the
-        # agent.budget events that make a crossing's event exactly-once.
+        # corrected price table corrects past figures): the partial indexes find them by
+        # time, and a crossing's agent.budget event by its key (exactly once).
         """
-        CREATE INDEX events_type ON events(json_extract(body, '$.type'));
+        CREATE INDEX events_turn_time ON events(json_extract(body, '$.time'))
+            WHERE json_extract(body, '$.type') = 'agent.turn';
+        CREATE INDEX events_budget_key ON events(json_extract(body, '$.data.key'))
+            WHERE json_extract(body, '$.type') = 'agent.budget';
         CREATE TABLE budgets (
             scope      TEXT PRIMARY KEY,
             usd        REAL NOT NULL,

@@ -110,7 +110,8 @@ class Protocol:
                                         if context_pct is not None else ""),
             data={"turn": turn_no, "context_pct": context_pct, "usage": dict(usage or {}),
                   "model": model or rec.model, "lineage": rec.id}))
-        reached = self.budget.enforce(rec, turn_ended=True) if self.budget else []
+        reached = (self.budget.enforce(rec, (model or rec.model, dict(usage or {})))
+                   if self.budget else [])
         if after != before:
             self._lifecycle_event(rec, before, after, "turn report")
         if rec.config.tty:
