@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness import Client, DaemonProc, new_home, remove_home, wait_for
+from tests.harness import Client, DaemonProc, new_home, raw_call, remove_home, wait_for
 from tether.client.errors import TetherError
 
 SONNET = "claude-sonnet-4-5-20250929"  # shipped: $3 in, $15 out, $0.30 / $3.75 cache
@@ -162,10 +162,13 @@ def test_the_daily_budget_over_every_agent(dd: DaemonProc, tmp_path: Path) -> No
     shown = json.loads(dd.cli("budget", "--json").stdout)
     assert shown["daily"] == {"budget_usd": 1.0, "policy": "pause"}
     assert shown["spent_today_usd"] == pytest.approx(1.2)
-    # A stored budget wins over the environment's.
+    # A stored budget wins over the environment's; cleared, the environment's is back.
     assert dd.cli("budget", "set", "10").returncode == 0
     assert pre_tool_use(c, s1, t1) == (True, "")
     assert len(budget_events(c)) == 1
+    r = dd.cli("budget", "clear")
+    assert r.returncode == 0 and "$1.00 a day (pause)" in r.stdout.decode(), r.stderr
+    assert not pre_tool_use(c, s1, t1)[0]
 
 
 def test_a_crossing_survives_a_sigkill_before_its_event(dd: DaemonProc,
@@ -200,6 +203,9 @@ def test_bad_budget_input(dd: DaemonProc, tmp_path: Path) -> None:
     assert "budget_usd" in str(e.value)
     with pytest.raises(TetherError):
         c.budget_set(0.0)
+    for params in ({}, {"usd": 5.0, "clear": True}):
+        reply = raw_call(dd.socket, "budget.set", params)
+        assert reply["error"]["data"]["code"] == "INVALID_PARAMS", reply
     with pytest.raises(TetherError):
         c.cost_report("bogus")  # type: ignore[arg-type]
     r = dd.cli("run", "--budget", "5", "--", "true")

@@ -265,8 +265,8 @@ class _Api:
     def budget_set(self, usd: float | None, *, policy: Literal["pause", "stop"] = "pause",
                    lineage: str | None = None) -> Request[r.Budgets]:
         """Set (``usd`` None: clear) the daily budget, or one lineage's."""
-        return Request("budget.set", {"usd": usd, "policy": policy, "lineage": lineage},
-                       r.Budgets)
+        return Request("budget.set", {"usd": usd, "clear": usd is None or None,
+                                      "policy": policy, "lineage": lineage}, r.Budgets)
     # hooks (webhooks): deliveries of journal events to a URL or a command
     @rpc
     def hook_add(self, name: str, on: Sequence[str], *, url: str | None = None,

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from tether.model.errors import RpcCode, TetherError
 from tether.model.states import LINEAGE_LIVE
 from tether.rpc import messages as m
 from tether.rpc.server import Connection, Handler
@@ -28,6 +29,9 @@ def handlers(d: Daemon) -> dict[str, Handler]:
         return d.cost.show(d.store.list_lineages())
 
     async def set_(p: m.BudgetSet, c: Connection) -> Any:
+        if (p.usd is None) != p.clear:
+            raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
+                              "budget.set takes either usd (dollars) or clear: true")
         lineage = d.agents.resolve(p.lineage).id if p.lineage else None
         ev = d.cost.set_budget(usd=p.usd, policy=p.policy, lineage=lineage)
         # A raised budget lifts a pause at the agent's next tool call; a lowered one is

@@ -267,8 +267,9 @@ class CostReport(_P):
 
 
 class BudgetSet(_P):
-    #: Dollars; None clears the budget (a lineage's falls back to its agent.start one).
-    usd: Annotated[float, Meta(gt=0, le=1_000_000)] | None
+    #: Dollars; or none with ``clear`` (a lineage's falls back to its agent.start one).
+    usd: Annotated[float, Meta(gt=0, le=1_000_000)] | None = None
+    clear: bool = False
     policy: Literal["pause", "stop"] = "pause"
     lineage: NonEmpty | None = None  # None: the daily budget over every agent
 # ---------------------------------------------------------------- hooks (webhooks)
