@@ -16,6 +16,7 @@ from rich.console import Console
 from bench import (
     agents,
     cli,
+    cost,
     digest,
     fleet,
     floods,
@@ -58,6 +59,7 @@ BENCHMARKS: dict[str, Runner] = {
     "store_check": lambda o, c: store_check.run(o),
     "cli": lambda o, c: cli.run(o),
     "digest": lambda o, c: digest.run(o),
+    "cost": lambda o, c: cost.run(o),
     "outbox": lambda o, c: outbox.run(o),
     "web": lambda o, c: web.run(o),
     "scheduler": lambda o, c: scheduler.run(o),

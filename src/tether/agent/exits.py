@@ -26,6 +26,7 @@ class ExitReason(StrEnum):
     OUT_OF_CONTEXT = "out_of_context"  # context exhausted (DEAD, or the CLI said so)
     USAGE_LIMITED = "usage_limited"  # the provider's usage limit: wait for the reset
     WAITING_FOR_USER = "waiting_for_user"  # stuck on a question only its user can answer
+    BUDGET = "budget"  # stopped by tether: a cost budget with policy stop was reached
 
 
 #: When a usage-limit message gives no reset time: wait this long, then try again (a

@@ -210,7 +210,9 @@ class _Api:
                     crashed_after: float | None = None, worktree: str | None = None,
                     issue: str | None = None, issue_id: str | None = None,
                     force: bool = False, request_key: str | None = None,
-                    commit_on_finish: bool = False) -> Request[r.AgentStarted]:
+                    commit_on_finish: bool = False, budget_usd: float | None = None,
+                    budget_policy: Literal["pause", "stop"] | None = None,
+                    ) -> Request[r.AgentStarted]:
         """Start an agent lineage; unset options take the daemon's defaults
         (``tether.model.records.AgentConfig``). A request key makes retries start it once."""
         return Request("agent.start", {
@@ -221,7 +223,7 @@ class _Api:
             "stale_after": stale_after, "crashed_after": crashed_after,
             "worktree": worktree, "issue": issue, "issue_id": issue_id,
             "commit_on_finish": commit_on_finish or None,
-            "force": force or None,
+            "force": force or None, "budget_usd": budget_usd, "budget_policy": budget_policy,
             "request_key": request_key or _request_key()}, r.AgentStarted)
 
     @rpc
@@ -274,6 +276,24 @@ class _Api:
     @rpc
     def digest_lineage(self, lineage: str) -> Request[r.LineageStory]:
         return Request("digest.lineage", {"lineage": lineage}, r.LineageStory)
+
+    # cost and budgets
+    @rpc
+    def cost_report(self, by: Literal["attempt", "lineage", "sandbox", "day", "model"]
+                    = "lineage", *, since: float | None = None) -> Request[r.CostReport]:
+        """What agents' turns cost, grouped ``by``, from ``since`` (epoch seconds) on."""
+        return Request("cost.report", {"by": by, "since": since}, r.CostReport)
+
+    @rpc
+    def budget_show(self) -> Request[r.Budgets]:
+        return Request("budget.show", {}, r.Budgets)
+
+    @rpc
+    def budget_set(self, usd: float | None, *, policy: Literal["pause", "stop"] = "pause",
+                   lineage: str | None = None) -> Request[r.Budgets]:
+        """Set (``usd`` None: clear) the daily budget, or one lineage's."""
+        return Request("budget.set", {"usd": usd, "clear": usd is None or None,
+                                      "policy": policy, "lineage": lineage}, r.Budgets)
     # hooks (webhooks): deliveries of journal events to a URL or a command
     @rpc
     def hook_add(self, name: str, on: Sequence[str], *, url: str | None = None,

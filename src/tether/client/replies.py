@@ -160,6 +160,8 @@ class TurnReply(_Reply):
     context_pct: float | None = None
     instructions: str | None = None
     snapshot: str | None = None
+    # The budgets this turn found reached: [{"scope", "policy", "reason"}].
+    budget: list[dict[str, str]] = msgspec.field(default_factory=list)
 
 
 class Heartbeat(_Reply):
@@ -280,6 +282,51 @@ class DigestTree(_Reply):
 
 class DigestRecent(_Reply):
     nodes: list[DigestNode]
+
+
+class CostSum(_Reply):
+    """Turns and what they cost; ``cost_usd`` is None (unknown) when a turn's model has
+    no price, and ``priced_usd`` is then the part that is known."""
+
+    turns: int
+    cost_usd: float | None
+    priced_usd: float
+    unpriced_turns: int
+    tokens: dict[str, int]
+
+
+class CostRow(CostSum):
+    key: str  # the attempt, lineage, sandbox, day or model
+
+
+class CostReport(_Reply):
+    by: str
+    rows: list[CostRow]
+    total: CostSum
+    notes: list[str]
+    since: float | None = None
+    price_files: list[str] = msgspec.field(default_factory=list)
+
+
+class DailyBudget(_Reply):
+    budget_usd: float
+    policy: str
+
+
+class LineageBudget(_Reply):
+    lineage: str
+    name: str | None
+    status: str
+    budget_usd: float
+    policy: str
+    spent_usd: float
+
+
+class Budgets(_Reply):
+    day: str
+    spent_today_usd: float
+    daily: DailyBudget | None
+    lineages: list[LineageBudget]
 
 
 class LineageStory(_Reply):

@@ -17,8 +17,9 @@ from tether import __version__
 from tether.agent.lifecycle import Thresholds
 from tether.agent.providers import REGISTRY, for_command
 from tether.agent.providers import get as get_provider
-from tether.daemon import digest_api, lineage_api, metrics_api
+from tether.daemon import cost_api, digest_api, lineage_api, metrics_api
 from tether.daemon.agents import AgentService, git_common_dir
+from tether.daemon.cost import CostService
 from tether.daemon.digest import DigestService
 from tether.daemon.events import MAX_TOTAL_SUBSCRIPTIONS, EventBus
 from tether.daemon.execs import ExecService
@@ -58,6 +59,7 @@ class Daemon(Protocol):
     sandboxes: SandboxService
     agents: AgentService
     digest: DigestService
+    cost: CostService
     hooks: HookService
     scheduler: Scheduler
     retention: RetentionService
@@ -148,6 +150,7 @@ METHODS: dict[str, type[Any]] = {
     "lineage.resolve": m.LineageResolve,
     **digest_api.METHODS,
     **lineage_api.METHODS,
+    **cost_api.METHODS,
     **HOOK_METHODS,
     **metrics_api.METHODS,
     "schedule.add": m.ScheduleAdd,
@@ -461,6 +464,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         "lineage.resolve": lineage_resolve,
         **digest_api.handlers(d),
         **lineage_api.handlers(d),
+        **cost_api.handlers(d),
         **hook_handlers(d.hooks),
         **metrics_api.handlers(d),
         **schedule_handlers(d.scheduler),

@@ -60,6 +60,10 @@ class DaemonConfig:
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     #: Fleet mode (``--fleet URL --host-name N``): None on a single host.
     fleet: FleetConfig | None = None
+    #: TETHER_BUDGET_DAILY_USD / TETHER_BUDGET_POLICY: the daily budget over every agent
+    #: when none was set with `tether budget set` (which wins).
+    budget_daily_usd: float | None = None
+    budget_policy: str = "pause"
 
     @classmethod
     def from_env(cls, home: Path, *, pool_size: int = POOL_SIZE,
@@ -95,6 +99,8 @@ class DaemonConfig:
                 url=fleet_url, host=host_name or socket.gethostname(), capacity=capacity,
                 labels=labels or {}, lease=float(env.get("TETHER_FLEET_LEASE", 10.0)),
                 interval=float(env.get("TETHER_FLEET_INTERVAL", 1.0))),
+            budget_daily_usd=_dollars(env.get("TETHER_BUDGET_DAILY_USD")),
+            budget_policy=_policy(env.get("TETHER_BUDGET_POLICY")),
         )
 
     def clock(self) -> Clock:
@@ -125,3 +131,20 @@ def retention_from_env(env: Mapping[str, str]) -> RetentionPolicy:
         interval=max(0.05, dur("TETHER_RETENTION_INTERVAL", base.interval)),
         first_pass=dur("TETHER_RETENTION_FIRST_PASS", base.first_pass),
     )
+def _dollars(text: str | None) -> float | None:
+    if not text:
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not 0 < v < float("inf"):
+        raise ValueError(f"TETHER_BUDGET_DAILY_USD must be a positive amount of dollars "
+                         f"(e.g. 20 or 12.50), not {text!r}")
+    return v
+
+
+def _policy(text: str | None) -> str:
+    if text and text not in ("pause", "stop"):
+        raise ValueError(f"TETHER_BUDGET_POLICY must be pause or stop, not {text!r}")
+    return text or "pause"

@@ -36,6 +36,7 @@ from tether.daemon import logfmt, lost_store, systemd
 from tether.daemon.agents import AgentService
 from tether.daemon.api import AGENT_METHODS, build_router
 from tether.daemon.config import DaemonConfig
+from tether.daemon.cost import CostService
 from tether.daemon.digest import DigestService
 from tether.daemon.events import EventBus
 from tether.daemon.execs import ExecService
@@ -57,7 +58,7 @@ from tether.model.layout import (
     STORE_REFUSED_EXIT,
     HomeLayout,
 )
-from tether.model.states import DaemonState, check_transition
+from tether.model.states import LINEAGE_LIVE, DaemonState, check_transition
 from tether.rpc.server import RpcServer
 from tether.runtime.monitors import MonitorPool
 from tether.runtime.registry import RuntimeContext, Runtimes
@@ -285,6 +286,11 @@ class Daemon:
                                     summarizer=self.config.digest_summarizer,
                                     interval=self.config.digest_interval)
         self.hooks = HookService(self.journal, self.layout.root, self.config.clock())
+        self.cost = CostService(self.store, self.layout.root, self.journal, self.execs,
+                                self.tasks, self.config.clock(), faults, tz=tz,
+                                daily_usd=self.config.budget_daily_usd,
+                                daily_policy=self.config.budget_policy)
+        self.agents.protocol.budget = self.cost
         self.scheduler = Scheduler(self.store, self.journal, self.execs, self.sandboxes,
                                    self.tasks, self.config.clock(), faults)
         self.fleet: FleetService | None = None
@@ -315,6 +321,9 @@ class Daemon:
         summary.update({f"lineages_{k}": v for k, v in (await self.agents.recover()).items()})
         summary["handoffs_resumed"] = self.agents.resume_ends()
         summary["deliveries_requeued"] = self.hooks.recover()
+        # Budgets after agents: a crossing a crash left unjournaled is journaled now.
+        summary["budgets_reached"] = self.cost.recover(
+            self.store.list_lineages(tuple(LINEAGE_LIVE)))
         # Schedules after execs: a run settles from its exec's recovered end.
         summary.update({f"schedule_{k}": v
                         for k, v in (await self.scheduler.recover()).items()})
@@ -444,9 +453,9 @@ def _raise_fd_limit() -> None:
 def serve(home: Path, **kw: Any) -> int:
     try:
         config = DaemonConfig.from_env(home, **kw)
-    except ValueError as e:  # a malformed TETHER_* variable: one line, not a traceback
+    except ValueError as e:  # a malformed TETHER_* variable: one line, exit 2 (usage)
         print(f"tether: cannot start: {e}", file=sys.stderr)
-        return 1
+        return 2
     if config.log_format not in logfmt.FORMATS:
         print(f"tether: unknown log format {config.log_format!r} (--log-format or "
               f"TETHER_LOG_FORMAT); use one of: {', '.join(logfmt.FORMATS)}", file=sys.stderr)

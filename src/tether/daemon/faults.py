@@ -14,7 +14,9 @@ Points (docs/STATE.md lists what each must leave):
 * ``retention.after_mark`` — execs are marked pruned (journaled), their files not yet
   removed;
 * ``fleet.after_start`` — fleet work placed on this host has started here, its
-  RUNNING is not written to PostgreSQL yet.
+  RUNNING is not written to PostgreSQL yet;
+* ``cost.before_crossing`` — an agent's turn is committed, whether it crossed a budget
+  is not checked yet (its ``agent.budget`` event is not journaled).
 
 And one that is not a crash: ``fleet.partition`` cuts this host off PostgreSQL while
 the file ``<home>/fleet.partition`` exists (its lease renewals stop; it fences itself).
@@ -27,7 +29,8 @@ import signal
 
 POINTS = frozenset({"exec.after_commit", "exec.after_handoff", "agent.after_attempt_commit",
                     "digest.after_node", "schedule.after_fire_commit",
-                    "retention.after_mark", "fleet.after_start", "fleet.partition"})
+                    "retention.after_mark", "fleet.after_start", "fleet.partition",
+                    "cost.before_crossing"})
 
 
 class Faults:

@@ -234,6 +234,10 @@ class AgentOptions(msgspec.Struct, kw_only=True, omit_defaults=True):
     # Commit what the agent left, push and run the hand-off command when it finishes
     # (``--commit-on-finish``; the repository's ``handoff:`` says where to push).
     commit_on_finish: bool = False
+    # Dollars this lineage may spend (None: no budget of its own) and what reaching it
+    # does: pause (tool calls denied) or stop (the agent stopped, lineage FINISHED).
+    budget_usd: float | None = None
+    budget_policy: str = "pause"
 
 
 class AgentConfig(AgentOptions, kw_only=True, omit_defaults=True):

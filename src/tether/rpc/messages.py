@@ -200,6 +200,8 @@ class AgentStart(_P, AgentOptions, kw_only=True):
     issue: Annotated[str, Meta(max_length=256)] | None = None
     # The tracker's own id for ``issue`` (agentfactory's issueId); derived when absent.
     issue_id: Annotated[str, Meta(min_length=1, max_length=256)] | None = None
+    budget_usd: Annotated[float, Meta(gt=0, le=1_000_000)] | None = None
+    budget_policy: Literal["pause", "stop"] = "pause"
     name: Name | None = None
     force: bool = False
     request_key: RequestKey | None = None
@@ -273,6 +275,19 @@ class DigestShow(_P):
 class DigestRecent(_P):
     level: DigestLevel = "day"
     count: Annotated[int, Meta(ge=1, le=1000)] = 7
+
+
+class CostReport(_P):
+    by: Literal["attempt", "lineage", "sandbox", "day", "model"] = "lineage"
+    since: Annotated[float, Meta(ge=0)] | None = None  # wall time (epoch seconds)
+
+
+class BudgetSet(_P):
+    #: Dollars; or none with ``clear`` (a lineage's falls back to its agent.start one).
+    usd: Annotated[float, Meta(gt=0, le=1_000_000)] | None = None
+    clear: bool = False
+    policy: Literal["pause", "stop"] = "pause"
+    lineage: NonEmpty | None = None  # None: the daily budget over every agent
 # ---------------------------------------------------------------- hooks (webhooks)
 EventGlob = Annotated[str, Meta(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.*?\[\]-]+$")]
 HookUrl = Annotated[str, Meta(max_length=4096, pattern=r"^https?://[^\s]+$")]

@@ -213,6 +213,25 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         """,
     ),
     (
+        11,
+        "cost budgets, and the journal indexed by event type",
+        # Costs are computed from the journal's agent.turn events (priced when read, so a
+        # corrected price table corrects past figures): the partial indexes find them by
+        # time, and a crossing's agent.budget event by its key (exactly once).
+        """
+        CREATE INDEX events_turn_time ON events(json_extract(body, '$.time'))
+            WHERE json_extract(body, '$.type') = 'agent.turn';
+        CREATE INDEX events_budget_key ON events(json_extract(body, '$.data.key'))
+            WHERE json_extract(body, '$.type') = 'agent.budget';
+        CREATE TABLE budgets (
+            scope      TEXT PRIMARY KEY,
+            usd        REAL NOT NULL,
+            policy     TEXT NOT NULL,
+            updated_at REAL NOT NULL
+        );
+        """,
+    ),
+    (
         12,
         "port ranges leased to agent lineages (worktree scripts)",
         # One row per lineage holding ports; a row whose lineage is gone or no longer live

@@ -81,6 +81,10 @@ if TYPE_CHECKING:
 @click.option("--host-label", "fleet_labels", multiple=True,
               help="fleet: KEY=VALUE the host must carry (e.g. gpu=1; --label is the "
                    "sandbox's)")
+@click.option("--budget", "budget_usd", type=click.FloatRange(min=0, min_open=True),
+              default=None, help="agents: dollars this lineage may spend (see tether cost)")
+@click.option("--budget-policy", type=click.Choice(["pause", "stop"]), default="pause",
+              show_default=True, help="agents: at the budget, deny tool calls or stop")
 @sandbox_flags(for_run=True)
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
@@ -91,7 +95,8 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
         stale_after: float, crashed_after: float, successor: str, worktree: str | None,
         workdir_opt: str | None, commit_on_finish: bool, issue: str | None,
         issue_id: str | None, force: bool, fleet_host: str | None,
-        fleet_labels: tuple[str, ...], argv: tuple[str, ...], **flags: Any) -> None:
+        fleet_labels: tuple[str, ...], budget_usd: float | None, budget_policy: str,
+        argv: tuple[str, ...], **flags: Any) -> None:
     """Run a command under the daemon: tether run [-d] [-it] -- CMD ARGS...
 
     `tether run claude ...`, `tether run codex ...` and `--agent NAME` start an agent
@@ -136,6 +141,10 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
     workdir = os.path.abspath(cwd) if cwd else os.getcwd()
     size = terminal_size(sys.stdin.fileno()) if use_tty else None
     interrupts = fg.Interrupts() if not detach and not use_tty else None
+    auto = for_command(argv[0]) if not no_agent else None
+    provider = agent_provider or (auto.name if auto is not None else None)
+    if budget_usd is not None and provider is None:
+        die("--budget is for agents: add --agent NAME (or run claude, codex, ...)", 2)
     made: str | None = None
     if wants_sandbox(flags):
         ephemeral = provider is None and not flags.get("keep_sandbox")
@@ -158,7 +167,8 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
                 max_revivals=max_revivals, aging_pct=aging_pct, dying_pct=dying_pct,
                 stale_after=stale_after, crashed_after=crashed_after, successor=successor,
                 worktree=wt_path, issue=issue, issue_id=issue_id, force=force,
-                commit_on_finish=commit_on_finish)
+                commit_on_finish=commit_on_finish, budget_usd=budget_usd,
+                budget_policy=budget_policy)  # type: ignore[arg-type]
             if lin.exec_view is None:
                 die(f"agent lineage {lin.id} did not start: {lin.reason}", 1)
             x: ExecView = lin.exec_view

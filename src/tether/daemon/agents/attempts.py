@@ -284,6 +284,8 @@ class Attempts:
             else:
                 self._finish(rec, f"out of context: {end.detail}", end,
                              lifecycle=str(lc.Lifecycle.DEAD))
+        elif why == ExitReason.KILLED and (x.reason or "").startswith("budget: "):
+            self._finish(rec, x.reason or "budget", Exit(ExitReason.BUDGET, x.reason or ""))
         elif why == ExitReason.KILLED:
             self._finish(rec, f"stopped: {x.reason or 'cancelled'}", end)  # `tether kill`
         elif why == ExitReason.FINISHED:

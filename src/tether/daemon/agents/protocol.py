@@ -12,7 +12,7 @@ import logging
 import secrets
 import signal
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.agent import lifecycle as lc
 from tether.agent import snapshot
@@ -24,6 +24,9 @@ from tether.hostio.atomic import atomic_write
 from tether.model.errors import RpcCode, TetherError
 from tether.model.records import LineageRecord
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE
+
+if TYPE_CHECKING:
+    from tether.daemon.cost import CostService
 
 log = logging.getLogger("tether.agents")
 
@@ -45,6 +48,9 @@ class Protocol:
         self.core = core
         self.worktree = worktree
         self._unreadable: set[str] = set()  # lineages whose snapshot could not be read
+        #: Budgets, checked at every turn's end and tool call (set by the composition
+        #: root; None: no cost accounting, as in a bare AgentService).
+        self.budget: CostService | None = None
 
     def authenticate(self, session: str, token: str) -> LineageRecord:
         """A session may only speak for itself, with the current attempt's token."""
@@ -106,7 +112,10 @@ class Protocol:
             model=model or rec.model, usage=total, last_turn_at=time.time(),
             reason=f"turn {turn_no}" + (f" at {context_pct:.0f}% context"
                                         if context_pct is not None else ""),
-            data={"turn": turn_no, "context_pct": context_pct, "usage": dict(usage or {})}))
+            data={"turn": turn_no, "context_pct": context_pct, "usage": dict(usage or {}),
+                  "model": model or rec.model, "lineage": rec.id}))
+        reached = (self.budget.enforce(rec, (model or rec.model, dict(usage or {})))
+                   if self.budget else [])
         if after != before:
             self._lifecycle_event(rec, before, after, "turn report")
         if rec.config.tty:
@@ -119,7 +128,9 @@ class Protocol:
             core.tasks.spawn(self._reap_dead(rec.exec_id), name=f"reap-{rec.exec_id}")
         return {"lineage": rec.id, "turn": turn_no, "lifecycle": rec.lifecycle,
                 "context_pct": rec.context_pct, "instructions": lc.turn_instructions(after),
-                "snapshot": str(snapshot.path_for(core.layout.root, rec.id))}
+                "snapshot": str(snapshot.path_for(core.layout.root, rec.id)),
+                "budget": [{"scope": o.scope, "policy": o.policy, "reason": o.reason}
+                           for o in reached]}
 
     async def _reap_dead(self, exec_id: str) -> None:
         try:
@@ -156,6 +167,13 @@ class Protocol:
         core = self.core
         core.touch(rec)
         core.tool_calls[rec.id] = core.tool_calls.get(rec.id, 0) + 1
+        reached = self.budget.enforce(rec) if self.budget else []
+        if reached:  # pause or stop: no more work on this budget's money
+            reason = "budget: " + "; ".join(o.reason for o in reached)
+            core.journal.record(
+                rec.config.sandbox, "agent.fenced", exec_id=rec.exec_id, state=rec.lifecycle,
+                reason=reason, data={"lineage": rec.id, "tool": tool, "budget": True})
+            return {"allowed": False, "reason": reason, "lifecycle": rec.lifecycle}
         decision = lc.authorize_tool(rec.lifecycle)
         if decision.next_state != rec.lifecycle:
             before = rec.lifecycle
