@@ -234,26 +234,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
     async def sandbox_list(p: m.SandboxList, c: Connection) -> Any:
         return {"sandboxes": to_builtins(store.list_sandboxes(include_deleted=p.all))}
 
-    async def owned(coro: Any) -> Any:
-        """Run a state change in a daemon-owned task: a client that goes away (or a
-        half-close) must not leave a sandbox half-stopped or half-deleted. Its
-        outcome comes back through a future, so an error reaches this caller and
-        never the daemon's TaskGroup."""
-        if not d.tasks.open:
-            return await coro
-        outcome: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-
-        async def run() -> None:
-            try:
-                outcome.set_result(await coro)
-            except asyncio.CancelledError:
-                outcome.cancel()
-                raise
-            except Exception as e:
-                outcome.set_exception(e)
-
-        d.tasks.spawn(run(), name="owned")
-        return await asyncio.shield(outcome)
+    owned = d.tasks.owned  # a client that goes away must not leave a change half done
 
     async def sandbox_stop(p: m.SandboxStop, c: Connection) -> Any:
         return to_builtins(await owned(sandboxes.stop(sandboxes.resolve(p.sandbox), p.grace)))
