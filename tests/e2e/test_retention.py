@@ -294,7 +294,7 @@ def test_bad_params_precise_and_daemon_serves(h: Home) -> None:
 
 def test_a_malformed_policy_is_refused_in_one_line(h: Home) -> None:
     proc = h.d.start(wait=False, env={"TETHER_KEEP_LOGS": "soon"})
-    assert proc.wait(20) == 1
+    assert proc.wait(20) == 2  # a usage error, as for a malformed flag
     text = h.d.log_text()
     assert "$TETHER_KEEP_LOGS: 'soon' is not a duration" in text and "Traceback" not in text
 

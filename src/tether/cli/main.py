@@ -8,7 +8,7 @@ signal N); 1 for a tether error (message on stderr); 2 for a usage error;
 125 when the daemon cannot be reached; 126/127 when a command cannot start; 77 when the
 home could be written by another user (``hostio/trust.py``; the message says how to
 fix it); ``tether daemon``: 75 when another daemon holds the home, 77 for an untrusted
-home, 1 for any other startup error.
+home, 2 for a malformed flag or ``TETHER_*`` setting, 1 for any other startup error.
 """
 
 from __future__ import annotations
