@@ -246,7 +246,7 @@ class FleetService:
                 await self._call("work", fs.mark_ended, w["id"], host, token,
                                  exit_code=ended[0], reason=ended[1])
         await self._withdraw_strays(keep=owned)
-        await self._call("work", fs.sweep_orphans, host, token)
+        await self._call("work", fs.sweep_orphans, host, token, self.cfg.lease)
 
     async def _start(self, w: dict[str, Any]) -> str:
         """Start placed work here, once: the request key makes a retry (a crash between

@@ -142,13 +142,22 @@ def mark_ended(conn: Any, work: int, name: str, token: int, *, exit_code: int | 
                      exit_code=exit_code, reason=reason)
 
 
-def sweep_orphans(conn: Any, name: str, token: int) -> list[dict[str, Any]]:
+def sweep_orphans(conn: Any, name: str, token: int, lease: float = 10.0,
+                  ) -> list[dict[str, Any]]:
     """Settle the work of hosts whose lease expired (or was taken again): an exec is
     LOST; an agent is placed again on a live host (``revive``), REAPED or left to a
-    human (``ask``), each at most once, whoever sweeps. Returns what changed."""
+    human (``ask``), each at most once, whoever sweeps. Returns what changed.
+
+    A lease that ran out while PostgreSQL itself was down is not held against its
+    host until the database has been up for a whole ``lease``: no host could renew
+    during the outage, and every live one renews within that time once it is back."""
     done: list[dict[str, Any]] = []
     with conn.transaction():
         _guard(conn, name, token)
+        up = conn.execute("SELECT now() - pg_postmaster_start_time() > make_interval("
+                          "secs => %s) AS up", (lease,)).fetchone()
+        if not up["up"]:
+            return done
         dead = conn.execute("UPDATE hosts SET state = 'DEAD' WHERE state <> 'DEAD' AND "
                             "lease_expires <= now() RETURNING name").fetchall()
         for row in dead:
