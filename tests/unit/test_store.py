@@ -389,3 +389,33 @@ def test_a_damaged_file_is_refused_before_anything_reads_it(tmp_path: Path) -> N
     (tmp_path / "t.db").write_bytes(bytes(raw))
     with pytest.raises(StoreCorrupt):
         Store(tmp_path / "t.db")
+
+
+def test_stores_racing_on_a_fresh_postgres_database_migrate_it_once(
+        backend: Backend) -> None:
+    """Hosts share a PostgreSQL database, so several may open a fresh one at once (a
+    SQLite store has one daemon, behind the home's lock)."""
+    if backend.name != "postgres":
+        pytest.skip("one daemon per SQLite file")
+    assert backend.cluster is not None
+    backend.urls["t"] = backend.cluster.new_db(f"t{os.getpid()}_{next(_db)}")
+    start = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def open_it() -> None:
+        start.wait()
+        try:
+            backend.open()
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=open_it) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    s = backend.open()
+    assert backend.raw(s, "SELECT version FROM schema_migrations ORDER BY version") == [
+        (v,) for v, _, _ in backend.module.MIGRATIONS]
+    assert [e.reason for e in s.events_since()] == ["implicit default"]
