@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.pg import PgCluster, bindir
+from tether.model.errors import RpcCode, TetherError
 from tether.model.records import AgentConfig, ExecRecord, ExecSpec, LineageRecord, SandboxSpec
 from tether.model.states import (
     EXEC_TERMINAL,
@@ -419,3 +420,16 @@ def test_stores_racing_on_a_fresh_postgres_database_migrate_it_once(
     assert backend.raw(s, "SELECT version FROM schema_migrations ORDER BY version") == [
         (v,) for v, _, _ in backend.module.MIGRATIONS]
     assert [e.reason for e in s.events_since()] == ["implicit default"]
+
+
+def test_a_nul_character_is_refused_precisely_by_postgres_and_kept_by_sqlite(
+        backend: Backend) -> None:
+    s = backend.open()
+    if backend.name == "postgres":
+        with pytest.raises(TetherError, match="U\\+0000") as err:
+            s.append_event(None, "test.nul", data={"text": "a\x00b"})
+        assert err.value.rpc_code == RpcCode.INVALID_PARAMS and err.value.code == "NUL_IN_TEXT"
+    else:
+        assert s.append_event(None, "test.nul", data={"text": "a\x00b"}).data["text"] == "a\x00b"
+    after = s.append_event(None, "test.after")  # the store serves on, without a gap
+    assert [e.gseq for e in s.events_since()] == list(range(1, after.gseq + 1))

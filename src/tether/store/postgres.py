@@ -80,8 +80,15 @@ class PgStore:
 
     @contextmanager
     def _tx(self) -> Iterator[Conn]:
-        with self._db.transaction():
-            yield self._db
+        try:
+            with self._db.transaction():
+                yield self._db
+        except psycopg.errors.UntranslatableCharacter:
+            # jsonb has no U+0000 (SQLite stores it): refuse the one write, precisely.
+            raise TetherError(RpcCode.INVALID_PARAMS, "NUL_IN_TEXT",
+                              "the PostgreSQL store cannot hold the character U+0000 (NUL) "
+                              "in a record or event; remove it from the request's strings",
+                              {}) from None
 
     def _ensure_version_table(self) -> None:
         self._db.execute(
