@@ -29,6 +29,7 @@ from bench import (
     sandboxes,
     scheduler,
     start_latency,
+    store_backends,
     store_check,
     terminal,
     web,
@@ -65,6 +66,7 @@ BENCHMARKS: dict[str, Runner] = {
     "scheduler": lambda o, c: scheduler.run(o),
     "retention": lambda o, c: retention.run(o),
     "fleet": lambda o, c: fleet.run(o),
+    "store_backends": lambda o, c: store_backends.run(o),
 }
 ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
            "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents",
@@ -72,7 +74,8 @@ ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "
            "quick_check": "store_check", "store": "store_check",
            "startup": "cli", "hook": "cli", "rollup": "digest", "webhooks": "outbox",
            "webhook": "outbox", "dashboard": "web", "schedule": "scheduler",
-           "cron": "scheduler", "prune": "retention"}
+           "cron": "scheduler", "prune": "retention", "pgstore": "store_backends",
+           "postgres": "store_backends"}
 
 
 def _names(value: str) -> list[str]:

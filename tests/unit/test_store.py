@@ -1,70 +1,153 @@
-"""The store on its own: migrations, record compatibility, the transition guard."""
+"""The store on its own: migrations, record compatibility, the transition guard, the
+journal's numbering. Every test taking ``backend`` runs on SQLite and on a throw-away
+PostgreSQL (tests/pg.py); PostgreSQL's are skipped when it cannot start, unless
+TETHER_REQUIRE_POSTGRES=1."""
 
 from __future__ import annotations
 
-import sqlite3
+import itertools
+import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.model.records import ExecRecord, ExecSpec, SandboxSpec
+from tests.pg import PgCluster, bindir
+from tether.model.errors import RpcCode, TetherError
+from tether.model.records import AgentConfig, ExecRecord, ExecSpec, LineageRecord, SandboxSpec
 from tether.model.states import (
     EXEC_TERMINAL,
     EXEC_TRANSITIONS,
     SANDBOX_TRANSITIONS,
     ExecState,
     IllegalTransition,
+    LineageStatus,
     SandboxState,
     can_transition,
 )
 from tether.store import SchemaTooNew, Store, StoreCorrupt
+from tether.store.base import CoreStore
+
+REQUIRE_PG = os.environ.get("TETHER_REQUIRE_POSTGRES") == "1"
+_db = itertools.count()
 
 
-def _exec(store: Store) -> ExecRecord:
+@pytest.fixture(scope="module")
+def pg_cluster() -> Iterator[PgCluster | None]:
+    """One cluster for the module, started only when a PostgreSQL case runs."""
+    if bindir() is None and not REQUIRE_PG:
+        yield None
+        return
+    try:
+        c = PgCluster()
+        c.start()
+    except Exception:
+        if REQUIRE_PG:
+            raise
+        yield None
+        return
+    yield c
+    c.destroy()
+
+
+class Backend:
+    """Opens stores of one backend; ``raw`` runs SQL written for both (``?`` params)."""
+
+    def __init__(self, name: str, tmp: Path, cluster: PgCluster | None) -> None:
+        self.name = name
+        self.tmp = tmp
+        self.cluster = cluster
+        self.urls: dict[str, str] = {}
+        self.opened: list[CoreStore] = []
+        self.module: ModuleType
+        if name == "sqlite":
+            import tether.store.sqlite as module
+        else:
+            import tether.store.postgres as module
+        self.module = module
+
+    def open(self, db: str = "t") -> CoreStore:
+        store: CoreStore
+        if self.name == "sqlite":
+            store = Store(self.tmp / f"{db}.db")
+        else:
+            from tether.store.postgres import PgStore
+
+            assert self.cluster is not None
+            if db not in self.urls:
+                self.urls[db] = self.cluster.new_db(f"t{os.getpid()}_{next(_db)}")
+            store = PgStore(self.urls[db])
+        self.opened.append(store)
+        return store
+
+    def raw(self, store: CoreStore, sql: str, *args: Any) -> list[tuple[Any, ...]]:
+        conn: Any = store._db  # type: ignore[attr-defined]
+        if self.name == "postgres":
+            sql = sql.replace("?", "%s")
+        cur = conn.execute(sql, args)
+        return [tuple(r) for r in cur.fetchall()] if cur.description else []
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    cluster = None
+    if request.param == "postgres":
+        cluster = request.getfixturevalue("pg_cluster")
+        if cluster is None:
+            pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    b = Backend(request.param, tmp_path, cluster)
+    yield b
+    for store in b.opened:
+        store.close()
+
+
+def _exec(store: CoreStore) -> ExecRecord:
     rec = ExecRecord(id=store.reserve_id("exec"), sandbox="default", state="PENDING",
                      spec=ExecSpec(argv=["true"]))
     return store.create_exec(rec)[0]
 
 
-def test_migrations_are_recorded_and_idempotent(tmp_path: Path) -> None:
-    from tether.store.migrations import MIGRATIONS
-
-    s = Store(tmp_path / "t.db")
-    assert s.schema_version() == MIGRATIONS[-1][0]
+def test_migrations_are_recorded_and_idempotent(backend: Backend) -> None:
+    migrations = backend.module.MIGRATIONS
+    s = backend.open()
+    assert s.schema_version() == migrations[-1][0]
     s.close()
-    s = Store(tmp_path / "t.db")
-    rows = s._db.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall()
-    assert rows == [(v,) for v, _, _ in MIGRATIONS]
+    s = backend.open()
+    rows = backend.raw(s, "SELECT version FROM schema_migrations ORDER BY version")
+    assert rows == [(v,) for v, _, _ in migrations]
     assert [x.name for x in s.list_sandboxes()] == ["default"]
-    assert s._db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    if backend.name == "sqlite":
+        assert backend.raw(s, "PRAGMA journal_mode")[0][0] == "wal"
 
 
-def test_newer_schema_is_refused(tmp_path: Path) -> None:
-    Store(tmp_path / "t.db").close()
-    db = sqlite3.connect(tmp_path / "t.db")
-    db.execute("INSERT INTO schema_migrations VALUES (99, 'future', 0)")
-    db.commit()
-    db.close()
+def test_newer_schema_is_refused(backend: Backend) -> None:
+    s = backend.open()
+    backend.raw(s, "INSERT INTO schema_migrations VALUES (99, 'future', 0)")
+    s.close()
     with pytest.raises(SchemaTooNew, match="upgrade tether"):
-        Store(tmp_path / "t.db")
+        backend.open()
 
 
-def test_records_from_newer_and_older_versions_load(tmp_path: Path) -> None:
-    s = Store(tmp_path / "t.db")
+def test_records_from_newer_and_older_versions_load(backend: Backend) -> None:
+    s = backend.open()
     rec = _exec(s)
     # A newer tether added fields (top level and nested); an older one lacked some.
-    newer = msgspec.json.decode(s._db.execute("SELECT record FROM execs").fetchone()[0])
+    newer = msgspec.json.decode(backend.raw(s, "SELECT CAST(record AS TEXT) FROM execs")[0][0])
     newer["future_field"] = {"nested": [1, 2]}
     newer["spec"]["future_spec_field"] = True
-    s._db.execute("UPDATE execs SET record = ? WHERE id = ?",
-                  (msgspec.json.encode(newer), rec.id))
+    backend.raw(s, "UPDATE execs SET record = ? WHERE id = ?",
+                msgspec.json.encode(newer).decode(), rec.id)
     assert s.get_exec(rec.id) == rec
     older = {"id": "abc", "sandbox": "default", "state": "FINISHED", "spec": {"argv": ["x"]}}
-    s._db.execute("INSERT INTO execs VALUES ('abc', 'default', NULL, 'FINISHED', NULL, ?)",
-                  (msgspec.json.encode(older),))
+    backend.raw(s, "INSERT INTO execs (id, sandbox_id, name, state, request_key, record) "
+                "VALUES ('abc', 'default', NULL, 'FINISHED', NULL, ?)",
+                msgspec.json.encode(older).decode())
     old = s.get_exec("abc")
     assert old is not None and old.exit_code is None and old.spec.env == {}
     # The sandbox spec likewise.
@@ -72,8 +155,8 @@ def test_records_from_newer_and_older_versions_load(tmp_path: Path) -> None:
     assert sb.spec == SandboxSpec(runtime="process")
 
 
-def test_store_refuses_illegal_transitions(tmp_path: Path) -> None:
-    s = Store(tmp_path / "t.db")
+def test_store_refuses_illegal_transitions(backend: Backend) -> None:
+    s = backend.open()
     rec = _exec(s)
     with pytest.raises(IllegalTransition):
         s.transition_exec(rec.id, ExecState.FINISHED)  # PENDING -> FINISHED skips RUNNING
@@ -113,32 +196,24 @@ def test_every_sandbox_state_can_reach_deleted() -> None:
         assert SandboxState.DELETED in seen
 
 
-def test_ids_are_never_reused(tmp_path: Path) -> None:
-    s = Store(tmp_path / "t.db")
+def test_ids_are_never_reused(backend: Backend) -> None:
+    s = backend.open()
     ids = {s.reserve_id("exec", nbytes=1) for _ in range(200)}  # 200 of 256 possible
     assert len(ids) == 200
-    count = s._db.execute("SELECT COUNT(*) FROM id_reservations").fetchone()[0]
+    count = backend.raw(s, "SELECT COUNT(*) FROM id_reservations")[0][0]
     assert count == len(ids) + 1  # + default sandbox
 
 
-def test_a_version_1_database_is_migrated_forward(tmp_path: Path) -> None:
+def test_a_version_1_database_is_migrated_forward(backend: Backend,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A database left by the first release gains the later tables and keeps its rows."""
-    from tether.store import migrations
-
-    first = migrations.MIGRATIONS[:1]
-    saved = migrations.MIGRATIONS
-    migrations.MIGRATIONS = first
-    try:
-        import tether.store.sqlite as sq
-
-        sq.MIGRATIONS = first
-        s = Store(tmp_path / "t.db")
-        rec = _exec(s)
-        s.close()
-    finally:
-        migrations.MIGRATIONS = saved
-        sq.MIGRATIONS = saved
-    s = Store(tmp_path / "t.db")
+    saved = backend.module.MIGRATIONS
+    monkeypatch.setattr(backend.module, "MIGRATIONS", saved[:1])
+    s = backend.open()
+    rec = _exec(s)
+    s.close()
+    monkeypatch.setattr(backend.module, "MIGRATIONS", saved)
+    s = backend.open()
     assert s.schema_version() == saved[-1][0]
     assert s.get_exec(rec.id) == rec
     assert s.list_lineages() == []
@@ -168,13 +243,137 @@ def test_migration_5_blanks_the_env_values_of_stored_execs(tmp_path: Path) -> No
     assert s.get_exec(bare.id) == bare
 
 
-def test_each_store_has_its_own_lasting_epoch(tmp_path: Path) -> None:
-    a = Store(tmp_path / "a.db")
+def test_each_store_has_its_own_lasting_epoch(backend: Backend) -> None:
+    a = backend.open("a")
     epoch = a.epoch
     a.close()
-    assert Store(tmp_path / "a.db").epoch == epoch
-    assert Store(tmp_path / "b.db").epoch != epoch
+    assert backend.open("a").epoch == epoch
+    assert backend.open("b").epoch != epoch
     assert len(epoch) == 16
+    int(epoch, 16)
+
+
+def test_sandboxes_execs_and_lineages_round_trip(backend: Backend) -> None:
+    s = backend.open()
+    sb, ev = s.create_sandbox("box", SandboxSpec(runtime="process"))
+    assert ev.sandbox == sb.id and ev.seq == 1 and ev.state == "PENDING"
+    with pytest.raises(Exception, match="already exists"):
+        s.create_sandbox("box", SandboxSpec(runtime="process"))
+    assert s.find_sandboxes("box") == [sb] and s.find_sandboxes(sb.id[:4]) == [sb]
+    s.transition_sandbox(sb.id, SandboxState.READY)
+    rec = ExecRecord(id=s.reserve_id("exec"), sandbox=sb.id, state="PENDING", name="job",
+                     request_key="k1", lineage="L1", spec=ExecSpec(argv=["true"]))
+    s.create_exec(rec)
+    assert s.exec_by_request_key("k1") == rec and s.live_exec_named("job") == rec
+    assert s.find_execs("job") == [rec] and s.list_execs_of_lineage("L1") == [rec]
+    assert s.list_execs(sandbox=sb.id, states=("PENDING",)) == [rec]
+    s.transition_exec(rec.id, ExecState.RUNNING)
+    _, ev = s.transition_exec(rec.id, ExecState.FINISHED, exit_code=3)
+    assert ev.data == {"exit_code": 3} and s.count_execs() == {"FINISHED": 1}
+    assert s.live_exec_named("job") is None
+    lin = LineageRecord(id=s.reserve_id("lineage"), name="fix",
+                        config=AgentConfig(argv=["claude"], sandbox=sb.id))
+    s.create_lineage(lin)
+    got, lev = s.update_lineage(lin.id, status=LineageStatus.ORPHANED, reason="died",
+                                attempt=2)
+    assert lev is not None and lev.type == "lineage.state" and lev.state == "ORPHANED"
+    assert got.attempt == 2 and s.get_lineage(lin.id) == got
+    assert s.find_lineages("fix") == [got]
+    assert s.list_lineages(("ORPHANED",)) == [got] and s.list_lineages(("ACTIVE",)) == []
+    with pytest.raises(IllegalTransition):
+        s.update_lineage(lin.id, status=LineageStatus.WAITING_LIMIT)
+    s.append_event(None, "daemon.started")
+    n_ev = s.append_event(sb.id, "exec.output", exec_id=rec.id, data={"n": 7})
+    assert s.max_exec_event_n(rec.id, ("exec.output",)) == 7
+    assert s.max_exec_event_n("nope", ("exec.output",)) == -1
+    everything = s.events_since()
+    assert [e.gseq for e in everything] == list(range(1, len(everything) + 1))
+    assert s.last_gseq() == n_ev.gseq == everything[-1].gseq
+    assert [e.seq for e in s.events_since(per_sandbox=True)] == [1]  # the daemon stream
+    mine = s.events_since(sandbox=sb.id, per_sandbox=True)
+    assert [e.seq for e in mine] == list(range(1, len(mine) + 1))
+    assert s.events_since(sandbox=sb.id, since=mine[-2].gseq) == mine[-1:]
+    s.transition_sandbox(sb.id, SandboxState.DELETING)
+    s.transition_sandbox(sb.id, SandboxState.DELETED)
+    assert s.find_sandboxes("box") == []
+    assert [x.id for x in s.list_sandboxes(include_deleted=True)] == ["default", sb.id]
+
+
+def test_concurrent_writers_number_the_journal_without_gaps(backend: Backend) -> None:
+    """Writers on separate connections: every stream's seq and the global gseq are
+    1..n with no gap and no duplicate."""
+    backend.open().close()
+    stores = [backend.open() for _ in range(4)]
+    errors: list[BaseException] = []
+
+    def write(s: CoreStore, i: int) -> None:
+        try:
+            for k in range(25):
+                s.append_event("default" if k % 2 else None, "test.tick", data={"w": i})
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=write, args=(s, i)) for i, s in enumerate(stores)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    events = stores[0].events_since(limit=1000)
+    assert [e.gseq for e in events] == list(range(1, len(events) + 1))
+    assert len(events) == 1 + 100
+    for stream in (None, "default"):
+        seqs = [e.seq for e in events if e.sandbox == stream]
+        assert seqs == list(range(1, len(seqs) + 1))
+
+
+def test_racing_transitions_let_exactly_one_win(backend: Backend) -> None:
+    s = backend.open()
+    rec = _exec(s)
+    s.transition_exec(rec.id, ExecState.RUNNING)
+    rivals = [backend.open() for _ in range(4)]
+    start = threading.Barrier(len(rivals))
+    outcomes: list[str] = []
+
+    def finish(r: CoreStore, code: int) -> None:
+        start.wait()
+        try:
+            r.transition_exec(rec.id, ExecState.FINISHED, exit_code=code)
+            outcomes.append(f"won {code}")
+        except IllegalTransition:
+            outcomes.append("refused")
+
+    threads = [threading.Thread(target=finish, args=(r, i)) for i, r in enumerate(rivals)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes)[:3] == ["refused"] * 3 and outcomes.count("refused") == 3
+    winner = int(next(o for o in outcomes if o.startswith("won")).split()[1])
+    got = s.get_exec(rec.id)
+    assert got is not None and got.exit_code == winner
+    ends = [e for e in s.events_since() if e.state == "FINISHED"]
+    assert len(ends) == 1 and ends[0].data["exit_code"] == winner
+
+
+def test_a_cursor_never_skips_an_event_that_commits_later(backend: Backend) -> None:
+    """gseq follows commit order: a second writer waits for the first's commit, so a
+    reader that has seen gseq N never later finds a committed N-1."""
+    a, b, reader = backend.open(), backend.open(), backend.open()
+    seen = reader.last_gseq()
+    done = threading.Event()
+    with a._tx() as db:  # type: ignore[attr-defined]
+        first = a._append(db, None, "test.first")  # type: ignore[attr-defined]
+        t = threading.Thread(target=lambda: (b.append_event(None, "test.second"),
+                                             done.set()))
+        t.start()
+        assert not done.wait(0.5), "a second append committed while the first was open"
+        assert reader.events_since(since=seen) == []
+    t.join(10)
+    assert done.is_set()
+    got = reader.events_since(since=seen)
+    assert [(e.type, e.gseq) for e in got] == [("test.first", first.gseq),
+                                               ("test.second", first.gseq + 1)]
 
 
 def test_a_damaged_file_is_refused_before_anything_reads_it(tmp_path: Path) -> None:
@@ -191,3 +390,46 @@ def test_a_damaged_file_is_refused_before_anything_reads_it(tmp_path: Path) -> N
     (tmp_path / "t.db").write_bytes(bytes(raw))
     with pytest.raises(StoreCorrupt):
         Store(tmp_path / "t.db")
+
+
+def test_stores_racing_on_a_fresh_postgres_database_migrate_it_once(
+        backend: Backend) -> None:
+    """Hosts share a PostgreSQL database, so several may open a fresh one at once (a
+    SQLite store has one daemon, behind the home's lock)."""
+    if backend.name != "postgres":
+        pytest.skip("one daemon per SQLite file")
+    assert backend.cluster is not None
+    backend.urls["t"] = backend.cluster.new_db(f"t{os.getpid()}_{next(_db)}")
+    start = threading.Barrier(4)
+    errors: list[BaseException] = []
+
+    def open_it() -> None:
+        start.wait()
+        try:
+            backend.open()
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=open_it) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    s = backend.open()
+    assert backend.raw(s, "SELECT version FROM schema_migrations ORDER BY version") == [
+        (v,) for v, _, _ in backend.module.MIGRATIONS]
+    assert [e.reason for e in s.events_since()] == ["implicit default"]
+
+
+def test_a_nul_character_is_refused_precisely_by_postgres_and_kept_by_sqlite(
+        backend: Backend) -> None:
+    s = backend.open()
+    if backend.name == "postgres":
+        with pytest.raises(TetherError, match="U\\+0000") as err:
+            s.append_event(None, "test.nul", data={"text": "a\x00b"})
+        assert err.value.rpc_code == RpcCode.INVALID_PARAMS and err.value.code == "NUL_IN_TEXT"
+    else:
+        assert s.append_event(None, "test.nul", data={"text": "a\x00b"}).data["text"] == "a\x00b"
+    after = s.append_event(None, "test.after")  # the store serves on, without a gap
+    assert [e.gseq for e in s.events_since()] == list(range(1, after.gseq + 1))

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -31,6 +31,7 @@ from tether.model.records import (
     SandboxSpec,
 )
 from tether.model.states import ExecState, LineageStatus, SandboxState, check_transition
+from tether.store.base import DAEMON_STREAM, SchemaTooNew
 from tether.store.migrations import MIGRATIONS
 from tether.store.ports import PortLeases
 from tether.store.schedules import ScheduleStore
@@ -41,11 +42,7 @@ _dec_exec = msgspec.json.Decoder(ExecRecord)
 _dec_event = msgspec.json.Decoder(Event)
 _dec_lineage = msgspec.json.Decoder(LineageRecord)
 
-DAEMON_STREAM = ""  # the journal stream of daemon-wide events (sandbox = None)
-
-
-class SchemaTooNew(Exception):
-    """The database was migrated by a newer tether than this one."""
+__all__ = ["DAEMON_STREAM", "SchemaTooNew", "Store", "StoreCorrupt"]
 
 
 class StoreCorrupt(Exception):
@@ -486,3 +483,9 @@ class Store:
                                   state=rec.status if event == "lineage.state" else rec.lifecycle,
                                   reason=reason, data=payload)
         return rec, ev
+
+
+if TYPE_CHECKING:
+    from tether.store.base import CoreStore
+
+    _conforms: type[CoreStore] = Store
