@@ -217,3 +217,42 @@ def test_bad_budget_input(dd: DaemonProc, tmp_path: Path) -> None:
     p = bad.start(wait=False)
     assert p.wait(20) == 2
     assert "TETHER_BUDGET_DAILY_USD" in bad.log_text()
+
+
+def test_budgets_crossed_under_load_are_journaled_once_each(dd: DaemonProc,
+                                                           tmp_path: Path) -> None:
+    """Four agents report turns at once from four threads (each on its own connection):
+    the daily budget and each lineage's budget are crossed mid-burst, and each crossing
+    is journaled exactly once; afterwards every agent's tool calls are denied."""
+    import threading
+
+    dd.start(env={"TETHER_BUDGET_DAILY_USD": "3"})
+    agents = [start_agent(dd.client(), tmp_path, f"busy{i}", budget_usd=1.0)
+              for i in range(4)]
+    errors: list[BaseException] = []
+
+    def burst(session: str, token: str) -> None:
+        try:
+            c = dd.client()
+            for _ in range(12):  # $0.15 a turn: this lineage crosses $1.00 at its 7th
+                c.agent_turn(session, token, model=SONNET, usage={"output_tokens": 10_000})
+        except BaseException as e:  # reported below, on the main thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=burst, args=(s, t)) for _, s, t in agents]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(120)
+    assert not errors, errors
+    c = dd.client()
+    events = budget_events(c)
+    daily = [e for e in events if e.data["scope"] == "daily"]
+    per_lineage = sorted(e.data["lineage"] for e in events if e.data["scope"] != "daily")
+    assert len(daily) == 1 and daily[0].data["spent_usd"] >= 3.0
+    assert per_lineage == sorted(lin for lin, _, _ in agents)  # each once
+    for _, s, t in agents:
+        assert not pre_tool_use(c, s, t)[0]
+    rows = cost_json(dd, "--by", "lineage")["rows"]
+    assert len(rows) == 4 and all(r["turns"] == 12 for r in rows)
+    assert sum(r["cost_usd"] for r in rows) == pytest.approx(4 * 12 * 0.15)
