@@ -7,13 +7,14 @@ import asyncio
 import json
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp.client.session import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 
-from tests.harness import DaemonProc
+from tests.harness import DaemonProc, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -33,7 +34,7 @@ def _session(daemon: DaemonProc, body: Callable[[ClientSession], Awaitable[None]
     asyncio.run(run())
 
 
-async def _call(session: ClientSession, name: str, **args: Any) -> dict[str, Any]:
+async def _call(session: ClientSession, name: str, /, **args: Any) -> dict[str, Any]:
     result = await session.call_tool(name, args)
     assert not result.is_error, result.content
     assert isinstance(result.structured_content, dict)
@@ -104,5 +105,52 @@ def test_errors_are_tool_errors_with_tethers_code(daemon: DaemonProc) -> None:
         assert unknown.is_error
         # The server keeps serving after errors.
         assert "sandboxes" in await _call(session, "sandbox_list")
+
+    _session(daemon, body)
+
+
+def test_schedule_cost_digest_and_finish_tools(daemon: DaemonProc, tmp_path: Path) -> None:
+    """An agent drives the newer features: schedules a job and runs it now, reads what
+    an agent's turns cost (with the budgets), its story, and finishes it."""
+    c = daemon.client()
+    creds = tmp_path / "creds"
+    lin = c.agent_start(["sh", "-c", f'printf "%s %s" "$TETHER_SESSION" "$TETHER_TOKEN" > '
+                         f"{creds}.tmp; mv {creds}.tmp {creds}; exec sleep 120"],
+                        provider="generic", name="spender", budget_usd=2.0)
+    wait_for(creds.exists, 20, what="the agent's credentials")
+    session, token = creds.read_text().split()
+    c.agent_turn(session, token, model="claude-sonnet-4-5-20250929",
+                 usage={"output_tokens": 40_000})  # $0.60
+
+    async def body(session: ClientSession) -> None:
+        names = {t.name for t in (await session.list_tools()).tools}
+        assert {"schedule_list", "schedule_add", "schedule_run_now", "cost_report",
+                "lineage_finish", "digest_lineage"} <= names
+        job = await _call(session, "schedule_add", name="tick", argv=["true"], every=3600,
+                          cwd=str(tmp_path))
+        assert job["job"]["name"] == "tick" and job["job"]["state"] == "ACTIVE"
+        run = await _call(session, "schedule_run_now", job="tick")
+        assert run["run"]["manual"] and run["run"]["state"] in ("PENDING", "RUNNING")
+        wait_for(lambda: c.schedule_list()[0].last_state == "SUCCESS", 20, what="the run")
+        jobs = await _call(session, "schedule_list")
+        assert [(j["name"], j["runs"]) for j in jobs["jobs"]] == [("tick", 1)]
+        bad = await session.call_tool("schedule_add", {"name": "x", "argv": ["true"],
+                                                       "every": "often"})
+        assert bad.is_error and bad.structured_content["error"]["code"] == "INVALID_PARAMS"  # type: ignore[index]
+
+        cost = await _call(session, "cost_report", by="lineage")
+        (row,) = cost["rows"]
+        assert row["key"] == lin.id and row["cost_usd"] == pytest.approx(0.60)
+        (budget,) = cost["budgets"]["lineages"]
+        assert budget["lineage"] == lin.id and budget["budget_usd"] == 2.0
+
+        story = await _call(session, "digest_lineage", lineage="spender")
+        assert story["lineage"]["id"] == lin.id
+        assert "agent.turn" in [e["type"] for e in story["events"]]
+
+        finished = await _call(session, "lineage_finish", lineage="spender")
+        assert finished["lineage"]["status"] == "FINISHED"
+        again = await session.call_tool("lineage_finish", {"lineage": "nosuch"})
+        assert again.is_error and again.structured_content["error"]["code"] == "LINEAGE_NOT_FOUND"  # type: ignore[index]
 
     _session(daemon, body)

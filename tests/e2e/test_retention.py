@@ -428,3 +428,39 @@ def test_daemon_flags_win_over_the_environment(h: Home) -> None:
     assert policy["logs_max_bytes"] == 150 * 1024  # the flag, not the variable
     assert policy["keep_events"] == 2 * DAY
     assert policy["keep_logs"] == 3 * DAY  # no flag: the variable
+
+
+def test_old_scheduled_runs_go_at_the_journals_age_and_df_counts_them(
+        h: Home, tmp_path: Path) -> None:
+    h.start()
+    c = h.d.client()
+    c.schedule_add("tick", ["true"], every=365 * DAY, cwd=str(tmp_path))  # no fire meanwhile
+
+    def run_now() -> None:
+        run = c.schedule_run_now("tick")
+        assert run is not None
+        wait_for(lambda: c.schedule_show("tick").recent[0].state == "SUCCESS",
+                 what="the run's end")
+    run_now()
+    run_now()
+    time.sleep(1.0)
+    split = time.time()
+    time.sleep(1.0)
+    run_now()
+    run_now()
+    assert h.call("retention.df")["schedule_runs"] == 4
+    h.set_now(split + 30 * DAY)
+    assert h.call("retention.prune", {"dry_run": True})["schedule_runs"] == 2
+    assert len(c.schedule_show("tick").recent) == 4  # a dry run changes nothing
+    rep = h.call("retention.prune")
+    assert rep["schedule_runs"] == 2
+    recent = c.schedule_show("tick").recent
+    assert len(recent) == 2 and all((r.ended_at or 0) > split for r in recent)
+    assert h.call("retention.df")["schedule_runs"] == 2
+    (ev,) = [e for e in c.events_list(since=0, limit=1000).events
+             if e.type == "schedule.pruned"]
+    assert ev.data["runs"] == 2
+    assert h.call("retention.prune")["schedule_runs"] == 0  # nothing more, no event
+    assert c.schedule_list()[0].runs == 4  # the job's counters stay
+    out = h.d.cli("df")
+    assert b"scheduled runs kept: 2 " in out.stdout, out.stdout.decode()

@@ -258,3 +258,54 @@ def test_the_needs_you_list_resolves_an_ask_revival_and_shows_a_waiting_agent(
     page.click(f'{item} button[data-action="reap-lineage"]')
     wait_for(lambda: c.lineage_get(dead.id).status == "REAPED", 15, what="the reap")
     page.wait_for_selector(item, state="detached", timeout=10000)
+
+
+SONNET = "claude-sonnet-4-5-20250929"  # shipped: $3 in, $15 out per million tokens
+
+
+def test_agents_show_cost_budget_exit_reason_and_a_usage_limit_wait(
+        d: DaemonProc, page: Any, tmp_path: Path) -> None:
+    """A lineage past its budget and one waiting for its usage limit's reset: both in
+    the agents table (cost / budget, exit reason, the reset time) and in "needs you"."""
+    from tests.standin import start
+
+    c = d.client()
+    creds = tmp_path / "creds"
+    capped = c.agent_start(["sh", "-c", f'printf "%s %s" "$TETHER_SESSION" "$TETHER_TOKEN" > '
+                            f"{creds}.tmp; mv {creds}.tmp {creds}; exec sleep 120"],
+                           provider="generic", name="capped", budget_usd=1.0)
+    wait_for(creds.exists, 20, what="the agent's credentials")
+    session, token = creds.read_text().split()
+    c.agent_turn(session, token, model=SONNET, usage={"input_tokens": 100_000,
+                                                      "output_tokens": 50_000})  # $1.05
+    row = f'tr[data-lineage="{capped.id}"]'
+    page.wait_for_selector(f'{row} .cost.over[data-cost="1.05"][data-budget="1.00"]',
+                           timeout=10000)
+    page.wait_for_selector(f'#needs li[data-needs="{capped.id}"]', timeout=10000)
+    assert "reached its budget" in page.text_content(f'#needs li[data-needs="{capped.id}"]')
+    reset = int(time.time()) + 3600
+    plan = {"1": [{"print": f"Claude AI usage limit reached|{reset}"}, {"exit": 1}]}
+    limited = start(c, tmp_path, "claude", plan, "-p", "fix it")
+    item = f'#needs li[data-needs="{limited.id}"]'
+    page.wait_for_selector(f'{item} button[data-action="revive"]', timeout=20000)
+    assert "usage limit" in page.text_content(item)
+    row = f'tr[data-lineage="{limited.id}"]'
+    assert "WAITING_LIMIT until" in page.text_content(f"{row} td.state-WAITING_LIMIT")
+    assert page.text_content(f"{row} td.exit") == "usage_limited"
+    shot(page, "agents-cost-limits")
+
+
+def test_panels_show_scheduled_jobs_webhook_dead_letters_and_sandbox_health(
+        d: DaemonProc, page: Any, tmp_path: Path) -> None:
+    c = d.client()
+    c.schedule_add("hourly", ["true"], every=3600, cwd=str(tmp_path))
+    c.schedule_run_now("hourly")
+    c.hook_add("broken", ["exec.finished"], exec=["false"], max_tries=1, match_name="poke")
+    c.exec_wait(c.exec_start(["true"], cwd=str(tmp_path), name="poke").id, timeout=20)
+    page.wait_for_selector('#jobs tr[data-job="hourly"][data-state="ACTIVE"]', timeout=10000)
+    wait_for(lambda: page.text_content('#jobs tr[data-job="hourly"] td:nth-child(8)')
+             == "SUCCESS", 20, what="the run-now run on the page")
+    page.wait_for_selector('#hooks tr[data-hook="broken"][data-dead="1"]', timeout=20000)
+    assert "tether hook retry broken" in page.text_content('#hooks tr[data-hook="broken"]')
+    assert page.text_content('#sandboxes tr[data-sandbox] td.health') == "ok"
+    shot(page, "panels")

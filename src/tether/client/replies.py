@@ -223,6 +223,7 @@ class PruneReport(_Reply):
     run_bytes: int = 0
     events: int = 0
     events_floor: int = 0
+    schedule_runs: int = 0  # scheduled runs' history rows (older than the journal's age)
 
 
 class SpaceOf(_Reply):
@@ -241,6 +242,7 @@ class DiskUsage(_Reply):
     sandboxes: list[SpaceOf]
     lineages: list[SpaceOf]
     policy: dict[str, float]
+    schedule_runs: int = 0  # scheduled runs kept (pruned at the journal's age)
 
 
 class ExecList(_Reply):

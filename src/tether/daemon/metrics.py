@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tether.model.states import LINEAGE_LIVE
 from tether.store.metrics import MetricsReads
 
 if TYPE_CHECKING:
@@ -180,6 +181,33 @@ async def _families(d: Daemon) -> list[Metric]:
           ["runtime"], avail)
     gauge("tether_runtime_flag", "The runtime's yes/no status fields (docker's connected: "
           "its event stream is up).", ["runtime", "flag"], flags)
+    # The scheduler, webhooks, digests, cost: from their tables, at scrape time.
+    reads = MetricsReads(d.store)
+    gauge("tether_schedule_jobs", "Scheduled jobs by state.", ["state"],
+          reads.schedule_jobs_by_state())
+    gauge("tether_schedule_runs", "Scheduled runs in the store by state (retention "
+          "prunes settled ones at the journal's age).", ["state"],
+          reads.schedule_runs_by_state())
+    deliveries = reads.deliveries_by_hook_state()
+    gauge("tether_webhook_deliveries", "Webhook deliveries in the outbox by hook and state.",
+          ["hook", "state"], deliveries)
+    gauge("tether_webhook_dead_letters", "DEAD webhook deliveries by hook (`tether hook "
+          "retry` tries them again).", ["hook"],
+          [((hook,), n) for (hook, state), n in deliveries if state == "DEAD"])
+    gauge("tether_digest_nodes", "Digest nodes (their latest versions) by level and state.",
+          ["level", "state"], reads.digest_nodes_by_level_state())
+    budgets = d.cost.show([r for r in lineages if r.status in LINEAGE_LIVE])
+    gauge("tether_cost_spent_today_usd", "What agents' turns cost today (the digest's "
+          "time zone), priced turns only.", [], [((), budgets["spent_today_usd"])])
+    daily = budgets["daily"]
+    reached = [(("lineage",), float(sum(b["spent_usd"] >= b["budget_usd"]
+                                        for b in budgets["lineages"])))]
+    if daily is not None:
+        gauge("tether_budget_daily_usd", "The daily budget over every agent.", [],
+              [((), daily["budget_usd"])])
+        reached.append((("daily",), float(budgets["spent_today_usd"] >= daily["budget_usd"])))
+    gauge("tether_budgets_reached", "Budgets reached now: live lineages at their budget, "
+          "and 1 when today's spend reached the daily budget.", ["scope"], reached)
     gauge("tether_log_bytes", "Disk used by the execs' logs.", [],
           [((), _disk_bytes(d.layout.logs))])
     gauge("tether_scrape_time_seconds", "When these metrics were collected (Unix time).", [],

@@ -57,6 +57,8 @@ class Plan:
     run_bytes: int = 0
     events_bound: int = 0
     events: int = 0
+    runs_before: float | None = None  # scheduled runs that ended before it go
+    schedule_runs: int = 0
 
     def view(self, dry_run: bool) -> dict[str, Any]:
         return {
@@ -66,6 +68,7 @@ class Plan:
             "log_bytes": sum(n for _, n, _ in self.logs),
             "run_files": len(self.run_files), "run_bytes": self.run_bytes,
             "events": self.events, "events_floor": self.events_bound,
+            "schedule_runs": self.schedule_runs,
         }
 
 
@@ -193,6 +196,9 @@ class RetentionService:
             live = [r.id for r in self.store.list_execs(states=("PENDING", "RUNNING"))]
             plan.events_bound = self.rs.compaction_bound(now - keep_events, live)
             plan.events = self.rs.count_compactable(plan.events_bound)
+            # A scheduled run's history is journal-like: it goes at the journal's age.
+            plan.runs_before = now - keep_events
+            plan.schedule_runs = self.store.schedules.count_runs_before(plan.runs_before)
         return plan
 
     def _run_names(self) -> list[str]:
@@ -242,6 +248,9 @@ class RetentionService:
                 self.journal.record(None, "journal.compacted", reason=(
                     f"{n} journal events up to gseq {plan.events_bound} removed"),
                     data={"events": n, "floor": plan.events_bound})
+        if plan.schedule_runs and plan.runs_before is not None:
+            _, ev = self.store.schedules.prune_runs(plan.runs_before)
+            self.journal.commit_all([ev] if ev else [])
 
     async def prune(self, older_than: float | None, dry_run: bool) -> dict[str, Any]:
         """One pass (``retention.prune``, the periodic loop); passes never overlap."""
@@ -260,10 +269,10 @@ class RetentionService:
         while True:
             try:
                 out = await self.prune(None, dry_run=False)
-                if out["execs"] or out["run_files"] or out["events"]:
-                    log.info("retention: %d execs' logs (%d bytes), %d run files, %d events",
-                             len(out["execs"]), out["log_bytes"], out["run_files"],
-                             out["events"])
+                if out["execs"] or out["run_files"] or out["events"] or out["schedule_runs"]:
+                    log.info("retention: %d execs' logs (%d bytes), %d run files, %d events, "
+                             "%d scheduled runs", len(out["execs"]), out["log_bytes"],
+                             out["run_files"], out["events"], out["schedule_runs"])
             except Exception:
                 log.exception("retention pass failed; retrying at the next one")
             await asyncio.sleep(self.policy.interval)
@@ -340,6 +349,7 @@ class RetentionService:
         return {"home": str(root), "total": sum(kinds.values()), "kinds": kinds,
                 "sandboxes": sorted(sandboxes.values(), key=lambda s: -s["bytes"]),
                 "lineages": sorted(lineages, key=lambda s: -s["bytes"]),
+                "schedule_runs": self.store.schedules.count_all_runs(),
                 "policy": {"keep_logs": self.policy.keep_logs,
                            "logs_max_bytes": self.policy.logs_max_bytes,
                            "keep_events": self.policy.keep_events,

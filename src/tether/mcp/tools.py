@@ -108,6 +108,33 @@ class DigestRecentArgs(msgspec.Struct, forbid_unknown_fields=True):
     count: int = 7
 
 
+class JobRef(msgspec.Struct, forbid_unknown_fields=True):
+    job: str  # a job id, unique prefix or name
+
+
+class ScheduleAddArgs(msgspec.Struct, forbid_unknown_fields=True):
+    name: str
+    argv: list[str]
+    cron: str | None = None  # five fields, in tz (one of cron and every)
+    every: float | None = None  # seconds
+    tz: str | None = None  # default UTC
+    sandbox: str | None = None
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    timeout: float | None = None  # seconds per run
+    overlap: Literal["skip", "concurrent", "queue"] | None = None
+
+
+class CostArgs(msgspec.Struct, forbid_unknown_fields=True):
+    by: Literal["attempt", "lineage", "sandbox", "day", "model"] = "lineage"
+    since: float | None = None  # epoch seconds; default: every turn
+
+
+class FinishArgs(msgspec.Struct, forbid_unknown_fields=True):
+    lineage: str  # a lineage id, unique prefix or name
+    commit: bool = False  # commit the worktree's changes before the hand-off
+
+
 class ToolFailed(Exception):
     """A tool's failure as the MCP client sees it: tether's code, message and data."""
 
@@ -239,6 +266,29 @@ class Tools:
     async def digest_recent(self, a: DigestRecentArgs) -> dict[str, Any]:
         return {"nodes": _json(await self.client.digest_recent(a.level, a.count))}
 
+    async def schedule_list(self, a: ListArgs) -> dict[str, Any]:
+        return {"jobs": _json(await self.client.schedule_list(all=a.all))}
+
+    async def schedule_add(self, a: ScheduleAddArgs) -> dict[str, Any]:
+        job = await self.client.schedule_add(
+            a.name, a.argv, cron=a.cron, every=a.every, tz=a.tz, sandbox=a.sandbox,
+            env=a.env, cwd=a.cwd, timeout=a.timeout, overlap=a.overlap)
+        return {"job": _json(job)}
+
+    async def schedule_run_now(self, a: JobRef) -> dict[str, Any]:
+        return {"run": _json(await self.client.schedule_run_now(a.job))}
+
+    async def cost_report(self, a: CostArgs) -> dict[str, Any]:
+        report = await self.client.cost_report(a.by, since=a.since)
+        return {**_json(report), "budgets": _json(await self.client.budget_show())}
+
+    async def lineage_finish(self, a: FinishArgs) -> dict[str, Any]:
+        return {"lineage": _json(await self.client.lineage_finish(a.lineage,
+                                                                  commit=a.commit))}
+
+    async def digest_lineage(self, a: LineageRef) -> dict[str, Any]:
+        return _json(await self.client.digest_lineage(a.lineage))  # type: ignore[no-any-return]
+
 
 def _type_into(home: Any, a: InputArgs) -> dict[str, Any]:
     with Client(home, autostart=False) as client:
@@ -291,4 +341,16 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
     _tool("digest_show", DigestShowArgs, "The activity digest of one period (hour, day, "
           "week, month) and its children."),
     _tool("digest_recent", DigestRecentArgs, "The latest digest nodes of one level."),
+    _tool("digest_lineage", LineageRef, "One lineage's story: its attempts and its "
+          "journal events, oldest first."),
+    _tool("schedule_list", ListArgs, "List scheduled jobs: next fire time, runs, last "
+          "result (all: include removed ones)."),
+    _tool("schedule_add", ScheduleAddArgs, "Schedule a command: at each cron time (in tz) "
+          "or every N seconds; each fire time runs once, across daemon crashes."),
+    _tool("schedule_run_now", JobRef, "Run a scheduled job once now, under its overlap "
+          "policy (a SKIPPED run says why)."),
+    _tool("cost_report", CostArgs, "What agents' turns cost, grouped by attempt, lineage, "
+          "sandbox, day or model, with the budgets and today's spend."),
+    _tool("lineage_finish", FinishArgs, "Finish a lineage and hand its branch off (commit "
+          "if asked, push to the repository's handoff remote, run its hand-off command)."),
 )}

@@ -234,3 +234,33 @@ class ScheduleStore:
             f"SELECT COUNT(*) FROM schedule_runs WHERE job_id = ? AND state IN "
             f"({','.join('?' * len(states))})", (job, *states)).fetchone()
         return int(row[0])
+
+    # ------------------------------------------------------------------ retention
+    #: Settled runs that ended before a cutoff, each job's newest run excepted (so `schedule
+    #: show` keeps its last result); a run's end is in its record, its fire time a bound.
+    _OLD = (f"state IN ({','.join(repr(str(s)) for s in sorted(RUN_TERMINAL))}) "
+            "AND COALESCE(json_extract(record, '$.ended_at'), fire_at) < ? "
+            "AND id NOT IN (SELECT MAX(id) FROM schedule_runs GROUP BY job_id)")
+
+    def count_runs_before(self, cutoff: float) -> int:
+        """How many runs :meth:`prune_runs` would delete (``retention.prune --dry-run``)."""
+        row = self._s._db.execute(f"SELECT COUNT(*) FROM schedule_runs WHERE {self._OLD}",
+                                  (cutoff,)).fetchone()
+        return int(row[0])
+
+    def prune_runs(self, cutoff: float) -> tuple[int, Event | None]:
+        """Delete settled runs that ended before ``cutoff`` (the journal's retention age),
+        journaling ``schedule.pruned`` in the same transaction. A job's next fire time is
+        in its own record, so no deleted run's fire time is ever committed again."""
+        with self._s._tx() as db:
+            n = int(db.execute(f"DELETE FROM schedule_runs WHERE {self._OLD}",
+                               (cutoff,)).rowcount)
+            if not n:
+                return 0, None
+            ev = self._s._append(db, None, "schedule.pruned", reason=(
+                f"{n} scheduled runs that ended before {cutoff:.0f} removed"),
+                data={"runs": n, "before": cutoff})
+        return n, ev
+
+    def count_all_runs(self) -> int:
+        return int(self._s._db.execute("SELECT COUNT(*) FROM schedule_runs").fetchone()[0])

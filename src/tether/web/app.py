@@ -1,6 +1,7 @@
 """The dashboard's HTTP side: a starlette application over the SDK's ``AsyncClient``.
 
-Routes: ``/`` (the page), ``/static/…``, ``/api/state`` (sandboxes, execs, lineages),
+Routes: ``/`` (the page), ``/static/…``, ``/api/state`` (sandboxes, execs, lineages,
+their cost and budgets, scheduled jobs, webhooks),
 ``/api/events`` (server-sent events from ``events.subscribe``; the browser's
 ``Last-Event-ID`` resumes it), ``/api/logs/{exec}`` (a log followed as server-sent
 events, ``id`` = the byte offset), ``POST`` actions (kill, resolve, reap, start), and
@@ -157,7 +158,11 @@ def create_app(home: Path, token: str, *, read_only: bool = False) -> ASGIApp:
             execs = (await client.exec_list(all=True))[-EXEC_LIMIT:]
             lineages = await client.lineage_list(all=True)
             return {"status": status, "sandboxes": sandboxes, "execs": execs,
-                    "lineages": lineages, "read_only": read_only}
+                    "lineages": lineages, "read_only": read_only,
+                    "cost": await client.cost_report("lineage"),
+                    "budgets": await client.budget_show(),
+                    "scheduler": await client.scheduler_status(),
+                    "hooks": await client.hook_list()}
         return await call(gather)
 
     async def metrics(request: Request) -> Response:

@@ -62,7 +62,7 @@ def prune(ctx: click.Context, older_than: str | None, dry_run: bool, as_json: bo
         click.echo(f"{x.id}\t{x.name or '-'}\t{human(x.bytes)}\t{x.why}")
     click.echo(f"{verb}: logs of {len(rep.execs)} execs ({human(rep.log_bytes)}), "
                f"{rep.run_files} run files ({human(rep.run_bytes)}), "
-               f"{rep.events} journal events")
+               f"{rep.events} journal events, {rep.schedule_runs} scheduled runs")
 
 
 @click.command()
@@ -79,6 +79,8 @@ def df(ctx: click.Context, as_json: bool) -> None:
     click.echo(f"{du.home}: {human(du.total)}")
     for kind, n in du.kinds.items():
         click.echo(f"  {kind:<10}{human(n):>12}")
+    click.echo(f"scheduled runs kept: {du.schedule_runs} (pruned with the journal, "
+               "TETHER_KEEP_EVENTS)")
     if du.sandboxes:
         click.echo("sandboxes (logs and run files):")
         for s in du.sandboxes:

@@ -50,7 +50,8 @@ function render(st) {
   $("#sandboxes tbody").innerHTML = st.sandboxes.map((s) => `<tr data-sandbox="${esc(s.id)}">
     <td>${esc(s.id)}</td><td>${esc(s.name)}</td><td>${esc(s.spec.runtime)}</td>
     <td class="state-${esc(s.state)}">${esc(s.state)}</td>
-    <td>${esc(Object.keys(s.spec.companions || {}).join(", "))}</td></tr>`).join("");
+    <td>${esc((s.spec.companions || []).map((c) => c.name).join(", "))}</td>
+    <td class="health">${health(s, st.status.runtimes || {})}</td></tr>`).join("");
   const execs = [...st.execs].reverse();
   $("#execs tbody").innerHTML = execs.map((x) => {
     const running = x.state === "RUNNING";
@@ -64,11 +65,15 @@ function render(st) {
       ${running ? act("kill", "kill", x.id, "danger") : ""}</td></tr>`;
   }).join("");
   const lineages = [...st.lineages].reverse();
+  const cost = new Map(st.cost.rows.map((r) => [r.key, r]));
+  const budget = new Map(st.budgets.lineages.map((b) => [b.lineage, b]));
   $("#agents tbody").innerHTML = lineages.map((l) => `<tr data-lineage="${esc(l.id)}">
     <td>${esc(l.name || short(l.id))}</td><td>${esc(l.provider)}</td>
-    <td class="state-${esc(l.status)}">${esc(l.status)}</td><td class="lc-${esc(l.lifecycle)}">${esc(l.lifecycle)}</td>
+    <td class="state-${esc(l.status)}">${esc(l.status)}${l.status === "WAITING_LIMIT" && l.revive_at
+      ? ` <span class="muted">until ${when(l.revive_at)}</span>` : ""}</td><td class="lc-${esc(l.lifecycle)}">${esc(l.lifecycle)}</td>
     <td>${bar(l.context_pct, l.lifecycle)}</td><td class="hb-${esc(l.heartbeat)}">${esc(l.heartbeat || "")}</td>
     <td>${l.turns}</td><td>${l.revivals}</td><td>${l.attempt}${l.exec ? " · " + esc(short(l.exec)) : ""}</td>
+    <td>${costCell(l, cost.get(l.id), budget.get(l.id))}</td><td class="exit">${esc(l.exit_reason || "")}</td>
     <td>${l.exec && l.status === "ACTIVE" ? `<button data-term="${esc(l.exec)}">terminal</button>` : ""}</td></tr>`).join("");
   const needs = [];
   for (const l of lineages) {
@@ -76,14 +81,77 @@ function render(st) {
       needs.push(`<li data-needs="${esc(l.id)}"><b>${esc(l.name || short(l.id))}</b>
         <span>died (revival policy <i>ask</i>): revive it from its last turn, or reap it</span>
         ${act("revive", "revive", l.id)} ${act("reap", "reap-lineage", l.id, "danger")}</li>`);
+    } else if (l.status === "WAITING_LIMIT") {
+      needs.push(`<li data-needs="${esc(l.id)}"><b>${esc(l.name || short(l.id))}</b>
+        <span>hit its provider's usage limit: it resumes at ${l.revive_at ? when(l.revive_at) : "the reset time"}</span>
+        ${act("resume now", "revive", l.id)} ${act("reap", "reap-lineage", l.id, "danger")}</li>`);
+    } else if (budget.has(l.id) && over(budget.get(l.id)) && l.status === "ACTIVE") {
+      const b = budget.get(l.id);
+      needs.push(`<li data-needs="${esc(l.id)}"><b>${esc(l.name || short(l.id))}</b>
+        <span>reached its budget: ${usd(b.spent_usd)} of ${usd(b.budget_usd)} (${esc(b.policy)});
+        raise it with <code>tether budget set USD --lineage ${esc(l.name || l.id)}</code></span></li>`);
     } else if (waiting.has(l.id) && l.status === "ACTIVE") {
       needs.push(`<li data-needs="${esc(l.id)}"><b>${esc(l.name || short(l.id))}</b>
         <span>is waiting for you: ${esc(waiting.get(l.id))}</span>
         ${l.exec ? `<button data-term="${esc(l.exec)}">answer in its terminal</button>` : ""}</li>`);
     }
   }
+  const daily = st.budgets.daily;
+  if (daily && st.budgets.spent_today_usd >= daily.budget_usd) {
+    needs.push(`<li data-needs="daily"><b>all agents</b><span>spent ${usd(st.budgets.spent_today_usd)}
+      on ${esc(st.budgets.day)}: the daily budget is ${usd(daily.budget_usd)} (${esc(daily.policy)});
+      raise it with <code>tether budget set USD</code></span></li>`);
+  }
   $("#needs-count").textContent = needs.length;
   $("#needs").innerHTML = needs.join("") || `<li class="muted">nothing is waiting for you</li>`;
+  renderJobs(st.scheduler); renderHooks(st.hooks);
+}
+
+const usd = (x) => x == null ? "?" : `$${x.toFixed(2)}`;
+const over = (b) => b.spent_usd >= b.budget_usd;
+function when(t) {
+  const d = new Date(t * 1000);
+  return Math.abs(t - Date.now() / 1000) < 86400 ? d.toLocaleTimeString() : d.toLocaleString();
+}
+
+// A lineage's spend (unknown when a turn's model has no price: "≥ priced part") and budget.
+function costCell(l, row, b) {
+  const spent = row ? (row.cost_usd == null ? `≥${usd(row.priced_usd)}` : usd(row.cost_usd)) : "";
+  if (!b) return `<span class="cost" data-cost="${row ? row.priced_usd.toFixed(2) : ""}">${spent}</span>`;
+  return `<span class="cost ${over(b) ? "over" : ""}" data-cost="${b.spent_usd.toFixed(2)}"
+    data-budget="${b.budget_usd.toFixed(2)}" title="budget policy: ${esc(b.policy)}">${usd(b.spent_usd)} / ${usd(b.budget_usd)}</span>`;
+}
+
+// A sandbox's health: its own state and reason (a docker sandbox's reason names the
+// companion that stopped), and whether its runtime is reachable now.
+function health(s, runtimes) {
+  const rt = runtimes[s.spec.runtime] || {};
+  const down = rt.available === false || rt.connected === false;
+  const parts = [];
+  if (s.reason && s.state !== "READY") parts.push(esc(s.reason));
+  if (down) parts.push(`runtime unavailable: ${esc(rt.reason || "not connected")}`);
+  return parts.length ? `<span class="bad">${parts.join("; ")}</span>` : `<span class="ok">ok</span>`;
+}
+
+function renderJobs(sched) {
+  $("#jobs-next").textContent = sched.next_due ? `next ${when(sched.next_due)}` : "";
+  $("#jobs tbody").innerHTML = sched.jobs.map((j) => `<tr data-job="${esc(j.name)}" data-state="${esc(j.state)}">
+    <td>${esc(j.name)}</td><td>${esc(j.spec.cron ? `${j.spec.cron} (${j.spec.tz})` : `every ${j.spec.every}s`)}</td>
+    <td class="state-${esc(j.state)}">${esc(j.state)}</td><td>${j.state === "ACTIVE" ? when(j.due_at) : ""}</td>
+    <td>${j.runs}</td><td class="${j.errors ? "bad" : ""}">${j.errors}</td><td>${j.skipped}</td>
+    <td class="state-${esc(j.last_state)}">${esc(j.last_state || "")}</td><td>${j.live}</td></tr>`).join("")
+    || `<tr><td colspan="9" class="muted">no scheduled jobs (tether schedule add)</td></tr>`;
+}
+
+function renderHooks(hooks) {
+  $("#hooks tbody").innerHTML = hooks.map((h) => {
+    const counts = Object.entries(h.counts).map(([k, n]) => `${k.toLowerCase()} ${n}`).join(" · ");
+    const dead = h.counts.DEAD || 0;
+    return `<tr data-hook="${esc(h.name)}" data-dead="${dead}">
+    <td>${esc(h.name)}</td><td class="cmd">${esc(h.url || (h.exec || []).join(" "))}</td>
+    <td>${esc(h.on.join(", "))}</td><td>${esc(counts)}</td>
+    <td class="${dead ? "bad" : ""}">${dead ? `${dead} — tether hook retry ${esc(h.name)}` : "0"}</td></tr>`;
+  }).join("") || `<tr><td colspan="5" class="muted">no webhooks (tether hook add)</td></tr>`;
 }
 
 async function refresh() {
