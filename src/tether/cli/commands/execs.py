@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tether.cli import output as out
+from tether.cli.argvcommand import ArgvCommand
 from tether.cli.context import client, die, kv
 from tether.cli.sandboxflags import create_params, sandbox_flags, wants_sandbox
 from tether.client.errors import TetherError
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from tether.cli.terminal import EscapeStripper
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
+@click.command(cls=ArgvCommand)
 @click.option("-d", "--detach", is_flag=True, help="print the exec id and return")
 @click.option("--name", help="a name to address the exec by")
 @click.option("--sandbox", default="default", show_default=True)
