@@ -3,6 +3,7 @@ the command, what is a usage error (exit 2), and what a terminal of unknown size
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pexpect
@@ -46,3 +47,17 @@ def test_run_it_on_a_terminal_of_unknown_size(daemon: DaemonProc, tmp_path: Path
     child.close()
     assert child.exitstatus == 3, child.before
     assert b"invalid params" not in child.before
+
+
+def test_messages_are_printed_as_written(daemon: DaemonProc, tmp_path: Path) -> None:
+    # `tether cost` tells you to add a [[price]]; a name may hold brackets too.
+    r = daemon.cli("wait", "[bold]x")
+    assert r.returncode == 1
+    assert b"no exec matches '[bold]x'" in r.stderr, r.stderr
+    agent = tmp_path / "agent"
+    agent.write_text(f"#!/bin/sh\n{shlex.join(TETHER)} agent turn --model llama-local-7b\n")
+    agent.chmod(0o755)
+    r = daemon.cli("run", "--agent", "generic", "--", str(agent))
+    assert r.returncode == 0, r.stderr
+    r = daemon.cli("cost")
+    assert b"add a [[price]] for it to" in r.stderr, r.stderr
