@@ -9,6 +9,7 @@ from pathlib import Path
 import pexpect
 
 from tests.harness import TETHER, DaemonProc
+from tests.rawrpc import RawConn
 
 
 def test_options_after_the_command_are_the_commands(daemon: DaemonProc) -> None:
@@ -61,3 +62,18 @@ def test_messages_are_printed_as_written(daemon: DaemonProc, tmp_path: Path) -> 
     assert r.returncode == 0, r.stderr
     r = daemon.cli("cost")
     assert b"add a [[price]] for it to" in r.stderr, r.stderr
+
+
+def test_the_readmes_socket_example_runs_without_a_cwd(stopped_daemon: DaemonProc) -> None:
+    # README, "Any language": exec.start with only argv. Where bwrap works the default
+    # sandbox runs it unsandboxed (from /) and says so, as from any non-project directory.
+    daemon = stopped_daemon
+    daemon.start(env={"TETHER_DEFAULT_RUNTIME": "auto"})
+    with RawConn(daemon.socket) as conn:
+        x = conn.result("exec.start", {"argv": ["pwd"]})
+    with daemon.client() as c:
+        assert c.exec_wait(x["id"]).exit_code == 0
+        assert b"".join(c.read_logs(x["id"])) == b"/\n"
+        notice = c.exec_get(x["id"]).notice
+    if c.status().runtimes["bwrap"].available:
+        assert notice is not None and "no working directory" in notice, notice
