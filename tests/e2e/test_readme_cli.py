@@ -77,3 +77,12 @@ def test_the_readmes_socket_example_runs_without_a_cwd(stopped_daemon: DaemonPro
         notice = c.exec_get(x["id"]).notice
     if c.status().runtimes["bwrap"].available:
         assert notice is not None and "no working directory" in notice, notice
+
+
+def test_hook_add_says_what_is_wrong_with_a_url(daemon: DaemonProc) -> None:
+    r = daemon.cli("hook", "add", "x", "--on", "exec.*", "--url", "ftp://x")
+    assert r.returncode == 2, r.stderr
+    assert b"'ftp://x' is not an http:// or https:// URL" in r.stderr, r.stderr
+    r = daemon.cli("hook", "add", "p", "--on", "agent.waiting", "--exec", "--",
+                   "notify-send", "an agent needs you")
+    assert r.stdout == b"hook p: agent.waiting -> exec: notify-send 'an agent needs you'\n"
