@@ -92,7 +92,7 @@ def test_bwrap_refuses_before_intent_and_wraps_the_command(tmp_path: Path) -> No
     rt = BwrapRuntime(BWRAP)
     home = str(tmp_path / "home")
     sb = sandbox(SandboxSpec(runtime="bwrap"))
-    with pytest.raises(TetherError, match="needs a working directory"):
+    with pytest.raises(TetherError, match="no working directory"):
         rt.prepare_exec(ExecRequest(sandbox=sb, spec=ExecSpec(argv=["true"]), cwd=None,
                                     tether_home=home))
     with pytest.raises(TetherError, match="inside tether's home"):

@@ -53,13 +53,17 @@ def emit_json(obj: Any) -> None:
 
 
 def fail(message: str, hint: str | None = None) -> None:
-    err_console().print(f"[bold red]tether:[/] {message}", markup=True, soft_wrap=True)
+    from rich.markup import escape  # a message's brackets (`[[price]]`) are its own
+
+    err_console().print(f"[bold red]tether:[/] {escape(message)}", markup=True, soft_wrap=True)
     if hint:
-        err_console().print(f"  {hint}", soft_wrap=True)
+        err_console().print(f"  {hint}", markup=False, soft_wrap=True)
 
 
 def note(message: str) -> None:
-    err_console().print(f"[dim]tether:[/] {message}", markup=True, soft_wrap=True)
+    from rich.markup import escape
+
+    err_console().print(f"[dim]tether:[/] {escape(message)}", markup=True, soft_wrap=True)
 
 
 def exec_row(x: ExecView) -> dict[str, Any]:

@@ -60,11 +60,12 @@ def parse_detach_keys(spec: str) -> bytes:
 
 
 def terminal_size(fd: int) -> tuple[int, int] | None:
+    """(rows, cols), or None for no terminal or one nobody sized (0x0: a serial console)."""
     try:
         size = os.get_terminal_size(fd)
     except OSError:
         return None
-    return size.lines, size.columns
+    return (size.lines, size.columns) if size.lines and size.columns else None
 
 
 def passable_terminal(in_fd: int, out_fd: int) -> int | None:

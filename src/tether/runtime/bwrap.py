@@ -382,9 +382,9 @@ class BwrapRuntime(Runtime):
         return mount_problem(source, mode, tether_home)
 
     def prepare_exec(self, req: ExecRequest) -> LaunchPlan:
-        if not req.cwd:
-            raise invalid_params("a bwrap exec needs a working directory (cwd) or a "
-                                 "sandbox workspace: it is the one writable place")
+        if not req.cwd:  # the default sandbox then runs it unsandboxed, as from /
+            raise cannot_sandbox("no working directory (cwd) was given, and a bwrap exec "
+                                 "needs one (or a sandbox workspace) as its writable place")
         cwd = os.path.realpath(req.cwd)  # symlinks and .. must not widen what is mounted
         home = req.tether_home
         if is_within(cwd, home):  # a parent is fine: the home is hidden under it

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from tether.cli import output as out
+from tether.cli.argvcommand import ArgvCommand
 from tether.cli.context import client, die, kv
 from tether.cli.sandboxflags import create_params, sandbox_flags, wants_sandbox
 from tether.client.errors import TetherError
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from tether.cli.terminal import EscapeStripper
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
+@click.command(cls=ArgvCommand)
 @click.option("-d", "--detach", is_flag=True, help="print the exec id and return")
 @click.option("--name", help="a name to address the exec by")
 @click.option("--sandbox", default="default", show_default=True)
@@ -45,9 +46,11 @@ if TYPE_CHECKING:
 @click.option("--detach-keys", default=None,
               help="key sequence that detaches (default ctrl-\\; e.g. ctrl-p,ctrl-q)")
 @click.option("--agent", "agent_provider", default=None,
-              help="run as an agent session with this provider (generic, claude, codex); "
-                   "`tether run claude ...` and `tether run codex ...` imply it")
-@click.option("--no-agent", is_flag=True, help="run claude/codex as a plain command")
+              help="run as an agent session with this provider (claude, codex, gemini, "
+                   "aider, opencode, amp, generic, or <home>/providers/NAME.toml); a "
+                   "command named like one (`tether run claude ...`) implies it")
+@click.option("--no-agent", is_flag=True,
+              help="run an agent CLI (claude, codex, ...) as a plain command")
 @click.option("--revival", type=click.Choice(["revive", "reap", "ask"]), default="revive",
               show_default=True, help="agents: what happens when the agent dies")
 @click.option("--max-revivals", type=click.IntRange(0, 1000), default=MAX_REVIVALS,

@@ -5,6 +5,7 @@ which is an agent's own hook program."""
 from __future__ import annotations
 
 import os
+import shlex
 
 import click
 
@@ -21,7 +22,7 @@ def hook() -> None:
 def _target(h: WebhookView) -> str:
     if h.url is not None:
         return h.url + (" (signed)" if h.has_secret else "")
-    return "exec: " + " ".join(h.exec or [])
+    return "exec: " + shlex.join(h.exec or [])
 
 
 @hook.command("add", context_settings={"ignore_unknown_options": False})
@@ -48,6 +49,9 @@ def hook_add(ctx: click.Context, name: str, command: tuple[str, ...], on: tuple[
              url: str | None, use_exec: bool, secret_file: str | None, sandbox: str | None,
              match_name: str | None, nonzero: bool, max_tries: int, as_json: bool) -> None:
     """Add hook NAME: `--url URL`, or `--exec -- COMMAND [ARGS]...`."""
+    if url is not None and not url.startswith(("http://", "https://")):
+        raise click.BadParameter(f"{url!r} is not an http:// or https:// URL",
+                                 param_hint="--url")
     if use_exec == (url is not None):
         raise click.UsageError("give either --url URL or --exec -- COMMAND")
     if use_exec and not command:

@@ -10,6 +10,7 @@ from collections.abc import Iterable
 import click
 
 from tether.cli import output as out
+from tether.cli.argvcommand import ArgvCommand
 from tether.cli.context import client, die, kv
 from tether.client.replies import JobView
 
@@ -60,7 +61,7 @@ def schedule() -> None:
     """Scheduled jobs: each fire time runs once, as an ordinary exec, across crashes."""
 
 
-@schedule.command("add", context_settings={"ignore_unknown_options": True})
+@schedule.command("add", cls=ArgvCommand, leading=1)
 @click.argument("name")
 @click.option("--cron", help="five cron fields, e.g. '0 2 * * *' (in --tz)")
 @click.option("--every", help="a period, e.g. 15m (counted from now)")
