@@ -25,7 +25,9 @@ import _signal as signal  # type: ignore[import-not-found]
 import fcntl
 import os
 
+from tether.hostio.proc import boot_id, proc_start_time
 from tether.monitor.child import RESET_SIGNALS
+from tether.monitor.files import EXIT_RESERVE, claim_unnamed, name, unnamed, unnamed_claim
 from tether.monitor.pin import GATE_FD, Pin
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see tether/__init__.py
@@ -36,7 +38,9 @@ if TYPE_CHECKING:
 SCRIPT_FD = 4
 #: What a zygote's sandbox runs until its exec arrives: nothing runs before the gate
 #: opens, and a partial function (the monitor killed while writing it) never runs.
-STUB = ["/bin/sh", "-c", f". /dev/fd/{SCRIPT_FD} && read -r _ <&{GATE_FD} && tether_run; "
+#: The gate first: the monitor writes the function into the pipe before it opens the
+#: gate, and the stub, asleep on the gate, does not wake to read it meanwhile.
+STUB = ["/bin/sh", "-c", f"read -r _ <&{GATE_FD} && . /dev/fd/{SCRIPT_FD} && tether_run; "
         "exit 125", "tether-zygote"]
 #: What sets the exec's environment, exactly, inside the sandbox.
 ENV = "/usr/bin/env"
@@ -65,14 +69,20 @@ def script(cwd: str, env: dict[str, str], argv: list[str]) -> bytes:
 
 
 class Zygote:
-    """The pre-started child, its pin, its unnamed log files and its two pipes."""
+    """The pre-started child, its pin, its unnamed log files and its two pipes, and the
+    exec's files made ahead (unnamed until it arrives): its claim, the monitor's log, the
+    exit file's reservation."""
 
     def __init__(self, prep: dict[str, Any]) -> None:
         self.argv: list[str] = prep["argv"]
         self.dir: str = prep["dir"]
+        self.run_dir: str | None = prep.get("run")
         self.pid = 0
         self.pin = Pin()
         self.fds: dict[str, int] = {}
+        #: proc start times (the child's, the monitor's) and the boot id, read ahead
+        self.known: dict[str, Any] = {}
+        self.script_rest = b""  # what of the function the pipe had no room for yet
 
     def start(self) -> None:
         """Spawn the sandbox and pin its stub. Raises OSError (the zygote is unusable)."""
@@ -95,6 +105,41 @@ class Zygote:
         self.pin.find(self.pid)
         if self.pin.pidfd is None:
             raise OSError("the zygote's stub did not appear")
+        self._prepare(fds)
+
+    def _prepare(self, fds: dict[str, int]) -> None:
+        """Make the exec's files ahead, unnamed: naming them at its start is one link each."""
+        d = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+        fds["logdir"] = os.open(self.dir, d)
+        fds["exit"] = unnamed(fds["logdir"], EXIT_RESERVE)
+        if self.run_dir is not None:
+            fds["rundir"] = os.open(self.run_dir, d)
+            fds["claim"] = unnamed_claim(fds["rundir"], f"monitor {os.getpid()}\n")
+            fds["mlog"] = unnamed(fds["rundir"])
+        self.known = {"child": proc_start_time(self.pid), "boot_id": boot_id(),
+                      "monitor": proc_start_time(os.getpid())}
+
+    def claim(self, path: str) -> int | None:
+        """Name the claim made ahead ``path`` (still locked): its fd, or None if the exec
+        is claimed already. Raises OSError; KeyError if none was made."""
+        fd = self.fds.pop("claim")
+        return fd if claim_unnamed(fd, path, self.fds["rundir"]) else None
+
+    def monitor_log(self) -> int:
+        """The monitor's log, unnamed: :meth:`name_monitor_log` names it once the command
+        runs (nothing reads it before)."""
+        return self.fds["mlog"]
+
+    def name_monitor_log(self, path: str) -> None:
+        fd = self.fds.pop("mlog", None)
+        if fd is not None:
+            try:
+                name(fd, os.path.basename(path), self.fds["rundir"])
+            finally:
+                os.close(fd)
+
+    def take_exit_reservation(self) -> int:
+        return self.fds.pop("exit")
 
     def usable(self, warm: dict[str, Any] | None) -> bool:
         """Whether this zygote can run ``warm`` (the spec's): the same sandbox, alive."""
@@ -109,31 +154,46 @@ class Zygote:
         """Name the logs as the exec's. Raises OSError (then :meth:`discard`)."""
         # A directory fd makes os.link call linkat(AT_SYMLINK_FOLLOW): link(2) would link
         # the /proc symlink itself (EXDEV).
-        d = os.open(os.path.dirname(paths["stdout"]), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        d = self.fds["logdir"]
+        names = [os.path.basename(paths[k]) for k in ("stdout", "stderr")]
+        os.link(f"/proc/self/fd/{self.fds['out']}", names[0], dst_dir_fd=d)
         try:
-            names = [os.path.basename(paths[k]) for k in ("stdout", "stderr")]
-            os.link(f"/proc/self/fd/{self.fds['out']}", names[0], dst_dir_fd=d)
-            try:
-                os.link(f"/proc/self/fd/{self.fds['err']}", names[1], dst_dir_fd=d)
-            except OSError:
-                os.unlink(names[0], dir_fd=d)
-                raise
-        finally:
-            os.close(d)
+            os.link(f"/proc/self/fd/{self.fds['err']}", names[1], dst_dir_fd=d)
+        except OSError:
+            os.unlink(names[0], dir_fd=d)
+            raise
         for k in ("out", "err"):
             os.close(self.fds.pop(k))
 
     def send(self, warm: dict[str, Any], env: dict[str, str]) -> int:
-        """Write the command's function; the gate's write end, for the monitor to open
-        once the start is recorded. Raises OSError (the stub is gone)."""
-        fd = self.fds.pop("script")
+        """Write what the pipe holds of the command's function (the stub reads it only
+        once the gate opens: :meth:`finish_script` writes the rest then); the gate's
+        write end, for the monitor to open once the start is recorded. Raises OSError
+        (the stub is gone)."""
+        fd = self.fds["script"]
+        os.set_blocking(fd, False)
+        data = memoryview(script(warm["cwd"], env, warm["command"]))
         try:
-            data = memoryview(script(warm["cwd"], env, warm["command"]))
             while data:
                 data = data[os.write(fd, data):]
+        except BlockingIOError:
+            pass
+        self.script_rest = bytes(data)
+        return self.fds.pop("gate")
+
+    def finish_script(self) -> None:
+        """After the gate: the rest of the function, then EOF. A monitor killed meanwhile
+        leaves a partial definition, which the shell refuses: the command never runs."""
+        fd = self.fds.pop("script")
+        try:
+            os.set_blocking(fd, True)
+            data = memoryview(self.script_rest)
+            while data:
+                data = data[os.write(fd, data):]
+        except OSError:
+            pass  # the stub is gone: the loop reaps it and records how it ended
         finally:
             os.close(fd)
-        return self.fds.pop("gate")
 
     def discard(self) -> None:
         """End the zygote: its process group, then reap it; close what is left."""

@@ -24,7 +24,7 @@ from typing import Any
 import tether.monitor.main as _monitor_main
 from tether.hostio.atomic import tmp_name
 from tether.hostio.pidfd import open_verified_pidfd, signal_verified_group
-from tether.hostio.proc import is_same_process
+from tether.hostio.proc import boot_id, is_same_process
 from tether.model.layout import MAX_SOCKET_PATH, ExecPaths
 from tether.model.records import ExecRecord
 from tether.monitor.child import START_GATE
@@ -37,7 +37,6 @@ from tether.monitor.files import (
     read_exit,
     read_handles,
 )
-from tether.monitor.main import boot_id
 from tether.runtime.base import Launch, Warm
 
 MONITOR_SCRIPT = str(Path(_monitor_main.__file__).resolve().with_name("run.py"))
@@ -112,15 +111,17 @@ class _IdleMonitor:
 class _Zygotes:
     """A sandbox's zygotes: idle monitors that each set up ``argv`` (one bind set, the
     last one an exec of this sandbox asked for, its sources ``ident``) with their logs
-    in ``logs``."""
+    in ``logs`` and their claim and own log made ahead in ``run``."""
 
     argv: tuple[str, ...]
     ident: tuple[tuple[int, int], ...]
     logs: str
+    run: str
     idle: deque[_IdleMonitor]
 
-    def fits(self, warm: Warm, logs: str) -> bool:
-        return self.argv == warm.argv and self.ident == warm.ident and self.logs == logs
+    def fits(self, warm: Warm, logs: str, run: str) -> bool:
+        return (self.argv == warm.argv and self.ident == warm.ident and self.logs == logs
+                and self.run == run)
 
 
 def at_gate(pid: int, start_time: int) -> bool:
@@ -158,7 +159,8 @@ class MonitorPool:
         mon = self._spawn_monitor()
         assert mon.proc.stdin is not None
         try:
-            mon.proc.stdin.write(json.dumps({"zygote": {"argv": z.argv, "dir": z.logs}})
+            mon.proc.stdin.write(json.dumps({"zygote": {"argv": z.argv, "dir": z.logs,
+                                                             "run": z.run}})
                                  .encode() + b"\n")
             mon.proc.stdin.flush()
         except OSError:
@@ -184,16 +186,16 @@ class MonitorPool:
                 else:
                     z.idle.append(mon)
 
-    def _take_zygote(self, warm: Warm, logs: str) -> _IdleMonitor | None:
+    def _take_zygote(self, warm: Warm, logs: str, run: str) -> _IdleMonitor | None:
         """An idle zygote set up for ``warm``, if there is one; either way, one is
         wanted next time (for this bind set: a sandbox's other ones are dropped)."""
         if self.pool_size <= 0:
             return None
         z = self._zygotes.pop(warm.sandbox, None)
-        if z is None or not z.fits(warm, logs):
+        if z is None or not z.fits(warm, logs, run):
             if z is not None:
                 self._drop(z)
-            z = _Zygotes(warm.argv, warm.ident, logs, deque())
+            z = _Zygotes(warm.argv, warm.ident, logs, run, deque())
         self._zygotes[warm.sandbox] = z  # the most recently used, last
         while len(self._zygotes) > ZYGOTE_SANDBOXES:
             self._drop(self._zygotes.pop(next(iter(self._zygotes))))
@@ -304,7 +306,8 @@ class MonitorPool:
                                                             "handles", "socket", "claim",
                                                             "monitor_log")},
         }
-        zygote = (self._take_zygote(launch.warm, str(paths.stdout.parent))
+        zygote = (self._take_zygote(launch.warm, str(paths.stdout.parent),
+                                    str(paths.claim.parent))
                   if launch.warm is not None else None)
         if zygote is not None and launch.warm is not None:
             spec["warm"] = {"argv": list(launch.warm.argv), "cwd": launch.warm.cwd,
