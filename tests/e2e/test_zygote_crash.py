@@ -1,5 +1,5 @@
-"""A warm start (a zygote: its claim, monitor log and exit reservation made ahead,
-unnamed) across crashes: a daemon SIGKILLed at the start's fault points never lets the
+"""A warm start (a zygote: its claim, monitor log, exit reservation and handles file made
+ahead, unnamed, its socket under a temporary name) across crashes: a daemon SIGKILLed at the start's fault points never lets the
 exec run twice (nor, killed before the hand-off, at all), and a zygote's monitor
 SIGKILLed at any moment of the start leaves no command running untracked."""
 
@@ -124,3 +124,9 @@ def test_a_zygote_monitor_killed_during_the_start_leaves_nothing_untracked(
         if any(s in reason for s in NEVER_RAN):
             assert not mark.exists(), f"round {n}: {exec_id} ran, yet FAILED {reason!r}"
     print(outcomes)
+    # A killed zygote's socket, made ahead under a temporary name, goes when it is reaped;
+    # only the live zygotes' remain.
+    run = daemon.home / "run"
+    wait_for(lambda: {p.name for p in run.glob("z*.sock")}
+             <= {f"z{m}.sock" for m in _zygote_monitors(ws)}, 15,
+             what="killed zygotes' sockets removed")

@@ -60,10 +60,18 @@ def _require_int(obj: dict[str, Any], key: str, what: str, path: str,
     return value
 
 
-def write_handles(path: str, handles: dict[str, Any]) -> None:
+def write_handles(path: str, handles: dict[str, Any],
+                  ahead: tuple[int, int] | None = None) -> None:
+    """Write the handles file, whole or not at all. ``ahead``: an unnamed file made for it
+    and its directory's fd (a zygote's), written then named (the name is new: an exec's
+    handles are written once)."""
+    data = tinyjson.dumps({"version": HANDLES_VERSION, **handles}).encode()
+    if ahead is not None:
+        write_all(ahead[0], data, 0)
+        name(ahead[0], os.path.basename(path), ahead[1])
+        return
     # Not fsynced: processes do not survive a power cut, so neither need their handles.
-    atomic_write(path, tinyjson.dumps({"version": HANDLES_VERSION, **handles}).encode(),
-                 durable=False)
+    atomic_write(path, data, durable=False)
 
 
 def read_handles(path: str) -> dict[str, Any] | None:

@@ -248,7 +248,7 @@ class Monitor:
             os.write(2, f"monitor: zygote not used ({e}); starting cold\n".encode())
             self._drop_zygote()
             return None
-        self.clients.listen()
+        self.clients.listen(z.take_listener())
         self.child.pid, self.child.started_at = z.pid, time.time()
         self.pin = z.pin
         self.child.group = z.pin.pgid
@@ -304,7 +304,7 @@ class Monitor:
             "socket": self.paths["socket"], "started_at": started_at, "tty": self.term.tty,
             "boot_id": known.get("boot_id") or boot_id(),
             "stdin": self.term.keep_stdin or self.term.tty,
-        })
+        }, self.zygote.handles_file() if self.zygote is not None else None)
         self.child.start_timeout()
         _report({"pid": pid, "start_time": start_time, "started_at": started_at,
                  "monitor": me})

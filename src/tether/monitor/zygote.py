@@ -27,6 +27,7 @@ import os
 
 from tether.hostio.proc import boot_id, proc_start_time
 from tether.monitor.child import RESET_SIGNALS
+from tether.monitor.clients import listening
 from tether.monitor.files import EXIT_RESERVE, claim_unnamed, name, unnamed, unnamed_claim
 from tether.monitor.pin import GATE_FD, Pin
 
@@ -47,6 +48,12 @@ ENV = "/usr/bin/env"
 #: Then the command runs as behind a cold start's gate (``bwrap.GATE``): looked up in the
 #: exec's ``PATH`` by the same shell, with the same environment (the shell adds ``PWD``).
 EXEC = ["/bin/sh", "-c", 'exec "$@"', "sh"]
+
+
+def socket_tmp(run_dir: str, pid: int) -> str:
+    """Where zygote monitor ``pid`` listens before its exec arrives (shorter than an
+    exec's socket name: no zygote is refused for the path's length)."""
+    return f"{run_dir}/z{pid}.sock"
 
 
 def _high(fd: int) -> int:
@@ -71,7 +78,7 @@ def script(cwd: str, env: dict[str, str], argv: list[str]) -> bytes:
 class Zygote:
     """The pre-started child, its pin, its unnamed log files and its two pipes, and the
     exec's files made ahead (unnamed until it arrives): its claim, the monitor's log, the
-    exit file's reservation."""
+    exit file's reservation, its handles file, its socket (under a temporary name)."""
 
     def __init__(self, prep: dict[str, Any]) -> None:
         self.argv: list[str] = prep["argv"]
@@ -83,6 +90,7 @@ class Zygote:
         #: proc start times (the child's, the monitor's) and the boot id, read ahead
         self.known: dict[str, Any] = {}
         self.script_rest = b""  # what of the function the pipe had no room for yet
+        self.listener: Any = None  # (socket, its temporary name): the exec's socket, ahead
 
     def start(self) -> None:
         """Spawn the sandbox and pin its stub. Raises OSError (the zygote is unusable)."""
@@ -116,6 +124,13 @@ class Zygote:
             fds["rundir"] = os.open(self.run_dir, d)
             fds["claim"] = unnamed_claim(fds["rundir"], f"monitor {os.getpid()}\n")
             fds["mlog"] = unnamed(fds["rundir"])
+            fds["handles"] = unnamed(fds["rundir"])
+            tmp = socket_tmp(self.run_dir, os.getpid())
+            try:
+                os.unlink(tmp)  # a killed monitor's, whose pid this is now
+            except FileNotFoundError:
+                pass
+            self.listener = (listening(tmp), tmp)
         self.known = {"child": proc_start_time(self.pid), "boot_id": boot_id(),
                       "monitor": proc_start_time(os.getpid())}
 
@@ -137,6 +152,16 @@ class Zygote:
                 name(fd, os.path.basename(path), self.fds["rundir"])
             finally:
                 os.close(fd)
+
+    def handles_file(self) -> tuple[int, int] | None:
+        """The handles file made ahead, unnamed, and its directory (None if there is none)."""
+        fd = self.fds.get("handles")
+        return None if fd is None else (fd, self.fds["rundir"])
+
+    def take_listener(self) -> Any:
+        """The exec's socket, listening under its temporary name (or None)."""
+        ready, self.listener = self.listener, None
+        return ready
 
     def take_exit_reservation(self) -> int:
         return self.fds.pop("exit")
@@ -200,6 +225,13 @@ class Zygote:
         for fd in self.fds.values():
             os.close(fd)
         self.fds.clear()
+        if self.listener is not None:
+            self.listener[0].close()
+            try:
+                os.unlink(self.listener[1])
+            except OSError:
+                pass
+            self.listener = None
         if self.pin.pidfd is not None:
             os.close(self.pin.pidfd)
             self.pin.pidfd = None

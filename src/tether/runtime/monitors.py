@@ -37,6 +37,7 @@ from tether.monitor.files import (
     read_exit,
     read_handles,
 )
+from tether.monitor.zygote import socket_tmp
 from tether.runtime.base import Launch, Warm
 
 MONITOR_SCRIPT = str(Path(_monitor_main.__file__).resolve().with_name("run.py"))
@@ -144,6 +145,7 @@ class MonitorPool:
         self._pool: deque[_IdleMonitor] = deque()
         self._children: set[int] = set()
         self._zygotes: dict[str, _Zygotes] = {}  # by sandbox id, least recently used first
+        self._zygote_runs: dict[int, str] = {}  # zygote monitor pid -> its run directory
 
     # ------------------------------------------------------------------ pool
     def _spawn_monitor(self) -> _IdleMonitor:
@@ -157,6 +159,7 @@ class MonitorPool:
 
     def _spawn_zygote(self, z: _Zygotes) -> _IdleMonitor:
         mon = self._spawn_monitor()
+        self._zygote_runs[mon.proc.pid] = z.run
         assert mon.proc.stdin is not None
         try:
             mon.proc.stdin.write(json.dumps({"zygote": {"argv": z.argv, "dir": z.logs,
@@ -270,6 +273,10 @@ class MonitorPool:
                 done = pid
             if done:
                 self._children.discard(pid)
+                run = self._zygote_runs.pop(pid, None)
+                if run is not None:  # a killed zygote's socket, never renamed as an exec's
+                    with contextlib.suppress(OSError):
+                        os.unlink(socket_tmp(run, pid))
 
     # ------------------------------------------------------------------ start
     @staticmethod
