@@ -1,7 +1,8 @@
 """A warm start (a zygote: its claim, monitor log, exit reservation and handles file made
-ahead, unnamed, its socket under a temporary name) across crashes: a daemon SIGKILLed at the start's fault points never lets the
-exec run twice (nor, killed before the hand-off, at all), and a zygote's monitor
-SIGKILLed at any moment of the start leaves no command running untracked."""
+ahead, unnamed, its socket under a temporary name) across crashes: a daemon SIGKILLed at
+the start's fault points never lets the exec run twice (nor, killed before the hand-off,
+at all), and a zygote's monitor SIGKILLed at any moment of the start leaves no command
+running untracked."""
 
 from __future__ import annotations
 
