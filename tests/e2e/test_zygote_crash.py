@@ -131,3 +131,22 @@ def test_a_zygote_monitor_killed_during_the_start_leaves_nothing_untracked(
     wait_for(lambda: {p.name for p in run.glob("z*.sock")}
              <= {f"z{m}.sock" for m in _zygote_monitors(ws)}, 15,
              what="killed zygotes' sockets removed")
+
+
+def test_a_warm_start_whose_command_outgrows_the_pipe_runs_whole(
+        daemon: DaemonProc, tmp_path: Path) -> None:
+    """The function the stub runs is written before the gate opens as far as the pipe
+    holds it (64 KiB), the rest after: a big environment still arrives whole."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    c = daemon.client()
+    c.sandbox_create("zb", runtime="bwrap", workspace=str(ws))
+    c.exec_wait(c.exec_start(["true"], sandbox="zb").id, timeout=20)
+    zygotes = wait_for(lambda: _ready_zygotes(ws), what="a ready zygote")
+    env = {f"BIG{i}": "x" * 50_000 for i in range(3)}  # one string may not pass 128 KiB
+    x = c.exec_start(["sh", "-c", 'printf %s "$BIG0$BIG1$BIG2" | wc -c'], sandbox="zb",
+                     env=env)
+    assert x.pid in zygotes
+    done = c.exec_wait(x.id, timeout=20)
+    assert done.exit_code == 0, done
+    assert b"".join(c.read_logs(x.id)).strip() == b"150000"
