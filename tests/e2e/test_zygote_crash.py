@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_monitor_kill_window import NEVER_RAN, running_with
+from tests.e2e.test_monitor_kill_window import NEVER_RAN, monitor_children, running_with
 from tests.e2e.test_zygote import PROBE, _ready_zygotes
 from tests.harness import DaemonProc, wait_for
 from tether.client.errors import DaemonUnavailable, TetherError
@@ -126,10 +126,10 @@ def test_a_zygote_monitor_killed_during_the_start_leaves_nothing_untracked(
             assert not mark.exists(), f"round {n}: {exec_id} ran, yet FAILED {reason!r}"
     print(outcomes)
     # A killed zygote's socket, made ahead under a temporary name, goes when it is reaped;
-    # only the live zygotes' remain.
-    run = daemon.home / "run"
-    wait_for(lambda: {p.name for p in run.glob("z*.sock")}
-             <= {f"z{m}.sock" for m in _zygote_monitors(ws)}, 15,
+    # only the live idle monitors' remain.
+    run = daemon.home / "run" / "z"
+    wait_for(lambda: {p.name for p in run.glob("*.sock")}
+             <= {f"{m}.sock" for m in monitor_children(daemon.pid)}, 15,
              what="killed zygotes' sockets removed")
 
 

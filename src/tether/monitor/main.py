@@ -52,6 +52,7 @@ if __package__ in (None, ""):
 
 from tether.hostio.proc import boot_id, proc_start_time  # noqa: E402
 from tether.monitor import tinyjson as json  # noqa: E402
+from tether.monitor.ahead import Ahead  # noqa: E402
 from tether.monitor.child import Child  # noqa: E402
 from tether.monitor.clients import Clients  # noqa: E402
 from tether.monitor.control import Control  # noqa: E402
@@ -128,9 +129,11 @@ class Poller:
 class Monitor:
     """The start-up sequence and the loop; the parts do the rest."""
 
-    def __init__(self, spec: dict[str, Any], zygote: Zygote | None = None) -> None:
+    def __init__(self, spec: dict[str, Any], zygote: Zygote | None = None,
+                 ahead: Ahead | None = None) -> None:
         self.spec = spec
         self.zygote = zygote  # a sandbox started ahead, if the daemon made this a zygote
+        self.ahead = ahead  # the exec's files made ahead, if the daemon asked for them
         self.paths: dict[str, str] = spec["paths"]
         self.poller = Poller()
         self.child = Child(spec)
@@ -138,7 +141,7 @@ class Monitor:
         self.clients = Clients(spec, self.poller, self.term, self.child)
         self.control = Control(self.child, self.clients)
         self.pin = Pin()
-        self.exit_fd: int | None = None  # the exit file's room, unnamed (a zygote's)
+        self.exit_fd: int | None = None  # the exit file's room, unnamed (made ahead)
         self.term.on_output = self.clients.broadcast
         self.term.on_input_room = self.clients.resume_paused
         self.clients.on_command = self.control.command
@@ -146,21 +149,27 @@ class Monitor:
     # -------------------------------------------------------------- start
     def start(self) -> int:
         z = self._zygote_for_spec()
+        a = self.ahead
+        if a is not None and not a.fits(self.paths):
+            a.discard()
+            a = self.ahead = None
         # Held (locked) until we exit: tells the daemon this exec has a live monitor.
-        if z is not None:
-            fd = z.claim(self.paths["claim"])
+        if a is not None:
+            fd = a.claim(self.paths["claim"])
         else:
             fd = claim(self.paths["claim"], f"monitor {os.getpid()}\n", locked=True)
         if fd is None:
             if z is not None:
                 z.discard()
+            if a is not None:
+                a.discard()
             _report({"error": "exec was already claimed (a recovering daemon failed it)",
                      "code": "CLAIMED"})
             return 3
         self._claim_fd = fd
-        if z is not None:  # the log and the exit file's room, made ahead
-            os.dup2(z.monitor_log(), 2)
-            self.exit_fd = z.take_exit_reservation()
+        if a is not None:  # the log and the exit file's room, made ahead
+            os.dup2(a.monitor_log(), 2)
+            self.exit_fd = a.take_exit_reservation()
         elif not self._open_files():
             return 0
 
@@ -189,35 +198,34 @@ class Monitor:
             raise
         open_gate(gate_w)  # tracked from here: the command may run
         _detach_pipes()
-        if self.zygote is not None:  # what waited for the start: the stub's rest, the log
+        if self.zygote is not None:  # what waited for the start: the stub's rest
             self.zygote.finish_script()
-            self._name_log(self.zygote)
+        self.name_log()
         return self.loop()
 
-    def _name_log(self, z: Zygote) -> None:
+    def name_log(self) -> None:
+        """Name the log made ahead (a no-op for one opened by name, or named already)."""
+        if self.ahead is None:
+            return
         try:
-            z.name_monitor_log(self.paths["monitor_log"])
+            self.ahead.name_monitor_log(self.paths["monitor_log"])
         except OSError as e:
             os.write(2, f"monitor: cannot name this log {self.paths['monitor_log']}: "
                         f"{e}\n".encode())
 
     def _drop_zygote(self) -> None:
-        """The zygote will not run the exec: its log keeps its name, the rest goes."""
         z = self.zygote
         if z is not None:
-            self._name_log(z)
             z.discard()
             self.zygote = None
 
     def _zygote_for_spec(self) -> Zygote | None:
-        """The zygote, if it can run this exec and made its files ahead; else discarded."""
+        """The zygote, if it can run this exec; else discarded."""
         z, warm = self.zygote, self.spec.get("warm")
         if z is None:
             return None
-        if (warm is None or not z.usable(warm) or self.term.tty or self.term.keep_stdin
-                or "claim" not in z.fds):
-            z.discard()
-            self.zygote = None
+        if warm is None or not z.usable(warm) or self.term.tty or self.term.keep_stdin:
+            self._drop_zygote()
             return None
         return z
 
@@ -248,7 +256,7 @@ class Monitor:
             os.write(2, f"monitor: zygote not used ({e}); starting cold\n".encode())
             self._drop_zygote()
             return None
-        self.clients.listen(z.take_listener())
+        self.clients.listen(self.ahead.take_listener() if self.ahead is not None else None)
         self.child.pid, self.child.started_at = z.pid, time.time()
         self.pin = z.pin
         self.child.group = z.pin.pgid
@@ -271,7 +279,7 @@ class Monitor:
         gate_r, gate_w = gate_pipe()
         actions.append((os.POSIX_SPAWN_DUP2, gate_r, GATE_FD))
         to_close.append(gate_r)
-        self.clients.listen()
+        self.clients.listen(self.ahead.take_listener() if self.ahead is not None else None)
         try:
             self.child.spawn(actions, setsid)
         except OSError as e:
@@ -294,7 +302,8 @@ class Monitor:
         """Handles file and start report (the command already runs; the child is unreaped,
         so its pid cannot have been reused if this fails and it must be killed)."""
         pid, started_at = self.child.pid, self.child.started_at
-        known = self.zygote.known if self.zygote is not None else {}
+        known = {**(self.ahead.known if self.ahead is not None else {}),
+                 **(self.zygote.known if self.zygote is not None else {})}
         start_time = known.get("child") or proc_start_time(pid)
         me = {"pid": os.getpid(), "start_time": known.get("monitor") or
               proc_start_time(os.getpid())}
@@ -304,7 +313,7 @@ class Monitor:
             "socket": self.paths["socket"], "started_at": started_at, "tty": self.term.tty,
             "boot_id": known.get("boot_id") or boot_id(),
             "stdin": self.term.keep_stdin or self.term.tty,
-        }, self.zygote.handles_file() if self.zygote is not None else None)
+        }, self.ahead.handles_file() if self.ahead is not None else None)
         self.child.start_timeout()
         _report({"pid": pid, "start_time": start_time, "started_at": started_at,
                  "monitor": me})
@@ -376,10 +385,28 @@ class Monitor:
                 delay = min(delay * 2, EXIT_RETRY_MAX)
 
 
-def main() -> int:
-    zygote = None
+def _read_ahead(spec: dict[str, Any] | None) -> tuple[dict[str, Any] | None, Ahead | None]:
+    """Make the files an ``ahead`` (or ``zygote``) line asks for; the next line if it was
+    an ``ahead`` one. Without room or a directory the exec's start makes them, as before."""
+    prep = spec.get("ahead") or spec.get("zygote") if spec is not None else None
+    if prep is None or "run" not in prep:
+        return spec, None
+    ahead: Ahead | None = Ahead(prep["run"], prep.get("logs") or prep["dir"])
+    assert ahead is not None
     try:
-        spec = _read_spec()
+        ahead.prepare()
+    except OSError as e:
+        os.write(2, f"monitor: files not made ahead: {e}\n".encode())
+        ahead.discard()
+        ahead = None
+    return (_read_spec() if spec is not None and "ahead" in spec else spec), ahead
+
+
+def main() -> int:
+    zygote: Zygote | None = None
+    ahead: Ahead | None = None
+    try:
+        spec, ahead = _read_ahead(_read_spec())
         if spec is not None and "zygote" in spec:
             zygote = Zygote(spec["zygote"])
             try:
@@ -393,18 +420,21 @@ def main() -> int:
     except (ValueError, OSError) as e:
         if zygote is not None:
             zygote.discard()
+        if ahead is not None:
+            ahead.discard()
         _report({"error": f"bad spec: {e}", "code": "BAD_SPEC"})
         return 2
     if spec is None:
         if zygote is not None:
             zygote.discard()
+        if ahead is not None:
+            ahead.discard()
         return 0  # pooled monitor whose daemon went away (or whose sandbox did)
-    monitor = Monitor(spec, zygote)
+    monitor = Monitor(spec, zygote, ahead)
     try:
         return monitor.start()
     except BaseException:
-        if monitor.zygote is not None:  # the traceback goes to the log: give it its name
-            monitor._name_log(monitor.zygote)
+        monitor.name_log()  # the traceback goes to the log: give it its name
         raise
 
 

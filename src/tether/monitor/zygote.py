@@ -25,10 +25,8 @@ import _signal as signal  # type: ignore[import-not-found]
 import fcntl
 import os
 
-from tether.hostio.proc import boot_id, proc_start_time
+from tether.hostio.proc import proc_start_time
 from tether.monitor.child import RESET_SIGNALS
-from tether.monitor.clients import listening
-from tether.monitor.files import EXIT_RESERVE, claim_unnamed, name, unnamed, unnamed_claim
 from tether.monitor.pin import GATE_FD, Pin
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see tether/__init__.py
@@ -48,12 +46,6 @@ ENV = "/usr/bin/env"
 #: Then the command runs as behind a cold start's gate (``bwrap.GATE``): looked up in the
 #: exec's ``PATH`` by the same shell, with the same environment (the shell adds ``PWD``).
 EXEC = ["/bin/sh", "-c", 'exec "$@"', "sh"]
-
-
-def socket_tmp(run_dir: str, pid: int) -> str:
-    """Where zygote monitor ``pid`` listens before its exec arrives (shorter than an
-    exec's socket name: no zygote is refused for the path's length)."""
-    return f"{run_dir}/z{pid}.sock"
 
 
 def _high(fd: int) -> int:
@@ -76,21 +68,17 @@ def script(cwd: str, env: dict[str, str], argv: list[str]) -> bytes:
 
 
 class Zygote:
-    """The pre-started child, its pin, its unnamed log files and its two pipes, and the
-    exec's files made ahead (unnamed until it arrives): its claim, the monitor's log, the
-    exit file's reservation, its handles file, its socket (under a temporary name)."""
+    """The pre-started child, its pin, its unnamed log files and its two pipes (the exec's
+    other files are made ahead too: :mod:`tether.monitor.ahead`)."""
 
     def __init__(self, prep: dict[str, Any]) -> None:
         self.argv: list[str] = prep["argv"]
         self.dir: str = prep["dir"]
-        self.run_dir: str | None = prep.get("run")
         self.pid = 0
         self.pin = Pin()
         self.fds: dict[str, int] = {}
-        #: proc start times (the child's, the monitor's) and the boot id, read ahead
-        self.known: dict[str, Any] = {}
+        self.known: dict[str, Any] = {}  # the stub's kernel start time, read ahead
         self.script_rest = b""  # what of the function the pipe had no room for yet
-        self.listener: Any = None  # (socket, its temporary name): the exec's socket, ahead
 
     def start(self) -> None:
         """Spawn the sandbox and pin its stub. Raises OSError (the zygote is unusable)."""
@@ -116,55 +104,9 @@ class Zygote:
         self._prepare(fds)
 
     def _prepare(self, fds: dict[str, int]) -> None:
-        """Make the exec's files ahead, unnamed: naming them at its start is one link each."""
-        d = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
-        fds["logdir"] = os.open(self.dir, d)
-        fds["exit"] = unnamed(fds["logdir"], EXIT_RESERVE)
-        if self.run_dir is not None:
-            fds["rundir"] = os.open(self.run_dir, d)
-            fds["claim"] = unnamed_claim(fds["rundir"], f"monitor {os.getpid()}\n")
-            fds["mlog"] = unnamed(fds["rundir"])
-            fds["handles"] = unnamed(fds["rundir"])
-            tmp = socket_tmp(self.run_dir, os.getpid())
-            try:
-                os.unlink(tmp)  # a killed monitor's, whose pid this is now
-            except FileNotFoundError:
-                pass
-            self.listener = (listening(tmp), tmp)
-        self.known = {"child": proc_start_time(self.pid), "boot_id": boot_id(),
-                      "monitor": proc_start_time(os.getpid())}
-
-    def claim(self, path: str) -> int | None:
-        """Name the claim made ahead ``path`` (still locked): its fd, or None if the exec
-        is claimed already. Raises OSError; KeyError if none was made."""
-        fd = self.fds.pop("claim")
-        return fd if claim_unnamed(fd, path, self.fds["rundir"]) else None
-
-    def monitor_log(self) -> int:
-        """The monitor's log, unnamed: :meth:`name_monitor_log` names it once the command
-        runs (nothing reads it before)."""
-        return self.fds["mlog"]
-
-    def name_monitor_log(self, path: str) -> None:
-        fd = self.fds.pop("mlog", None)
-        if fd is not None:
-            try:
-                name(fd, os.path.basename(path), self.fds["rundir"])
-            finally:
-                os.close(fd)
-
-    def handles_file(self) -> tuple[int, int] | None:
-        """The handles file made ahead, unnamed, and its directory (None if there is none)."""
-        fd = self.fds.get("handles")
-        return None if fd is None else (fd, self.fds["rundir"])
-
-    def take_listener(self) -> Any:
-        """The exec's socket, listening under its temporary name (or None)."""
-        ready, self.listener = self.listener, None
-        return ready
-
-    def take_exit_reservation(self) -> int:
-        return self.fds.pop("exit")
+        """What the hand-off needs ready: the log directory, the stub's start time."""
+        fds["logdir"] = os.open(self.dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.known = {"child": proc_start_time(self.pid)}
 
     def usable(self, warm: dict[str, Any] | None) -> bool:
         """Whether this zygote can run ``warm`` (the spec's): the same sandbox, alive."""
@@ -225,13 +167,7 @@ class Zygote:
         for fd in self.fds.values():
             os.close(fd)
         self.fds.clear()
-        if self.listener is not None:
-            self.listener[0].close()
-            try:
-                os.unlink(self.listener[1])
-            except OSError:
-                pass
-            self.listener = None
+
         if self.pin.pidfd is not None:
             os.close(self.pin.pidfd)
             self.pin.pidfd = None

@@ -27,6 +27,7 @@ from tether.hostio.pidfd import open_verified_pidfd, signal_verified_group
 from tether.hostio.proc import boot_id, is_same_process
 from tether.model.layout import MAX_SOCKET_PATH, ExecPaths
 from tether.model.records import ExecRecord
+from tether.monitor.ahead import socket_tmp
 from tether.monitor.child import START_GATE
 from tether.monitor.files import (
     FileCorrupt,
@@ -37,7 +38,6 @@ from tether.monitor.files import (
     read_exit,
     read_handles,
 )
-from tether.monitor.zygote import socket_tmp
 from tether.runtime.base import Launch, Warm
 
 MONITOR_SCRIPT = str(Path(_monitor_main.__file__).resolve().with_name("run.py"))
@@ -140,26 +140,42 @@ def at_gate(pid: int, start_time: int) -> bool:
 class MonitorPool:
     """Starts, inspects and signals execs' monitors. Keeps a few idle ones ready."""
 
-    def __init__(self, pool_size: int = 2) -> None:
+    def __init__(self, pool_size: int = 2, *, run: str | None = None,
+                 logs: str | None = None) -> None:
+        """``run`` and ``logs``: the home's directories, where idle monitors make an exec's
+        files ahead (:mod:`tether.monitor.ahead`); without them, none are."""
         self.pool_size = pool_size
+        self._ahead = {"run": run, "logs": logs} if run and logs else None
         self._pool: deque[_IdleMonitor] = deque()
         self._children: set[int] = set()
         self._zygotes: dict[str, _Zygotes] = {}  # by sandbox id, least recently used first
-        self._zygote_runs: dict[int, str] = {}  # zygote monitor pid -> its run directory
+        self._runs: dict[int, str] = {}  # pid -> run directory of a monitor made ahead
 
     # ------------------------------------------------------------------ pool
-    def _spawn_monitor(self) -> _IdleMonitor:
+    def _spawn_monitor(self, ahead: bool = True) -> _IdleMonitor:
+        """An idle monitor; ``ahead``: told to make an exec's files now (a zygote is
+        told with its own line)."""
         proc = subprocess.Popen(
             [sys.executable, "-I", "-S", MONITOR_SCRIPT],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             start_new_session=True, close_fds=True, cwd="/",
         )
         self._children.add(proc.pid)
-        return _IdleMonitor(proc)
+        mon = _IdleMonitor(proc)
+        if ahead and self._ahead is not None:
+            self._runs[proc.pid] = self._ahead["run"]
+            assert proc.stdin is not None
+            try:
+                proc.stdin.write(json.dumps({"ahead": self._ahead}).encode() + b"\n")
+                proc.stdin.flush()
+            except OSError:
+                self._end(mon)
+                raise
+        return mon
 
     def _spawn_zygote(self, z: _Zygotes) -> _IdleMonitor:
-        mon = self._spawn_monitor()
-        self._zygote_runs[mon.proc.pid] = z.run
+        mon = self._spawn_monitor(ahead=False)
+        self._runs[mon.proc.pid] = z.run
         assert mon.proc.stdin is not None
         try:
             mon.proc.stdin.write(json.dumps({"zygote": {"argv": z.argv, "dir": z.logs,
@@ -273,8 +289,8 @@ class MonitorPool:
                 done = pid
             if done:
                 self._children.discard(pid)
-                run = self._zygote_runs.pop(pid, None)
-                if run is not None:  # a killed zygote's socket, never renamed as an exec's
+                run = self._runs.pop(pid, None)
+                if run is not None:  # a killed monitor's socket, never renamed as an exec's
                     with contextlib.suppress(OSError):
                         os.unlink(socket_tmp(run, pid))
 
