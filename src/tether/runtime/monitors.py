@@ -112,17 +112,15 @@ class _IdleMonitor:
 class _Zygotes:
     """A sandbox's zygotes: idle monitors that each set up ``argv`` (one bind set, the
     last one an exec of this sandbox asked for, its sources ``ident``) with their logs
-    in ``logs`` and their claim and own log made ahead in ``run``."""
+    in ``logs``."""
 
     argv: tuple[str, ...]
     ident: tuple[tuple[int, int], ...]
     logs: str
-    run: str
     idle: deque[_IdleMonitor]
 
-    def fits(self, warm: Warm, logs: str, run: str) -> bool:
-        return (self.argv == warm.argv and self.ident == warm.ident and self.logs == logs
-                and self.run == run)
+    def fits(self, warm: Warm, logs: str) -> bool:
+        return self.argv == warm.argv and self.ident == warm.ident and self.logs == logs
 
 
 def at_gate(pid: int, start_time: int) -> bool:
@@ -152,9 +150,8 @@ class MonitorPool:
         self._runs: dict[int, str] = {}  # pid -> run directory of a monitor made ahead
 
     # ------------------------------------------------------------------ pool
-    def _spawn_monitor(self, ahead: bool = True) -> _IdleMonitor:
-        """An idle monitor; ``ahead``: told to make an exec's files now (a zygote is
-        told with its own line)."""
+    def _spawn_monitor(self, zygote: _Zygotes | None = None) -> _IdleMonitor:
+        """An idle monitor, told to make an exec's files ahead, or to be ``zygote``'s."""
         proc = subprocess.Popen(
             [sys.executable, "-I", "-S", MONITOR_SCRIPT],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
@@ -162,29 +159,20 @@ class MonitorPool:
         )
         self._children.add(proc.pid)
         mon = _IdleMonitor(proc)
-        if ahead and self._ahead is not None:
+        line: dict[str, Any] | None = {"ahead": self._ahead} if self._ahead else None
+        if zygote is not None:
+            line = {"zygote": {"argv": zygote.argv, "dir": zygote.logs,
+                               **({"run": self._ahead["run"]} if self._ahead else {})}}
+        if self._ahead is not None:
             self._runs[proc.pid] = self._ahead["run"]
+        if line is not None:
             assert proc.stdin is not None
             try:
-                proc.stdin.write(json.dumps({"ahead": self._ahead}).encode() + b"\n")
+                proc.stdin.write(json.dumps(line).encode() + b"\n")
                 proc.stdin.flush()
             except OSError:
                 self._end(mon)
                 raise
-        return mon
-
-    def _spawn_zygote(self, z: _Zygotes) -> _IdleMonitor:
-        mon = self._spawn_monitor(ahead=False)
-        self._runs[mon.proc.pid] = z.run
-        assert mon.proc.stdin is not None
-        try:
-            mon.proc.stdin.write(json.dumps({"zygote": {"argv": z.argv, "dir": z.logs,
-                                                             "run": z.run}})
-                                 .encode() + b"\n")
-            mon.proc.stdin.flush()
-        except OSError:
-            self._end(mon)
-            raise
         return mon
 
     def pool_deficit(self) -> int:
@@ -199,22 +187,22 @@ class MonitorPool:
             self._pool.append(await loop.run_in_executor(None, self._spawn_monitor))
         for sandbox, z in list(self._zygotes.items()):
             while self._zygotes.get(sandbox) is z and len(z.idle) < ZYGOTES_PER_SANDBOX:
-                mon = await loop.run_in_executor(None, self._spawn_zygote, z)
+                mon = await loop.run_in_executor(None, self._spawn_monitor, z)
                 if self._zygotes.get(sandbox) is not z:  # dropped meanwhile
                     self._end(mon)
                 else:
                     z.idle.append(mon)
 
-    def _take_zygote(self, warm: Warm, logs: str, run: str) -> _IdleMonitor | None:
+    def _take_zygote(self, warm: Warm, logs: str) -> _IdleMonitor | None:
         """An idle zygote set up for ``warm``, if there is one; either way, one is
         wanted next time (for this bind set: a sandbox's other ones are dropped)."""
         if self.pool_size <= 0:
             return None
         z = self._zygotes.pop(warm.sandbox, None)
-        if z is None or not z.fits(warm, logs, run):
+        if z is None or not z.fits(warm, logs):
             if z is not None:
                 self._drop(z)
-            z = _Zygotes(warm.argv, warm.ident, logs, run, deque())
+            z = _Zygotes(warm.argv, warm.ident, logs, deque())
         self._zygotes[warm.sandbox] = z  # the most recently used, last
         while len(self._zygotes) > ZYGOTE_SANDBOXES:
             self._drop(self._zygotes.pop(next(iter(self._zygotes))))
@@ -329,8 +317,7 @@ class MonitorPool:
                                                             "handles", "socket", "claim",
                                                             "monitor_log")},
         }
-        zygote = (self._take_zygote(launch.warm, str(paths.stdout.parent),
-                                    str(paths.claim.parent))
+        zygote = (self._take_zygote(launch.warm, str(paths.stdout.parent))
                   if launch.warm is not None else None)
         if zygote is not None and launch.warm is not None:
             spec["warm"] = {"argv": list(launch.warm.argv), "cwd": launch.warm.cwd,
