@@ -254,7 +254,8 @@ class Daemon:
             self._lock.release()
             raise StartupError(str(e)) from None
         _raise_fd_limit()
-        self.monitors = MonitorPool(pool_size=self.config.pool_size)
+        self.monitors = MonitorPool(pool_size=self.config.pool_size,
+                                    run=str(self.layout.run), logs=str(self.layout.logs))
         self.bus = EventBus(self.store, queue_limit=self.config.subscriber_queue)
         self.runtimes = Runtimes(RuntimeContext(home=str(self.layout.root),
                                                 docker_cli=self.config.docker_cli))

@@ -1,5 +1,6 @@
 """Fault injection for crash tests: ``TETHER_FAULT=<point>`` makes the daemon SIGKILL
-itself at that point, so a test can prove what a crash *there* leaves behind.
+itself at that point, so a test can prove what a crash *there* leaves behind;
+``<point>#N`` at its Nth passage only (e.g. the second exec's start: a warm one).
 
 Points (docs/STATE.md lists what each must leave):
 
@@ -35,14 +36,26 @@ POINTS = frozenset({"exec.after_commit", "exec.after_handoff", "agent.after_atte
 
 class Faults:
     def __init__(self, spec: str | None) -> None:
-        self.armed = {p.strip() for p in (spec or "").split(",") if p.strip()}
-        unknown = self.armed - POINTS
+        #: point -> the passage that fires (0: every one)
+        self.armed: dict[str, int] = {}
+        for item in (spec or "").split(","):
+            point, _, nth = item.strip().partition("#")
+            if point:
+                if nth and not nth.isdigit():
+                    raise ValueError(f"TETHER_FAULT {item.strip()!r}: after '#' comes the "
+                                     "passage that fires, a number (e.g. exec.after_commit#2)")
+                self.armed[point] = int(nth or 0)
+        self.passed: dict[str, int] = {}
+        unknown = set(self.armed) - POINTS
         if unknown:
             raise ValueError(f"unknown TETHER_FAULT point(s): {', '.join(sorted(unknown))}; "
                              f"known: {', '.join(sorted(POINTS))}")
 
     def hit(self, point: str) -> None:
         if point in self.armed:
+            self.passed[point] = n = self.passed.get(point, 0) + 1
+            if self.armed[point] not in (0, n):
+                return
             import sys
             import traceback
 

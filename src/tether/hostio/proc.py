@@ -7,6 +7,15 @@ monitor imports it.
 from __future__ import annotations
 
 
+def boot_id() -> str:
+    """This boot's id: a handles file from before a reboot names processes long gone."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def _proc_stat(pid: int) -> list[bytes] | None:
     """Fields 3.. of ``/proc/PID/stat`` (state first), or None if there is no such process."""
     try:

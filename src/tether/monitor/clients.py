@@ -61,6 +61,21 @@ class Client:
         self.term: UserTerm | None = None  # its own terminal, written and read by us
 
 
+def listening(path: str) -> socket.socket:
+    """A socket bound at ``path`` (0600), listening, non-blocking, not inherited."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(path)
+        os.chmod(path, 0o600)
+        listener.listen(16)
+        listener.setblocking(False)
+        os.set_inheritable(listener.fileno(), False)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
+
+
 class Clients:
     def __init__(self, spec: dict[str, Any], poller: Poller, term: Terminal,
                  child: Child) -> None:
@@ -80,17 +95,18 @@ class Clients:
         self.on_command: Callable[[Client, bytes], None]  # a JSON line (wired to control)
 
     # -------------------------------------------------------------- socket
-    def listen(self) -> None:
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    def listen(self, ready: tuple[socket.socket, str] | None = None) -> None:
+        """Listen on the exec's socket; ``ready``: one bound and listening ahead under
+        another name (a zygote's), renamed into place (a connect finds it by its inode)."""
+        if ready is not None:
+            os.rename(ready[1], self.path)  # replaces a stale one, as unlink + bind do
+            self.listener = ready[0]
+            return
         try:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
-        self.listener.bind(self.path)
-        os.chmod(self.path, 0o600)
-        self.listener.listen(16)
-        self.listener.setblocking(False)
-        os.set_inheritable(self.listener.fileno(), False)
+        self.listener = listening(self.path)
 
     def remove_socket(self) -> None:
         try:

@@ -60,10 +60,18 @@ def _require_int(obj: dict[str, Any], key: str, what: str, path: str,
     return value
 
 
-def write_handles(path: str, handles: dict[str, Any]) -> None:
+def write_handles(path: str, handles: dict[str, Any],
+                  ahead: tuple[int, int] | None = None) -> None:
+    """Write the handles file, whole or not at all. ``ahead``: an unnamed file made for it
+    and its directory's fd (a zygote's), written then named (the name is new: an exec's
+    handles are written once)."""
+    data = tinyjson.dumps({"version": HANDLES_VERSION, **handles}).encode()
+    if ahead is not None:
+        write_all(ahead[0], data, 0)
+        name(ahead[0], os.path.basename(path), ahead[1])
+        return
     # Not fsynced: processes do not survive a power cut, so neither need their handles.
-    atomic_write(path, tinyjson.dumps({"version": HANDLES_VERSION, **handles}).encode(),
-                 durable=False)
+    atomic_write(path, data, durable=False)
 
 
 def read_handles(path: str) -> dict[str, Any] | None:
@@ -99,10 +107,51 @@ def reserve_exit(path: str) -> None:
     os.close(fd)
 
 
-def write_exit(path: str, status: dict[str, Any]) -> None:
+def unnamed(directory: int, size: int = 0) -> int:
+    """A new unnamed file (``O_TMPFILE``) in the directory open as ``directory``, with
+    ``size`` bytes allocated: made before an exec arrives, named by :func:`name` once it
+    does (a killed monitor leaves nothing behind). Raises OSError (ENOSPC; EOPNOTSUPP
+    where the filesystem has no unnamed files)."""
+    fd = os.open(".", os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600, dir_fd=directory)
+    if size:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except BaseException:
+            os.close(fd)
+            raise
+    return fd
+
+
+def name(fd: int, path: str, directory: int | None = None) -> None:
+    """Give the unnamed file ``fd`` the name ``path`` (relative to ``directory`` if
+    given); FileExistsError if it is taken: a name appears whole, and only once."""
+    # linkat(AT_SYMLINK_FOLLOW): link(2) would link the /proc symlink itself (EXDEV).
+    if directory is None:
+        directory = os.open(os.path.dirname(path) or ".",
+                            os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.link(f"/proc/self/fd/{fd}", os.path.basename(path), dst_dir_fd=directory)
+        finally:
+            os.close(directory)
+        return
+    os.link(f"/proc/self/fd/{fd}", path, dst_dir_fd=directory)
+
+
+def write_exit(path: str, status: dict[str, Any], reserved: int | None = None) -> None:
     """Write the exit file into its reservation (or, without one, atomically anew):
-    fsynced, then renamed into place, so readers see no file or the whole one."""
+    fsynced, then renamed into place, so readers see no file or the whole one.
+    ``reserved``: the reservation as an unnamed file (a zygote's), named at the end."""
     data = tinyjson.dumps({"version": EXIT_VERSION, **status}).encode()
+    if reserved is not None:
+        write_all(reserved, data, 0)
+        os.ftruncate(reserved, len(data))
+        os.fsync(reserved)
+        try:
+            name(reserved, path)
+        except FileExistsError:
+            pass  # an earlier try named it, then failed at the directory's fsync
+        fsync_dir(os.path.dirname(path) or ".")
+        return
     reserve = path + ".reserve"
     try:
         fd = os.open(reserve, os.O_WRONLY | os.O_CLOEXEC)
@@ -161,6 +210,32 @@ def claim(path: str, owner: str, *, locked: bool = False) -> int | None:
     finally:
         os.unlink(tmp)
     return fd
+
+
+def unnamed_claim(directory: int, owner: str) -> int:
+    """A monitor's claim made ahead, unnamed, ``flock``-ed: :func:`claim_unnamed` names it.
+    Raises OSError."""
+    import fcntl
+
+    fd = unnamed(directory)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        write_all(fd, owner.encode())
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def claim_unnamed(fd: int, path: str, directory: int) -> bool:
+    """Name a claim made by :func:`unnamed_claim` ``path``: False if the exec is claimed
+    already (then ``fd`` is closed). Like :func:`claim` with ``locked``: it appears locked."""
+    try:
+        name(fd, os.path.basename(path), directory)
+    except FileExistsError:
+        os.close(fd)
+        return False
+    return True
 
 
 def claim_tmp(path: str, pid: int) -> str:

@@ -50,8 +50,9 @@ if TYPE_CHECKING:
 if __package__ in (None, ""):
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from tether.hostio.proc import proc_start_time  # noqa: E402
+from tether.hostio.proc import boot_id, proc_start_time  # noqa: E402
 from tether.monitor import tinyjson as json  # noqa: E402
+from tether.monitor.ahead import Ahead  # noqa: E402
 from tether.monitor.child import Child  # noqa: E402
 from tether.monitor.clients import Clients  # noqa: E402
 from tether.monitor.control import Control  # noqa: E402
@@ -105,14 +106,6 @@ def _read_spec() -> dict[str, Any] | None:
     return spec
 
 
-def boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
 
 class Poller:
     """The loop's one ``epoll`` and what each registered fd is."""
@@ -136,9 +129,11 @@ class Poller:
 class Monitor:
     """The start-up sequence and the loop; the parts do the rest."""
 
-    def __init__(self, spec: dict[str, Any], zygote: Zygote | None = None) -> None:
+    def __init__(self, spec: dict[str, Any], zygote: Zygote | None = None,
+                 ahead: Ahead | None = None) -> None:
         self.spec = spec
         self.zygote = zygote  # a sandbox started ahead, if the daemon made this a zygote
+        self.ahead = ahead  # the exec's files made ahead, if the daemon asked for them
         self.paths: dict[str, str] = spec["paths"]
         self.poller = Poller()
         self.child = Child(spec)
@@ -146,20 +141,96 @@ class Monitor:
         self.clients = Clients(spec, self.poller, self.term, self.child)
         self.control = Control(self.child, self.clients)
         self.pin = Pin()
+        self.exit_fd: int | None = None  # the exit file's room, unnamed (made ahead)
         self.term.on_output = self.clients.broadcast
         self.term.on_input_room = self.clients.resume_paused
         self.clients.on_command = self.control.command
 
     # -------------------------------------------------------------- start
     def start(self) -> int:
+        z = self._zygote_for_spec()
+        a = self.ahead
+        if a is not None and not a.fits(self.paths):
+            a.discard()
+            a = self.ahead = None
         # Held (locked) until we exit: tells the daemon this exec has a live monitor.
-        fd = claim(self.paths["claim"], f"monitor {os.getpid()}\n", locked=True)
+        if a is not None:
+            fd = a.claim(self.paths["claim"])
+        else:
+            fd = claim(self.paths["claim"], f"monitor {os.getpid()}\n", locked=True)
         if fd is None:
+            if z is not None:
+                z.discard()
+            if a is not None:
+                a.discard()
             _report({"error": "exec was already claimed (a recovering daemon failed it)",
                      "code": "CLAIMED"})
             return 3
         self._claim_fd = fd
+        if a is not None:  # the log and the exit file's room, made ahead
+            os.dup2(a.monitor_log(), 2)
+            self.exit_fd = a.take_exit_reservation()
+        elif not self._open_files():
+            return 0
 
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, lambda *_: None)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
+        self._wake_r = rfd
+        gate_w = self._warm_start() if z is not None else None
+        if gate_w is None:
+            gate_w = self._cold_start()
+            if gate_w is None:
+                return 0
+        try:
+            self._announce()
+        except BaseException as e:
+            # Nobody could track the command: never let it start, and say so on disk.
+            os.close(gate_w)
+            try:
+                write_exit(self.paths["exit"], self.child.never_let_start(e), self.exit_fd)
+            except OSError:
+                pass
+            raise
+        open_gate(gate_w)  # tracked from here: the command may run
+        _detach_pipes()
+        if self.zygote is not None:  # what waited for the start: the stub's rest
+            self.zygote.finish_script()
+        self.name_log()
+        return self.loop()
+
+    def name_log(self) -> None:
+        """Name the log made ahead (a no-op for one opened by name, or named already)."""
+        if self.ahead is None:
+            return
+        try:
+            self.ahead.name_monitor_log(self.paths["monitor_log"])
+        except OSError as e:
+            os.write(2, f"monitor: cannot name this log {self.paths['monitor_log']}: "
+                        f"{e}\n".encode())
+
+    def _drop_zygote(self) -> None:
+        z = self.zygote
+        if z is not None:
+            z.discard()
+            self.zygote = None
+
+    def _zygote_for_spec(self) -> Zygote | None:
+        """The zygote, if it can run this exec; else discarded."""
+        z, warm = self.zygote, self.spec.get("warm")
+        if z is None:
+            return None
+        if warm is None or not z.usable(warm) or self.term.tty or self.term.keep_stdin:
+            self._drop_zygote()
+            return None
+        return z
+
+    def _open_files(self) -> bool:
+        """A cold start's log and exit reservation; False if there is no room (reported)."""
         log = os.open(self.paths["monitor_log"],
                       os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
         os.dup2(log, 2)
@@ -171,50 +242,21 @@ class Monitor:
                 raise
             _report({"error": f"no room for the exit file {self.paths['exit']}: {e}",
                      "code": "DISK_FULL", "path": self.paths["exit"]})
-            return 0
-
-        signal.signal(signal.SIGCHLD, lambda *_: None)
-        signal.signal(signal.SIGTERM, lambda *_: None)
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-        rfd, wfd = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
-        self._wake_r = rfd
-        gate_w = self._warm_start()
-        if gate_w is None:
-            gate_w = self._cold_start()
-            if gate_w is None:
-                return 0
-        try:
-            self._announce()
-        except BaseException as e:
-            # Nobody could track the command: never let it start, and say so on disk.
-            os.close(gate_w)
-            try:
-                write_exit(self.paths["exit"], self.child.never_let_start(e))
-            except OSError:
-                pass
-            raise
-        open_gate(gate_w)  # tracked from here: the command may run
-        _detach_pipes()
-        return self.loop()
+            return False
+        return True
 
     def _warm_start(self) -> int | None:
-        """Hand the exec to the zygote: its gate's write end, or None (start cold)."""
-        z, warm = self.zygote, self.spec.get("warm")
-        if z is None:
-            return None
-        if warm is None or not z.usable(warm) or self.term.tty or self.term.keep_stdin:
-            z.discard()
-            return None
+        """Hand the exec to the zygote (:meth:`_zygote_for_spec`): its gate's write end,
+        or None (start cold)."""
+        z, warm = self.zygote, self.spec["warm"]
+        assert z is not None
         try:
             z.hand_off(self.paths)
         except OSError as e:
             os.write(2, f"monitor: zygote not used ({e}); starting cold\n".encode())
-            z.discard()
+            self._drop_zygote()
             return None
-        self.clients.listen()
+        self.clients.listen(self.ahead.take_listener() if self.ahead is not None else None)
         self.child.pid, self.child.started_at = z.pid, time.time()
         self.pin = z.pin
         self.child.group = z.pin.pgid
@@ -225,7 +267,7 @@ class Monitor:
             msg = f"the sandbox prepared for this exec ended before it started: {e}"
             self._write_exit({"exit_code": None, "signal": None, "ended_at": time.time(),
                               "started_at": None, "outcome": "start_failed", "reason": msg})
-            z.discard()
+            self._drop_zygote()
             _report({"error": msg, "code": "START_FAILED"})
             raise SystemExit(0) from None
 
@@ -237,7 +279,7 @@ class Monitor:
         gate_r, gate_w = gate_pipe()
         actions.append((os.POSIX_SPAWN_DUP2, gate_r, GATE_FD))
         to_close.append(gate_r)
-        self.clients.listen()
+        self.clients.listen(self.ahead.take_listener() if self.ahead is not None else None)
         try:
             self.child.spawn(actions, setsid)
         except OSError as e:
@@ -260,15 +302,18 @@ class Monitor:
         """Handles file and start report (the command already runs; the child is unreaped,
         so its pid cannot have been reused if this fails and it must be killed)."""
         pid, started_at = self.child.pid, self.child.started_at
-        start_time = proc_start_time(pid)
-        me = {"pid": os.getpid(), "start_time": proc_start_time(os.getpid())}
+        known = {**(self.ahead.known if self.ahead is not None else {}),
+                 **(self.zygote.known if self.zygote is not None else {})}
+        start_time = known.get("child") or proc_start_time(pid)
+        me = {"pid": os.getpid(), "start_time": known.get("monitor") or
+              proc_start_time(os.getpid())}
         write_handles(self.paths["handles"], {
             "exec": self.spec["exec_id"], "name": self.spec.get("name"), "monitor": me,
             "child": {"pid": pid, "pgid": pid, "start_time": start_time},
             "socket": self.paths["socket"], "started_at": started_at, "tty": self.term.tty,
-            "boot_id": boot_id(),
+            "boot_id": known.get("boot_id") or boot_id(),
             "stdin": self.term.keep_stdin or self.term.tty,
-        })
+        }, self.ahead.handles_file() if self.ahead is not None else None)
         self.child.start_timeout()
         _report({"pid": pid, "start_time": start_time, "started_at": started_at,
                  "monitor": me})
@@ -325,7 +370,7 @@ class Monitor:
         delay = 0.05
         while True:
             try:
-                write_exit(self.paths["exit"], record)
+                write_exit(self.paths["exit"], record, self.exit_fd)
                 return
             except OSError as e:
                 if e.errno not in NO_ROOM:
@@ -340,10 +385,28 @@ class Monitor:
                 delay = min(delay * 2, EXIT_RETRY_MAX)
 
 
-def main() -> int:
-    zygote = None
+def _read_ahead(spec: dict[str, Any] | None) -> tuple[dict[str, Any] | None, Ahead | None]:
+    """Make the files an ``ahead`` (or ``zygote``) line asks for; the next line if it was
+    an ``ahead`` one. Without room or a directory the exec's start makes them, as before."""
+    prep = spec.get("ahead") or spec.get("zygote") if spec is not None else None
+    if prep is None or "run" not in prep:
+        return spec, None
+    ahead: Ahead | None = Ahead(prep["run"], prep.get("logs") or prep["dir"])
+    assert ahead is not None
     try:
-        spec = _read_spec()
+        ahead.prepare()
+    except OSError as e:
+        os.write(2, f"monitor: files not made ahead: {e}\n".encode())
+        ahead.discard()
+        ahead = None
+    return (_read_spec() if spec is not None and "ahead" in spec else spec), ahead
+
+
+def main() -> int:
+    zygote: Zygote | None = None
+    ahead: Ahead | None = None
+    try:
+        spec, ahead = _read_ahead(_read_spec())
         if spec is not None and "zygote" in spec:
             zygote = Zygote(spec["zygote"])
             try:
@@ -357,13 +420,22 @@ def main() -> int:
     except (ValueError, OSError) as e:
         if zygote is not None:
             zygote.discard()
+        if ahead is not None:
+            ahead.discard()
         _report({"error": f"bad spec: {e}", "code": "BAD_SPEC"})
         return 2
     if spec is None:
         if zygote is not None:
             zygote.discard()
+        if ahead is not None:
+            ahead.discard()
         return 0  # pooled monitor whose daemon went away (or whose sandbox did)
-    return Monitor(spec, zygote).start()
+    monitor = Monitor(spec, zygote, ahead)
+    try:
+        return monitor.start()
+    except BaseException:
+        monitor.name_log()  # the traceback goes to the log: give it its name
+        raise
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import _signal as signal  # type: ignore[import-not-found]
 import fcntl
 import os
 
+from tether.hostio.proc import proc_start_time
 from tether.monitor.child import RESET_SIGNALS
 from tether.monitor.pin import GATE_FD, Pin
 
@@ -36,7 +37,9 @@ if TYPE_CHECKING:
 SCRIPT_FD = 4
 #: What a zygote's sandbox runs until its exec arrives: nothing runs before the gate
 #: opens, and a partial function (the monitor killed while writing it) never runs.
-STUB = ["/bin/sh", "-c", f". /dev/fd/{SCRIPT_FD} && read -r _ <&{GATE_FD} && tether_run; "
+#: The gate first: the monitor writes the function into the pipe before it opens the
+#: gate, and the stub, asleep on the gate, does not wake to read it meanwhile.
+STUB = ["/bin/sh", "-c", f"read -r _ <&{GATE_FD} && . /dev/fd/{SCRIPT_FD} && tether_run; "
         "exit 125", "tether-zygote"]
 #: What sets the exec's environment, exactly, inside the sandbox.
 ENV = "/usr/bin/env"
@@ -65,7 +68,8 @@ def script(cwd: str, env: dict[str, str], argv: list[str]) -> bytes:
 
 
 class Zygote:
-    """The pre-started child, its pin, its unnamed log files and its two pipes."""
+    """The pre-started child, its pin, its unnamed log files and its two pipes (the exec's
+    other files are made ahead too: :mod:`tether.monitor.ahead`)."""
 
     def __init__(self, prep: dict[str, Any]) -> None:
         self.argv: list[str] = prep["argv"]
@@ -73,6 +77,8 @@ class Zygote:
         self.pid = 0
         self.pin = Pin()
         self.fds: dict[str, int] = {}
+        self.known: dict[str, Any] = {}  # the stub's kernel start time, read ahead
+        self.script_rest = b""  # what of the function the pipe had no room for yet
 
     def start(self) -> None:
         """Spawn the sandbox and pin its stub. Raises OSError (the zygote is unusable)."""
@@ -95,6 +101,12 @@ class Zygote:
         self.pin.find(self.pid)
         if self.pin.pidfd is None:
             raise OSError("the zygote's stub did not appear")
+        self._prepare(fds)
+
+    def _prepare(self, fds: dict[str, int]) -> None:
+        """What the hand-off needs ready: the log directory, the stub's start time."""
+        fds["logdir"] = os.open(self.dir, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.known = {"child": proc_start_time(self.pid)}
 
     def usable(self, warm: dict[str, Any] | None) -> bool:
         """Whether this zygote can run ``warm`` (the spec's): the same sandbox, alive."""
@@ -109,37 +121,53 @@ class Zygote:
         """Name the logs as the exec's. Raises OSError (then :meth:`discard`)."""
         # A directory fd makes os.link call linkat(AT_SYMLINK_FOLLOW): link(2) would link
         # the /proc symlink itself (EXDEV).
-        d = os.open(os.path.dirname(paths["stdout"]), os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        d = self.fds["logdir"]
+        names = [os.path.basename(paths[k]) for k in ("stdout", "stderr")]
+        os.link(f"/proc/self/fd/{self.fds['out']}", names[0], dst_dir_fd=d)
         try:
-            names = [os.path.basename(paths[k]) for k in ("stdout", "stderr")]
-            os.link(f"/proc/self/fd/{self.fds['out']}", names[0], dst_dir_fd=d)
-            try:
-                os.link(f"/proc/self/fd/{self.fds['err']}", names[1], dst_dir_fd=d)
-            except OSError:
-                os.unlink(names[0], dir_fd=d)
-                raise
-        finally:
-            os.close(d)
+            os.link(f"/proc/self/fd/{self.fds['err']}", names[1], dst_dir_fd=d)
+        except OSError:
+            os.unlink(names[0], dir_fd=d)
+            raise
         for k in ("out", "err"):
             os.close(self.fds.pop(k))
 
     def send(self, warm: dict[str, Any], env: dict[str, str]) -> int:
-        """Write the command's function; the gate's write end, for the monitor to open
-        once the start is recorded. Raises OSError (the stub is gone)."""
-        fd = self.fds.pop("script")
+        """Write what the pipe holds of the command's function (the stub reads it only
+        once the gate opens: :meth:`finish_script` writes the rest then); the gate's
+        write end, for the monitor to open once the start is recorded. Raises OSError
+        (the stub is gone)."""
+        fd = self.fds["script"]
+        os.set_blocking(fd, False)
+        data = memoryview(script(warm["cwd"], env, warm["command"]))
         try:
-            data = memoryview(script(warm["cwd"], env, warm["command"]))
             while data:
                 data = data[os.write(fd, data):]
+        except BlockingIOError:
+            pass
+        self.script_rest = bytes(data)
+        return self.fds.pop("gate")
+
+    def finish_script(self) -> None:
+        """After the gate: the rest of the function, then EOF. A monitor killed meanwhile
+        leaves a partial definition, which the shell refuses: the command never runs."""
+        fd = self.fds.pop("script")
+        try:
+            os.set_blocking(fd, True)
+            data = memoryview(self.script_rest)
+            while data:
+                data = data[os.write(fd, data):]
+        except OSError:
+            pass  # the stub is gone: the loop reaps it and records how it ended
         finally:
             os.close(fd)
-        return self.fds.pop("gate")
 
     def discard(self) -> None:
         """End the zygote: its process group, then reap it; close what is left."""
         for fd in self.fds.values():
             os.close(fd)
         self.fds.clear()
+
         if self.pin.pidfd is not None:
             os.close(self.pin.pidfd)
             self.pin.pidfd = None

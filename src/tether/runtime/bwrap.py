@@ -60,7 +60,7 @@ from tether.runtime.base import (
 from tether.runtime.base import AgentView as AgentView  # where agents' policy finds it
 from tether.runtime.mapping import host_path
 from tether.runtime.process import no_container_fields
-from tether.runtime.toolchain import candidates
+from tether.runtime.toolchain import ToolchainCache, candidates
 
 log = logging.getLogger("tether.daemon")
 
@@ -358,6 +358,7 @@ class BwrapRuntime(Runtime):
     def __init__(self, probed: Probe) -> None:
         """``probed``: :func:`probe`'s answer, asked once per daemon (it runs bwrap)."""
         self.probed = probed
+        self._toolchains = ToolchainCache()
         #: Whether execs may start in pre-started sandboxes (zygotes, started by the
         #: monitor pool): the stub runs the command through env(1).
         self.zygotes = probed.available and os.access(ZYGOTE_ENV, os.X_OK)
@@ -395,9 +396,10 @@ class BwrapRuntime(Runtime):
         if problem is not None:
             raise cannot_sandbox(problem)
         env = host_env(req.spec, req.sandbox, "")
-        tools = () if req.agent is not None else toolchain(
-            req.spec.argv[0], cwd=cwd, path_env=env.get("PATH", ""),
-            virtual_env=env.get("VIRTUAL_ENV"))
+        argv0, path_env, venv = req.spec.argv[0], env.get("PATH", ""), env.get("VIRTUAL_ENV")
+        tools = () if req.agent is not None else self._toolchains.get(
+            (argv0, cwd if "/" in argv0 else "", path_env, venv), path_env, venv,
+            lambda: toolchain(argv0, cwd=cwd, path_env=path_env, virtual_env=venv))
         args, inside_cwd = sandbox_args(req.sandbox.spec, cwd=cwd, tether_home=home,
                                         bwrap_path=self.probed.path or "bwrap",
                                         agent=req.agent, tools=tools)

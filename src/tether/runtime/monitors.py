@@ -24,9 +24,10 @@ from typing import Any
 import tether.monitor.main as _monitor_main
 from tether.hostio.atomic import tmp_name
 from tether.hostio.pidfd import open_verified_pidfd, signal_verified_group
-from tether.hostio.proc import is_same_process
+from tether.hostio.proc import boot_id, is_same_process
 from tether.model.layout import MAX_SOCKET_PATH, ExecPaths
 from tether.model.records import ExecRecord
+from tether.monitor.ahead import socket_tmp
 from tether.monitor.child import START_GATE
 from tether.monitor.files import (
     FileCorrupt,
@@ -37,7 +38,6 @@ from tether.monitor.files import (
     read_exit,
     read_handles,
 )
-from tether.monitor.main import boot_id
 from tether.runtime.base import Launch, Warm
 
 MONITOR_SCRIPT = str(Path(_monitor_main.__file__).resolve().with_name("run.py"))
@@ -138,32 +138,41 @@ def at_gate(pid: int, start_time: int) -> bool:
 class MonitorPool:
     """Starts, inspects and signals execs' monitors. Keeps a few idle ones ready."""
 
-    def __init__(self, pool_size: int = 2) -> None:
+    def __init__(self, pool_size: int = 2, *, run: str | None = None,
+                 logs: str | None = None) -> None:
+        """``run`` and ``logs``: the home's directories, where idle monitors make an exec's
+        files ahead (:mod:`tether.monitor.ahead`); without them, none are."""
         self.pool_size = pool_size
+        self._ahead = {"run": run, "logs": logs} if run and logs else None
         self._pool: deque[_IdleMonitor] = deque()
         self._children: set[int] = set()
         self._zygotes: dict[str, _Zygotes] = {}  # by sandbox id, least recently used first
+        self._runs: dict[int, str] = {}  # pid -> run directory of a monitor made ahead
 
     # ------------------------------------------------------------------ pool
-    def _spawn_monitor(self) -> _IdleMonitor:
+    def _spawn_monitor(self, zygote: _Zygotes | None = None) -> _IdleMonitor:
+        """An idle monitor, told to make an exec's files ahead, or to be ``zygote``'s."""
         proc = subprocess.Popen(
             [sys.executable, "-I", "-S", MONITOR_SCRIPT],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             start_new_session=True, close_fds=True, cwd="/",
         )
         self._children.add(proc.pid)
-        return _IdleMonitor(proc)
-
-    def _spawn_zygote(self, z: _Zygotes) -> _IdleMonitor:
-        mon = self._spawn_monitor()
-        assert mon.proc.stdin is not None
-        try:
-            mon.proc.stdin.write(json.dumps({"zygote": {"argv": z.argv, "dir": z.logs}})
-                                 .encode() + b"\n")
-            mon.proc.stdin.flush()
-        except OSError:
-            self._end(mon)
-            raise
+        mon = _IdleMonitor(proc)
+        line: dict[str, Any] | None = {"ahead": self._ahead} if self._ahead else None
+        if zygote is not None:
+            line = {"zygote": {"argv": zygote.argv, "dir": zygote.logs,
+                               **({"run": self._ahead["run"]} if self._ahead else {})}}
+        if self._ahead is not None:
+            self._runs[proc.pid] = self._ahead["run"]
+        if line is not None:
+            assert proc.stdin is not None
+            try:
+                proc.stdin.write(json.dumps(line).encode() + b"\n")
+                proc.stdin.flush()
+            except OSError:
+                self._end(mon)
+                raise
         return mon
 
     def pool_deficit(self) -> int:
@@ -178,7 +187,7 @@ class MonitorPool:
             self._pool.append(await loop.run_in_executor(None, self._spawn_monitor))
         for sandbox, z in list(self._zygotes.items()):
             while self._zygotes.get(sandbox) is z and len(z.idle) < ZYGOTES_PER_SANDBOX:
-                mon = await loop.run_in_executor(None, self._spawn_zygote, z)
+                mon = await loop.run_in_executor(None, self._spawn_monitor, z)
                 if self._zygotes.get(sandbox) is not z:  # dropped meanwhile
                     self._end(mon)
                 else:
@@ -268,6 +277,10 @@ class MonitorPool:
                 done = pid
             if done:
                 self._children.discard(pid)
+                run = self._runs.pop(pid, None)
+                if run is not None:  # a killed monitor's socket, never renamed as an exec's
+                    with contextlib.suppress(OSError):
+                        os.unlink(socket_tmp(run, pid))
 
     # ------------------------------------------------------------------ start
     @staticmethod

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
+from collections.abc import Callable, Hashable
 
 from tether.hostio.paths import is_within
 from tether.hostio.untrusted import NotRegular, open_regular
@@ -102,3 +104,63 @@ def _shebang(path: str) -> str | None:
         return None
     line = head[2:].split(b"\n", 1)[0].decode(errors="replace").strip()
     return line if line.startswith("/") else None
+
+
+#: How long a looked-up toolchain may serve at most, even when nothing it watches changed
+#: (what the stamp cannot see: a ``package.json`` appearing up the tree, a symlink
+#: retargeted outside PATH, a script's ``#!`` line edited in place).
+CACHE_TTL = 5.0
+CACHE_SIZE = 64
+
+_Stamp = tuple[tuple[int, int] | None, ...]
+
+
+def _stamp(paths: tuple[str, ...]) -> _Stamp:
+    """The inode and modification time of each path (None when missing): an entry
+    added, removed or renamed in a directory changes its mtime."""
+    out: list[tuple[int, int] | None] = []
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            out.append(None)
+        else:
+            out.append((st.st_ino, st.st_mtime_ns))
+    return tuple(out)
+
+
+class ToolchainCache:
+    """Toolchains looked up per (command, PATH, virtualenv, ...): a lookup walks PATH,
+    resolves links and reads a script's ``#!`` line (about a millisecond, on every exec's
+    start), while its answer changes only when a tool is installed or removed. An answer
+    serves again while the PATH directories, the virtualenv and the paths it named keep
+    their inode and mtime (a dozen ``stat`` calls), for at most ``ttl`` seconds."""
+
+    def __init__(self, ttl: float = CACHE_TTL, size: int = CACHE_SIZE,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.ttl, self.size, self.clock = ttl, size, clock
+        self._entries: dict[Hashable, tuple[float, tuple[str, ...], _Stamp,
+                                            tuple[str, ...]]] = {}
+
+    def get(self, key: Hashable, path_env: str, virtual_env: str | None,
+            lookup: Callable[[], tuple[str, ...]]) -> tuple[str, ...]:
+        """``lookup()``'s answer for ``key`` (which must hold every input of the lookup),
+        from the cache while still valid."""
+        now = self.clock()
+        hit = self._entries.get(key)
+        if hit is not None:
+            at, watched, stamp, found = hit
+            if now - at < self.ttl and _stamp(watched) == stamp:
+                return found
+        watched = tuple(dict.fromkeys(
+            [*(d for d in path_env.split(":") if os.path.isabs(d)),
+             *([virtual_env] if virtual_env else [])]))
+        before = _stamp(watched)  # taken first: a change during the lookup is seen later
+        found = lookup()
+        watched_all = tuple(dict.fromkeys([*watched, *found]))
+        stamp = (*before, *_stamp(watched_all[len(watched):]))
+        self._entries.pop(key, None)
+        self._entries[key] = (now, watched_all, stamp, found)
+        while len(self._entries) > self.size:
+            del self._entries[next(iter(self._entries))]
+        return found
