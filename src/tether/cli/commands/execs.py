@@ -173,7 +173,11 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
                 commit_on_finish=commit_on_finish, budget_usd=budget_usd,
                 budget_policy=budget_policy)  # type: ignore[arg-type]
             if lin.exec_view is None:
-                die(f"agent lineage {lin.id} did not start: {lin.reason}", 1)
+                # Its program could not be started: exit as the shell (and `tether run`
+                # of a plain command) would, 127 not found, 126 not executable.
+                die(f"agent lineage {lin.id} did not start: {lin.reason}",
+                    1 if lin.exit_reason != "start_failed" else
+                    127 if "not found" in (lin.reason or "") else 126)
             x: ExecView = lin.exec_view
             if detach:
                 click.echo(f"{x.id}  (lineage {lin.id})")
