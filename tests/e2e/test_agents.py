@@ -570,3 +570,14 @@ def test_a_sandboxed_agent_whose_program_is_missing_fails_at_once(
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 127 and r.stdout == "", r
     assert "command not found: no-such-agent-xyz" in r.stderr
+
+
+def test_run_detached_prints_only_the_exec_id_on_stdout(daemon: DaemonProc,
+                                                        tmp_path: Path) -> None:
+    """`x=$(tether run -d -- claude …)` must give an exec ref: the lineage goes to stderr."""
+    r = subprocess.run([*TETHER, "--home", str(daemon.home), "run", "-d", "--agent",
+                        "generic", "--", "sleep", "30"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    x = daemon.client().exec_get(r.stdout.strip())
+    assert r.stdout == f"{x.id}\n" and f"lineage {x.lineage}" in r.stderr, r

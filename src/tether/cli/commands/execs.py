@@ -179,8 +179,9 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
                     1 if lin.exit_reason != "start_failed" else
                     127 if "not found" in (lin.reason or "") else 126)
             x: ExecView = lin.exec_view
-            if detach:
-                click.echo(f"{x.id}  (lineage {lin.id})")
+            if detach:  # stdout is the exec ref alone: `x=$(tether run -d -- claude)`
+                out.note(f"agent lineage {lin.id}: revived as a new exec if this one dies")
+                click.echo(x.id)
                 return
         else:
             x = c.exec_start(list(argv), sandbox=sandbox, env=env, cwd=workdir,
