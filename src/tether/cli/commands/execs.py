@@ -298,11 +298,14 @@ def ps(ctx: click.Context, all_: bool, sandbox: str | None, as_json: bool) -> No
 
         fleet_ps(ctx, all_, as_json)
         return
-    execs = client(ctx).exec_list(sandbox=sandbox, all=all_)
-    if as_json:
+    c = client(ctx)
+    execs = c.exec_list(sandbox=sandbox, all=all_)
+    if as_json:  # ids, as ever: names are for people
         out.emit_json([out.exec_row(x) for x in execs])
     else:
-        out.exec_table(execs)
+        named = any(x.sandbox != "default" for x in execs)
+        out.exec_table(execs, {s.id: s.name for s in c.sandbox_list(all=True) if s.name}
+                       if named else None)
 
 
 @click.command()
