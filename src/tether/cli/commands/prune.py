@@ -60,7 +60,7 @@ def prune(ctx: click.Context, older_than: str | None, dry_run: bool, as_json: bo
     verb = "would remove" if dry_run else "removed"
     for x in rep.execs:
         click.echo(f"{x.id}\t{x.name or '-'}\t{human(x.bytes)}\t{x.why}")
-    click.echo(f"{verb}: logs of {len(rep.execs)} execs ({human(rep.log_bytes)}), "
+    click.echo(f"{verb}: logs of {_count(len(rep.execs), 'exec')} ({human(rep.log_bytes)}), "
                f"{rep.run_files} run files ({human(rep.run_bytes)}), "
                f"{rep.events} journal events, {rep.schedule_runs} scheduled runs")
 
@@ -84,8 +84,13 @@ def df(ctx: click.Context, as_json: bool) -> None:
     if du.sandboxes:
         click.echo("sandboxes (logs and run files):")
         for s in du.sandboxes:
-            click.echo(f"  {s.name or s.id:<24}{human(s.bytes):>12}  {s.execs} execs")
+            click.echo(f"  {s.name or s.id:<24}{human(s.bytes):>12}  {_count(s.execs, 'exec')}")
     if du.lineages:
         click.echo("lineages (logs, run files and snapshots):")
         for s in du.lineages:
             click.echo(f"  {s.name or s.id:<24}{human(s.bytes):>12}")
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 exec``, ``2 execs``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
