@@ -31,7 +31,26 @@ def _when(job: JobView) -> str:
     spec = job.spec
     if spec.cron is not None:
         return f"cron {spec.cron} {spec.tz}"
-    return f"every {spec.every:g}s"
+    return f"every {_period(spec.every or 0.0)}"
+
+
+def _period(seconds: float) -> str:
+    """A period in the largest unit that holds it whole (``--every 15m`` is stored as
+    900 s, and shown as 15m again)."""
+    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= n and seconds % n == 0:
+            return f"{seconds / n:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def _at(ts: float | None) -> str:
+    """A time in this machine's zone, labelled (``2026-01-05 02:00:00 CET``): a job's cron
+    has a zone of its own, so an unlabelled time is ambiguous."""
+    if not ts:
+        return "-"
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ts).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def _print(table: object) -> None:
@@ -49,9 +68,9 @@ def _table(jobs: Iterable[JobView]) -> None:
         t.add_column(col, no_wrap=True)
     for j in jobs:
         status = j.state if not j.live else f"{j.state} ({j.live} live)"
-        last = f"{out.when(j.last_run_at)} {j.last_state or ''}".strip()
+        last = f"{_at(j.last_run_at)} {j.last_state or ''}".strip()
         t.add_row(j.name, status, _when(j), last,
-                  out.when(j.next_fire) if j.state == "ACTIVE" else "-", str(j.runs),
+                  _at(j.next_fire) if j.state == "ACTIVE" else "-", str(j.runs),
                   str(j.errors))
     _print(t)
 
@@ -101,7 +120,7 @@ def add(ctx: click.Context, name: str, cron: str | None, every: str | None, tz: 
     if as_json:
         out.emit_json(job)
     else:
-        click.echo(f"{job.id} {job.name}: {_when(job)}, next run {out.when(job.next_fire)}")
+        click.echo(f"{job.id} {job.name}: {_when(job)}, next run {_at(job.next_fire)}")
 
 
 @schedule.command("ls")
@@ -131,7 +150,7 @@ def show(ctx: click.Context, job: str, limit: int, as_json: bool) -> None:
         return
     click.echo(f"{d.name} ({d.id}) {d.state}: {_when(d)} -> {' '.join(d.spec.exec.argv)}")
     click.echo(f"  overlap={d.spec.overlap} missed={d.spec.missed} runs={d.runs} "
-               f"errors={d.errors} skipped={d.skipped} next={out.when(d.next_fire)}")
+               f"errors={d.errors} skipped={d.skipped} next={_at(d.next_fire)}")
     from rich.table import Table
 
     t = Table(box=None, pad_edge=False, header_style="bold")
@@ -139,7 +158,7 @@ def show(ctx: click.Context, job: str, limit: int, as_json: bool) -> None:
         t.add_column(col, no_wrap=col != "REASON")
     for r in d.recent:
         took = (f"{r.ended_at - r.started_at:.1f}s" if r.started_at and r.ended_at else "-")
-        t.add_row(str(r.id), out.when(r.fire_at), r.state, r.exec_id or "-",
+        t.add_row(str(r.id), _at(r.fire_at), r.state, r.exec_id or "-",
                   "-" if r.exit_code is None else str(r.exit_code), took, r.reason or "")
     _print(t)
 
