@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 @click.command(cls=ArgvCommand)
 @click.option("-d", "--detach", is_flag=True, help="print the exec id and return")
 @click.option("--name", help="a name to address the exec by")
-@click.option("--sandbox", default="default", show_default=True)
+@click.option("--sandbox", default="default", show_default=True,
+              help="the sandbox to run in (name or id)")
 @click.option("-e", "--env", "envs", multiple=True, help="KEY=VALUE (or KEY to copy)")
 @click.option("--cwd", type=click.Path(file_okay=False), help="working directory")
 @click.option("--timeout", type=float, help="cancel after SEC seconds")
@@ -54,11 +55,11 @@ if TYPE_CHECKING:
 @click.option("--revival", type=click.Choice(["revive", "reap", "ask"]), default="revive",
               show_default=True, help="agents: what happens when the agent dies")
 @click.option("--max-revivals", type=click.IntRange(0, 1000), default=MAX_REVIVALS,
-              show_default=True)
+              show_default=True, help="agents: revivals before the lineage is FAILED")
 @click.option("--aging-pct", type=click.FloatRange(0, 100), default=AGING_PCT,
-              show_default=True)
+              show_default=True, help="agents: context percent at which it is AGING")
 @click.option("--dying-pct", type=click.FloatRange(0, 100), default=DYING_PCT,
-              show_default=True)
+              show_default=True, help="agents: context percent at which it is DYING")
 @click.option("--stale-after", type=float, default=STALE_AFTER, show_default=True,
               help="agents: seconds of silence before STALE")
 @click.option("--crashed-after", type=float, default=CRASHED_AFTER, show_default=True,
@@ -288,8 +289,8 @@ def attach(ctx: click.Context, detach_keys: str | None, read_only: bool, replay:
 
 @click.command()
 @click.option("-a", "--all", "all_", is_flag=True, help="include ended execs")
-@click.option("--sandbox", default=None)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--sandbox", default=None, help="only this sandbox's execs")
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.pass_context
 def ps(ctx: click.Context, all_: bool, sandbox: str | None, as_json: bool) -> None:
     """List execs (running ones; -a for all); with --fleet, every host's placements."""

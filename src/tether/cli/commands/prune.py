@@ -43,7 +43,7 @@ def rm(ctx: click.Context, exec_refs: tuple[str, ...]) -> None:
               help="remove what ended more than AGE ago (7d, 12h…); default: the "
                    "daemon's policy (TETHER_KEEP_LOGS, TETHER_LOGS_MAX, TETHER_KEEP_EVENTS)")
 @click.option("--dry-run", is_flag=True, help="list what would go; change nothing")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.pass_context
 def prune(ctx: click.Context, older_than: str | None, dry_run: bool, as_json: bool) -> None:
     """Remove ended execs' logs and run files, and compact the old journal, now."""
@@ -66,7 +66,7 @@ def prune(ctx: click.Context, older_than: str | None, dry_run: bool, as_json: bo
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.pass_context
 def df(ctx: click.Context, as_json: bool) -> None:
     """Space used under the home: by kind, by sandbox, by agent lineage."""

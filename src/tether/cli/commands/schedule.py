@@ -85,7 +85,8 @@ def schedule() -> None:
 @click.option("--cron", help="five cron fields, e.g. '0 2 * * *' (in --tz)")
 @click.option("--every", help="a period, e.g. 15m (counted from now)")
 @click.option("--tz", default="UTC", show_default=True, help="IANA zone of --cron")
-@click.option("--sandbox", default="default", show_default=True)
+@click.option("--sandbox", default="default", show_default=True,
+              help="the sandbox its runs start in")
 @click.option("-e", "--env", "envs", multiple=True,
               help="KEY=VALUE (or KEY to copy); only these: the values are stored")
 @click.option("--cwd", type=click.Path(file_okay=False),
@@ -101,7 +102,7 @@ def schedule() -> None:
 @click.option("--jitter", help="delay each fire time by up to this, e.g. 30s")
 @click.option("--missed", type=click.Choice(["skip", "run-once"]), default="skip",
               show_default=True, help="fire times that passed while no daemon ran")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def add(ctx: click.Context, name: str, cron: str | None, every: str | None, tz: str,
@@ -125,7 +126,7 @@ def add(ctx: click.Context, name: str, cron: str | None, every: str | None, tz: 
 
 @schedule.command("ls")
 @click.option("-a", "--all", "show_all", is_flag=True, help="removed jobs too")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.pass_context
 def ls(ctx: click.Context, show_all: bool, as_json: bool) -> None:
     """List scheduled jobs."""
@@ -139,8 +140,9 @@ def ls(ctx: click.Context, show_all: bool, as_json: bool) -> None:
 
 @schedule.command("show")
 @click.argument("job")
-@click.option("-n", "--limit", type=click.IntRange(1, 10000), default=20, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("-n", "--limit", type=click.IntRange(1, 10000), default=20, show_default=True,
+              help="how many recent runs")
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.pass_context
 def show(ctx: click.Context, job: str, limit: int, as_json: bool) -> None:
     """A job and its recent runs (exec ids, exit codes, durations)."""
@@ -193,7 +195,7 @@ def scheduler() -> None:
 
 
 @scheduler.command("status")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
     """Every job: JOB, STATUS, LAST RUN, NEXT RUN, RUNS, ERRORS."""
