@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -14,11 +15,12 @@ from typing import Any
 
 import pytest
 
-from tests.harness import FIXTURES, SCRIPTED_AGENT, DaemonProc, wait_for
+from tests.harness import FIXTURES, SCRIPTED_AGENT, TETHER, DaemonProc, wait_for
 from tether.agent import snapshot
 from tether.client.blocking import Client
 from tether.client.errors import TetherError
 from tether.client.replies import AgentStarted, LineageView
+from tether.runtime import bwrap
 
 AGENT = str(SCRIPTED_AGENT)
 FAST = {"TETHER_AGENT_TICK": "0.2"}
@@ -543,3 +545,39 @@ def test_an_agent_command_that_cannot_start_is_not_restarted(daemon: DaemonProc,
     assert lin.attempt == 1
     (x,) = agent_execs(c, lin.id)
     assert x.state == "FAILED" and x.exit_code == 127 and not x.never_started
+
+
+@pytest.mark.skipif(not bwrap.probe().available, reason="needs bubblewrap")
+def test_a_sandboxed_agent_whose_program_is_missing_fails_at_once(
+        daemon: DaemonProc, tmp_path: Path) -> None:
+    """In bwrap the gate's shell would exit 127 itself, which read as a crash: revived
+    twice, then a crash loop. A missing or non-executable program is START_FAILED."""
+    c = daemon.client()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    c.sandbox_create("box", runtime="bwrap", workspace=str(ws))
+    not_exec = ws / "not-executable"
+    not_exec.write_text("#!/bin/sh\n")
+    for argv0, code in (("no-such-agent-xyz", 127), (str(not_exec), 126)):
+        lin = c.agent_start([argv0], provider="generic", revival="revive", sandbox="box",
+                            cwd=str(ws), env={"PATH": os.environ["PATH"]})
+        assert lin.status == "FAILED" and lin.exit_reason == "start_failed", lin
+        assert ("command not found" if code == 127 else "permission denied") in (
+            lin.reason or "")
+        assert lin.attempt == 1 and agent_execs(c, lin.id) == []
+    r = subprocess.run([*TETHER, "--home", str(daemon.home), "run", "-d", "--agent",
+                        "generic", "--sandbox", "box", "--", "no-such-agent-xyz"], cwd=ws,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 127 and r.stdout == "", r
+    assert "command not found: no-such-agent-xyz" in r.stderr
+
+
+def test_run_detached_prints_only_the_exec_id_on_stdout(daemon: DaemonProc,
+                                                        tmp_path: Path) -> None:
+    """`x=$(tether run -d -- claude …)` must give an exec ref: the lineage goes to stderr."""
+    r = subprocess.run([*TETHER, "--home", str(daemon.home), "run", "-d", "--agent",
+                        "generic", "--", "sleep", "30"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    x = daemon.client().exec_get(r.stdout.strip())
+    assert r.stdout == f"{x.id}\n" and f"lineage {x.lineage}" in r.stderr, r

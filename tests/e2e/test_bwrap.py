@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -307,3 +308,23 @@ def test_tether_kill_reaches_the_command_not_bwrap(box: tuple[Client, Path]) -> 
     c.exec_cancel(y.id, signal="INT", grace=10)
     done = c.exec_wait(y.id, timeout=20)
     assert (done.state, done.exit_code, done.signal) == ("CANCELLED", None, 2)
+
+
+@needs_exit_info
+def test_tether_kill_of_a_terminal_shell_waits_its_grace_then_sigkills(
+        box: tuple[Client, Path]) -> None:
+    """An interactive shell on a terminal moves itself to a process group of its own and
+    ignores SIGTERM. The signal went to bwrap's group instead: bwrap, the terminal's
+    session leader, died of it and the kernel hung the shell up (SIGHUP, within 0.3 s).
+    As in the process runtime: SIGTERM to the shell's group, SIGKILL after the grace."""
+    c, ws = box
+    x = c.exec_start(["bash", "--norc", "--noprofile", "-i"], sandbox="box", tty=True,
+                     stdin=True, cwd=str(ws), env={"PS1": "$ ", "HISTFILE": "/dev/null"})
+    wait_for(lambda: b"$ " in b"".join(c.read_logs(x.id, stream="pty")),
+             what="the prompt")
+    t0 = time.monotonic()
+    c.exec_cancel(x.id, signal="TERM", grace=1.0)
+    done = c.exec_wait(x.id, timeout=20)
+    took = time.monotonic() - t0
+    assert (done.state, done.exit_code, done.signal) == ("CANCELLED", None, 9), done
+    assert took >= 0.9, took

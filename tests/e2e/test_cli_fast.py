@@ -9,6 +9,7 @@ No timings (``python -m bench --only cli`` measures them).
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -101,3 +102,15 @@ def test_fast_path_loads_no_click_rich_or_msgspec(daemon: DaemonProc) -> None:
     names, p = _imports([*FAST, "--home", str(daemon.home), "ps", "--sandbox", "default"],
                         _scrubbed())
     assert p.returncode == 0 and "click" in names  # not a form it knows: click's
+
+
+def test_ps_shows_a_sandbox_by_its_name_in_both_paths(daemon: DaemonProc) -> None:
+    """People name sandboxes; `ps` showed the id. `--json` keeps the id (a stable ref)."""
+    c = daemon.client()
+    sb = c.sandbox_create("mybox", runtime="process")
+    c.exec_start(["sleep", "60"], sandbox="mybox")
+    fast, _ = _both(daemon, "ps")
+    row = fast.stdout.decode().splitlines()[1].split()
+    assert row[1:3] == ["-", "mybox"], fast.stdout
+    fast, _ = _both(daemon, "ps", "--json")
+    assert json.loads(fast.stdout)[0]["sandbox"] == sb.id != "mybox"

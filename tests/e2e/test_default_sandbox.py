@@ -204,12 +204,14 @@ def test_an_agent_in_the_default_sandbox_reaches_only_its_session(
         r = tether(d, "run", "--agent", "generic", "-d", "--", sys.executable,
                    "agent.py", str(srv.getsockname()[1]), cwd=work)
         assert r.returncode == 0, r.stderr
-        exec_id, lineage_id = r.stdout.decode().replace("(lineage ", "").rstrip(")\n").split()
+        exec_id = r.stdout.decode().strip()  # the exec id alone; the lineage on stderr
         first = wait_for(lambda: report(work, 1), timeout=20, what="attempt 1's report")
     finally:
         srv.close()
     c = d.client()
     assert c.exec_get(exec_id).sandbox == "default"
+    lineage_id = c.exec_get(exec_id).lineage
+    assert lineage_id is not None
     assert first["socket"] == str(d.home / "agent" / "agent.sock")
     assert first["home"] == ["agent", "agents"]  # its own state dir, nothing else
     assert first["sees"] == {"tether.sock": False, "tether.db": False}

@@ -246,7 +246,13 @@ def test_df_adds_up(h: Home) -> None:
     [sb] = du["sandboxes"]
     assert sb["name"] == "default" and sb["execs"] == 2
     assert sb["bytes"] == du["kinds"]["logs"] + du["kinds"]["run"]
-    assert h.d.cli("df").returncode == 0
+    r = h.d.cli("df")
+    assert r.returncode == 0 and b"  2 execs\n" in r.stdout, r.stdout
+    h.d.client().sandbox_create("solo", runtime="process")  # its row: "1 exec"
+    x = h.d.client().exec_start(["true"], sandbox="solo")
+    h.d.client().exec_wait(x.id, timeout=10)
+    r = h.d.cli("df")
+    assert b"  1 exec\n" in r.stdout, r.stdout
 
 
 def test_sigkill_mid_prune_is_finished_at_restart(h: Home) -> None:

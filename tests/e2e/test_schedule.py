@@ -4,6 +4,7 @@ execs, real SIGKILLs (issue 12, Scheduler)."""
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -330,3 +331,19 @@ def test_the_sdk_and_the_cli_show_jobs_and_runs(s: Sched) -> None:
     assert [j.name for j in c.schedule_list()] == ["sdk"]
     assert c.schedule_remove("sdk").state == "REMOVED"
     assert c.schedule_list() == [] and [j.name for j in c.schedule_list(all=True)] == ["sdk"]
+
+
+def test_the_cli_shows_periods_in_the_users_unit_and_times_with_their_zone(s: Sched) -> None:
+    """`--every 15m` read back as `every 900s`, and times without a zone (a cron job has a
+    zone of its own: 02:00 in which?)."""
+    s.d.start()
+    tz = {"TZ": "Europe/Berlin"}
+    r = s.d.cli("schedule", "add", "q", "--every", "15m", "--", "true", env=tz)
+    assert r.returncode == 0, r.stderr
+    assert b": every 15m, next run " in r.stdout, r.stdout
+    assert re.search(rb"next run \d{4}-\d\d-\d\d \d\d:\d\d:\d\d CES?T\n", r.stdout), r.stdout
+    r = s.d.cli("scheduler", "status", env=tz)
+    row = r.stdout.decode().splitlines()[1]
+    assert "every 15m" in row and re.search(r"\d\d:\d\d:\d\d CES?T", row), row
+    assert s.d.cli("schedule", "add", "d", "--every", "2d", "--", "true").stdout.split(
+        b": ")[1].startswith(b"every 2d, ")

@@ -175,3 +175,18 @@ def test_bad_hooks_are_refused_precisely_and_the_daemon_keeps_serving(
     r = daemon.cli("hook", "add", "y", "--on", "exec.*")
     assert r.returncode != 0 and b"--url" in r.stderr
     assert os.path.isdir(daemon.home)
+
+
+@pytest.mark.parametrize("script", ["exit 3", "exec 0<&-; sleep 0.2; exit 3"])
+def test_an_exec_hook_that_does_not_read_its_stdin_reports_its_exit_status(
+        daemon: DaemonProc, script: str) -> None:
+    """A command may exit (or close stdin) before the body is written: the closed pipe
+    is no internal error, the command's exit status is the answer."""
+    r = daemon.cli("hook", "add", "deaf", "--on", "exec.finished", "--exec", "--",
+                   "sh", "-c", script)
+    assert r.returncode == 0, r.stderr
+    c = daemon.client()
+    run(c, "true")
+    wait_for(lambda: state_of(c, "deaf").get("FAILED") == 1, what="the failed try")
+    d = c.hook_show("deaf").deliveries[0]
+    assert d.last_error == "the command exited 3", d.last_error

@@ -44,7 +44,9 @@ def start(d: DaemonProc, repo: Path, branch: str, script: str, *extra: str) -> s
     r = tether(d, repo, "run", "--agent", "generic", "-d", "--worktree", branch, *extra,
                "--", "/bin/sh", "-c", script)
     assert r.returncode == 0, r.stderr
-    return r.stdout.split("lineage ")[1].rstrip(")\n")
+    lineage = d.client().exec_get(r.stdout.strip()).lineage  # stdout: the exec id alone
+    assert lineage is not None and f"lineage {lineage}" in r.stderr, r.stderr
+    return lineage
 
 
 def base_port() -> int:

@@ -27,6 +27,7 @@ class ExitReason(StrEnum):
     USAGE_LIMITED = "usage_limited"  # the provider's usage limit: wait for the reset
     WAITING_FOR_USER = "waiting_for_user"  # stuck on a question only its user can answer
     BUDGET = "budget"  # stopped by tether: a cost budget with policy stop was reached
+    START_FAILED = "start_failed"  # its program could not be started (not found: 127)
 
 
 #: When a usage-limit message gives no reset time: wait this long, then try again (a

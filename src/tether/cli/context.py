@@ -63,7 +63,7 @@ def listing(group: click.Group, *, ls_help: str, inspect_help: str, all_help: st
 
     @group.command("ls", help=ls_help)
     @click.option("-a", "--all", "all_", is_flag=True, help=all_help)
-    @click.option("--json", "as_json", is_flag=True)
+    @click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
     @click.pass_context
     def ls(ctx: click.Context, all_: bool, as_json: bool) -> None:
         rows = fetch(client(ctx), all_)

@@ -115,7 +115,9 @@ def ps(home: str, args: list[str]) -> int:
 
         sys.stdout.write(json.dumps([pstable.exec_row(x) for x in execs]) + "\n")
         return 0
-    text = pstable.plain(*pstable.exec_cells(execs))
+    names = (pstable.sandbox_names(_call(home, "sandbox.list", {"all": True})["sandboxes"])
+             if pstable.named_sandboxes(execs) else None)
+    text = pstable.plain(*pstable.exec_cells(execs, names))
     if text is None:
         raise Decline
     sys.stdout.write(text)

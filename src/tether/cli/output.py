@@ -71,8 +71,9 @@ def exec_row(x: ExecView) -> dict[str, Any]:
     return pstable.exec_row(msgspec.to_builtins(x))
 
 
-def exec_table(execs: Iterable[ExecView]) -> None:
-    cols, rows = pstable.exec_cells([msgspec.to_builtins(x) for x in execs])
+def exec_table(execs: Iterable[ExecView], names: dict[str, str] | None = None) -> None:
+    """``names``: sandbox id -> name (:func:`pstable.sandbox_names`), shown for the id."""
+    cols, rows = pstable.exec_cells([msgspec.to_builtins(x) for x in execs], names)
     t = _table()
     for col in cols:
         t.add_column(col, overflow="fold" if col == "COMMAND" else "ellipsis", no_wrap=True)

@@ -51,9 +51,23 @@ def exec_row(x: dict[str, Any]) -> dict[str, Any]:
             "argv": x["spec"]["argv"], "agent": x.get("agent")}
 
 
-def exec_cells(execs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]:
+def named_sandboxes(execs: list[dict[str, Any]]) -> bool:
+    """Whether a sandbox other than ``default`` (whose id is its name) is shown: only then
+    is ``sandbox.list`` asked for the names."""
+    return any(x["sandbox"] != "default" for x in execs)
+
+
+def sandbox_names(sandboxes: list[dict[str, Any]]) -> dict[str, str]:
+    """Sandbox id -> name, from ``sandbox.list`` (``all``) as JSON values."""
+    return {s["id"]: s["name"] for s in sandboxes if s.get("name")}
+
+
+def exec_cells(execs: list[dict[str, Any]], names: dict[str, str] | None = None,
+               ) -> tuple[list[str], list[list[str]]]:
     """The columns and each exec's cells (``exec.list``'s ``execs`` as JSON values); the
-    agent columns only when an exec is an agent's."""
+    agent columns only when an exec is an agent's. ``names``: a sandbox is shown by its
+    name, else its id."""
+    names = names or {}
     agents = any(x.get("agent") for x in execs)
     cols = ["ID", "NAME", "SANDBOX", "STATE", "EXIT", "PID", "STARTED"]
     if agents:
@@ -62,7 +76,8 @@ def exec_cells(execs: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
     for x in execs:
         code, sig = x.get("exit_code"), x.get("signal")
         exit_s = str(code) if code is not None else (f"sig{sig}" if sig else "-")
-        cells = [x["id"], x.get("name") or "-", x["sandbox"], x["state"], exit_s,
+        cells = [x["id"], x.get("name") or "-", names.get(x["sandbox"], x["sandbox"]),
+                 x["state"], exit_s,
                  str(x.get("pid") or "-"), when(x.get("started_at"))]
         if agents:
             a = x.get("agent")

@@ -34,7 +34,8 @@ def sandbox_flags(*, for_run: bool) -> Callable[[F], F]:
             click.option("--mount", "mounts", multiple=True, metavar="SRC:DST[:ro|rw]",
                          help="bind a host path (read-only unless :rw)"),
             click.option("--network", type=click.Choice(["none", "private", "host"]),
-                         default=None),
+                         default=None, help="none (loopback only), private (no host, no "
+                         "internet) or host"),
             click.option("--memory", default=None, help="docker: memory limit, e.g. 512m"),
             click.option("--cpus", type=float, default=None, help="docker: CPU limit"),
             click.option("--pids", type=int, default=None, help="docker: process limit"),
@@ -42,7 +43,8 @@ def sandbox_flags(*, for_run: bool) -> Callable[[F], F]:
                          default=None, help="stop it after SEC seconds without a running exec"),
             click.option("--ttl", type=click.FloatRange(min=0, min_open=True), default=None,
                          help="delete it SEC seconds after creation"),
-            click.option("--label", "labels", multiple=True, metavar="KEY=VALUE"),
+            click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
+                         help="a label on the sandbox (repeatable)"),
             click.option("--set", "sets", multiple=True,
                          help="KEY=VALUE: a spec param or field path"),
         ]

@@ -62,6 +62,7 @@ class Child:
         self.may_have_ended = True  # set by SIGCHLD; saves a waitid per wake-up
         self.helpers: set[int] = set()  # signal helpers still to be reaped
         self.group: int | None = None  # the command's own group, below the child (bwrap)
+        self.pin: Any = None  # its monitor.pin.Pin, when gated: the group as it is now
 
     # -------------------------------------------------------------- start
     def spawn(self, actions: list[tuple[Any, ...]], setsid: bool) -> None:
@@ -178,10 +179,12 @@ class Child:
         also ends the client, so a hung engine cannot keep the exec alive. When the
         command runs in a group of its own below the child (``group``: bwrap's
         ``--new-session``), the signal goes to that group, as the process runtime's does;
-        SIGKILL to the child's too."""
-        if self.group is not None and self.group != self.pid:
+        SIGKILL to the child's too. That group is looked up again (``Pin.group_now``):
+        a terminal's shell leaves bwrap's group for one of its own."""
+        group = (self.pin.group_now() if self.pin is not None else None) or self.group
+        if group is not None and group != self.pid:
             try:
-                os.killpg(self.group, sig)
+                os.killpg(group, sig)
             except (ProcessLookupError, PermissionError):
                 pass
             if sig != signal.SIGKILL:

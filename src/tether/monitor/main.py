@@ -259,7 +259,7 @@ class Monitor:
         self.clients.listen(self.ahead.take_listener() if self.ahead is not None else None)
         self.child.pid, self.child.started_at = z.pid, time.time()
         self.pin = z.pin
-        self.child.group = z.pin.pgid
+        self.child.group, self.child.pin = z.pin.pgid, z.pin
         try:
             return z.send(warm, self.spec["env"])
         except OSError as e:  # the stub died between the check and now: it never ran
@@ -295,7 +295,7 @@ class Monitor:
         self.child.started_at = time.time()
         if self.spec.get("gated"):
             self.pin.find(self.child.pid)
-            self.child.group = self.pin.pgid
+            self.child.group, self.child.pin = self.pin.pgid, self.pin
         return gate_w
 
     def _announce(self) -> None:

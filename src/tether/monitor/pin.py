@@ -6,7 +6,8 @@ same as a real ``exit 128+N``. A ``gated`` launch (``Launch.gated``) starts the 
 behind a gate, ``read _ <&3; exec "$@"``: before opening it the monitor finds the gate's
 process (it is the command once the gate ``exec``\\ s), holds a pidfd to it, and learns its
 process group. Then the monitor signals that group (the command's, as in the process
-runtime) and, once the child ends, asks the kernel for the command's own wait status
+runtime; looked up again at each signal, :meth:`Pin.group_now`) and, once the child ends,
+asks the kernel for the command's own wait status
 (``PIDFD_GET_INFO`` with ``PIDFD_INFO_EXIT``, Linux 6.15+). When any step fails (older
 kernel, bwrap died early, the gate never appeared) the child's own status stands.
 
@@ -67,6 +68,7 @@ class Pin:
 
     def __init__(self) -> None:
         self.pidfd: int | None = None
+        self.pid: int | None = None
         self.pgid: int | None = None
 
     def find(self, child: int) -> None:
@@ -81,12 +83,25 @@ class Pin:
                 if len(grand) == 1:
                     fd = os.pidfd_open(grand[0])
                     if grand == [g for c in _children(child) for g in _children(c)]:
-                        self.pidfd, self.pgid = fd, os.getpgid(grand[0])
+                        self.pidfd, self.pid, self.pgid = fd, grand[0], os.getpgid(grand[0])
                         return  # still the gate's child: blocked on the gate, not reused
                     os.close(fd)
                 time.sleep(0.0005)  # bwrap reaches the gate in ~2 ms: poll finely
         except OSError:
             pass
+
+    def group_now(self) -> int | None:
+        """The command's process group now, or None once it ended. A shell on a terminal
+        moves itself to a group of its own (job control) after it was pinned; the group it
+        left is bwrap's, the terminal's session leader, whose death would hang it up."""
+        if self.pidfd is None or self.pid is None:
+            return None
+        try:
+            pgid = os.getpgid(self.pid)
+        except OSError:
+            return None
+        # Alive after the lookup (its pidfd not readable): the pid was not reused.
+        return None if select.select([self.pidfd], [], [], 0)[0] else pgid
 
     def status(self, wait: float = 2.0) -> tuple[int | None, int | None] | None:
         """The command's (exit code, signal), or None when the kernel cannot say.

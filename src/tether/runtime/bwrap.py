@@ -44,6 +44,7 @@ from tether.hostio.copy import copy_into, copy_out_of
 from tether.hostio.paths import is_within
 from tether.model.errors import RpcCode, TetherError, invalid_params
 from tether.model.records import SandboxRecord, SandboxSpec
+from tether.monitor.child import resolve_command
 from tether.monitor.zygote import ENV as ZYGOTE_ENV
 from tether.monitor.zygote import STUB
 from tether.runtime.base import (
@@ -343,6 +344,20 @@ def bind_identity(args: list[str]) -> tuple[tuple[int, int], ...]:
     return tuple(ident)
 
 
+def agent_command(name: str, *, cwd: str, path_env: str) -> None:
+    """Refuse an agent whose program cannot be started, as the monitor refuses a plain
+    command (START_FAILED, exit 127/126) rather than let the gate's shell exit 127 later:
+    that would read as a crash and be revived. An agent sees the host's paths read-only
+    (its toolchain is what this lookup finds), so the host's answer is the sandbox's."""
+    where = name if "/" not in name else os.path.join(cwd, name)
+    try:
+        resolve_command(where, {"PATH": path_env})
+    except OSError as e:
+        code = 127 if isinstance(e, FileNotFoundError) else 126
+        raise TetherError(RpcCode.START_FAILED, "START_FAILED", f"{e.strerror}: {name}",
+                          {"exit_code": code}) from None
+
+
 def _warm_fits(tty: bool, stdin: bool) -> bool:
     """Whether a zygote can run this exec: no terminal and no stdin (a zygote's stdio is
     its logs and /dev/null)."""
@@ -397,6 +412,8 @@ class BwrapRuntime(Runtime):
             raise cannot_sandbox(problem)
         env = host_env(req.spec, req.sandbox, "")
         argv0, path_env, venv = req.spec.argv[0], env.get("PATH", ""), env.get("VIRTUAL_ENV")
+        if req.agent is not None:
+            agent_command(argv0, cwd=cwd, path_env=env.get("PATH", os.defpath))
         tools = () if req.agent is not None else self._toolchains.get(
             (argv0, cwd if "/" in argv0 else "", path_env, venv), path_env, venv,
             lambda: toolchain(argv0, cwd=cwd, path_env=path_env, virtual_env=venv))

@@ -91,12 +91,15 @@ def _session() -> Session:
 
 
 @agent.command("turn")
-@click.option("--context-pct", type=click.FloatRange(0, 100), default=None)
-@click.option("--model", default=None)
-@click.option("--input-tokens", type=click.IntRange(min=0), default=None)
-@click.option("--output-tokens", type=click.IntRange(min=0), default=None)
+@click.option("--context-pct", type=click.FloatRange(0, 100), default=None,
+              help="how full the context window is, in percent")
+@click.option("--model", default=None, help="the model that ran the turn")
+@click.option("--input-tokens", type=click.IntRange(min=0), default=None,
+              help="the turn's input tokens")
+@click.option("--output-tokens", type=click.IntRange(min=0), default=None,
+              help="the turn's output tokens")
 @click.option("-m", "--message", "messages", multiple=True, help="ROLE:TEXT (repeatable)")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 def agent_turn(context_pct: float | None, model: str | None, input_tokens: int | None,
                output_tokens: int | None, messages: tuple[str, ...], as_json: bool) -> None:
     """Report a completed turn; prints the lifecycle state (and what to do)."""

@@ -41,10 +41,10 @@ def _tokens(s: CostSum) -> str:
 
 @click.command()
 @click.option("--by", type=click.Choice(["lineage", "day", "sandbox", "attempt", "model"]),
-              default="lineage", show_default=True)
+              default="lineage", show_default=True, help="group the spend by this")
 @click.option("--since", default=None, metavar="7d|DATE",
               help="only turns from then on (a span ago, or a date)")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.pass_context
 def cost(ctx: click.Context, by: str, since: str | None, as_json: bool) -> None:
     """What agents' turns cost, priced by the table (`<home>/prices.toml` overrides it).
@@ -75,7 +75,7 @@ def _show(b: Budgets) -> None:
 
 
 @click.group(invoke_without_command=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.pass_context
 def budget(ctx: click.Context, as_json: bool) -> None:
     """Cost budgets: a daily one over every agent, and per lineage (`tether run --budget`).
@@ -91,7 +91,7 @@ def budget(ctx: click.Context, as_json: bool) -> None:
 @click.argument("amount", type=click.FloatRange(min=0, min_open=True))
 @click.option("--lineage", default=None, help="this lineage's budget (default: the daily one)")
 @click.option("--policy", type=click.Choice(["pause", "stop"]), default="pause",
-              show_default=True)
+              show_default=True, help="at the budget, deny tool calls or stop the agent")
 @click.pass_context
 def budget_set(ctx: click.Context, amount: float, lineage: str | None, policy: str) -> None:
     """Set the daily budget (dollars), or a lineage's."""

@@ -14,7 +14,7 @@ from tether.client import daemonctl
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
     """Show the daemon's status."""
@@ -96,7 +96,8 @@ def daemon(ctx: click.Context, pool: int, default_runtime: str | None,
 
 
 @daemon.command("stop")
-@click.option("--timeout", type=float, default=30.0, show_default=True)
+@click.option("--timeout", type=float, default=30.0, show_default=True,
+              help="seconds to wait for it to let go of the home")
 @click.pass_context
 def daemon_stop(ctx: click.Context, timeout: float) -> None:
     """Stop the daemon gracefully (SIGTERM). Running execs keep running."""

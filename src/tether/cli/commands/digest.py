@@ -79,7 +79,7 @@ def _story(s: LineageStory) -> None:
               help="with --build: a command that reads the node's JSON on stdin and "
               "prints its summary (e.g. 'claude -p \"Summarise this\"')")
 @click.option("--versions", is_flag=True, help="every version of the node, oldest first")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.pass_context
 def digest(ctx: click.Context, hour: str | None, day: str | None, week: str | None,
            month: str | None, lineage: str | None, build: bool, summarizer: str | None,

@@ -12,10 +12,10 @@ from tether.model.records import Event
 
 
 @click.command()
-@click.option("-f", "--follow", is_flag=True)
+@click.option("-f", "--follow", is_flag=True, help="keep printing new events")
 @click.option("--since", type=click.IntRange(min=0), default=0,
               help="cursor: global seq, or the sandbox's seq with --sandbox")
-@click.option("--sandbox", default=None)
+@click.option("--sandbox", default=None, help="only this sandbox's events")
 @click.option("--epoch", default=None,
               help="the journal epoch --since was read in (`tether status --json`): a "
               "reset journal is then refused instead of skipped")

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 @click.command(cls=ArgvCommand)
 @click.option("-d", "--detach", is_flag=True, help="print the exec id and return")
 @click.option("--name", help="a name to address the exec by")
-@click.option("--sandbox", default="default", show_default=True)
+@click.option("--sandbox", default="default", show_default=True,
+              help="the sandbox to run in (name or id)")
 @click.option("-e", "--env", "envs", multiple=True, help="KEY=VALUE (or KEY to copy)")
 @click.option("--cwd", type=click.Path(file_okay=False), help="working directory")
 @click.option("--timeout", type=float, help="cancel after SEC seconds")
@@ -54,11 +55,11 @@ if TYPE_CHECKING:
 @click.option("--revival", type=click.Choice(["revive", "reap", "ask"]), default="revive",
               show_default=True, help="agents: what happens when the agent dies")
 @click.option("--max-revivals", type=click.IntRange(0, 1000), default=MAX_REVIVALS,
-              show_default=True)
+              show_default=True, help="agents: revivals before the lineage is FAILED")
 @click.option("--aging-pct", type=click.FloatRange(0, 100), default=AGING_PCT,
-              show_default=True)
+              show_default=True, help="agents: context percent at which it is AGING")
 @click.option("--dying-pct", type=click.FloatRange(0, 100), default=DYING_PCT,
-              show_default=True)
+              show_default=True, help="agents: context percent at which it is DYING")
 @click.option("--stale-after", type=float, default=STALE_AFTER, show_default=True,
               help="agents: seconds of silence before STALE")
 @click.option("--crashed-after", type=float, default=CRASHED_AFTER, show_default=True,
@@ -173,10 +174,15 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
                 commit_on_finish=commit_on_finish, budget_usd=budget_usd,
                 budget_policy=budget_policy)  # type: ignore[arg-type]
             if lin.exec_view is None:
-                die(f"agent lineage {lin.id} did not start: {lin.reason}", 1)
+                # Its program could not be started: exit as the shell (and `tether run`
+                # of a plain command) would, 127 not found, 126 not executable.
+                die(f"agent lineage {lin.id} did not start: {lin.reason}",
+                    1 if lin.exit_reason != "start_failed" else
+                    127 if "not found" in (lin.reason or "") else 126)
             x: ExecView = lin.exec_view
-            if detach:
-                click.echo(f"{x.id}  (lineage {lin.id})")
+            if detach:  # stdout is the exec ref alone: `x=$(tether run -d -- claude)`
+                out.note(f"agent lineage {lin.id}: revived as a new exec if this one dies")
+                click.echo(x.id)
                 return
         else:
             x = c.exec_start(list(argv), sandbox=sandbox, env=env, cwd=workdir,
@@ -283,8 +289,8 @@ def attach(ctx: click.Context, detach_keys: str | None, read_only: bool, replay:
 
 @click.command()
 @click.option("-a", "--all", "all_", is_flag=True, help="include ended execs")
-@click.option("--sandbox", default=None)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--sandbox", default=None, help="only this sandbox's execs")
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.pass_context
 def ps(ctx: click.Context, all_: bool, sandbox: str | None, as_json: bool) -> None:
     """List execs (running ones; -a for all); with --fleet, every host's placements."""
@@ -293,11 +299,14 @@ def ps(ctx: click.Context, all_: bool, sandbox: str | None, as_json: bool) -> No
 
         fleet_ps(ctx, all_, as_json)
         return
-    execs = client(ctx).exec_list(sandbox=sandbox, all=all_)
-    if as_json:
+    c = client(ctx)
+    execs = c.exec_list(sandbox=sandbox, all=all_)
+    if as_json:  # ids, as ever: names are for people
         out.emit_json([out.exec_row(x) for x in execs])
     else:
-        out.exec_table(execs)
+        named = any(x.sandbox != "default" for x in execs)
+        out.exec_table(execs, {s.id: s.name for s in c.sandbox_list(all=True) if s.name}
+                       if named else None)
 
 
 @click.command()

@@ -63,7 +63,7 @@ def fleet_init(url: str) -> None:
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.pass_context
 def hosts(ctx: click.Context, as_json: bool) -> None:
     """The fleet's hosts: their lease, capacity, load, version."""

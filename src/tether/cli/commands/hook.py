@@ -43,7 +43,7 @@ def _target(h: WebhookView) -> str:
               help="only events of execs that exited non-zero or by a signal")
 @click.option("--max-tries", type=click.IntRange(1, 100), default=8, show_default=True,
               help="tries (with exponential backoff) before a delivery is DEAD")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.pass_context
 def hook_add(ctx: click.Context, name: str, command: tuple[str, ...], on: tuple[str, ...],
              url: str | None, use_exec: bool, secret_file: str | None, sandbox: str | None,
@@ -71,7 +71,7 @@ def hook_add(ctx: click.Context, name: str, command: tuple[str, ...], on: tuple[
 
 
 @hook.command("ls")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.pass_context
 def hook_ls(ctx: click.Context, as_json: bool) -> None:
     """List hooks with their deliveries by state."""
@@ -92,8 +92,9 @@ def _line(d: DeliveryView) -> str:
 
 @hook.command("show")
 @click.argument("name")
-@click.option("--limit", type=click.IntRange(1, 10000), default=20, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--limit", type=click.IntRange(1, 10000), default=20, show_default=True,
+              help="how many recent deliveries")
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.pass_context
 def hook_show(ctx: click.Context, name: str, limit: int, as_json: bool) -> None:
     """Show a hook, its newest deliveries and its dead letters."""

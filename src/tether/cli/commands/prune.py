@@ -43,7 +43,7 @@ def rm(ctx: click.Context, exec_refs: tuple[str, ...]) -> None:
               help="remove what ended more than AGE ago (7d, 12h…); default: the "
                    "daemon's policy (TETHER_KEEP_LOGS, TETHER_LOGS_MAX, TETHER_KEEP_EVENTS)")
 @click.option("--dry-run", is_flag=True, help="list what would go; change nothing")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.pass_context
 def prune(ctx: click.Context, older_than: str | None, dry_run: bool, as_json: bool) -> None:
     """Remove ended execs' logs and run files, and compact the old journal, now."""
@@ -60,13 +60,13 @@ def prune(ctx: click.Context, older_than: str | None, dry_run: bool, as_json: bo
     verb = "would remove" if dry_run else "removed"
     for x in rep.execs:
         click.echo(f"{x.id}\t{x.name or '-'}\t{human(x.bytes)}\t{x.why}")
-    click.echo(f"{verb}: logs of {len(rep.execs)} execs ({human(rep.log_bytes)}), "
+    click.echo(f"{verb}: logs of {_count(len(rep.execs), 'exec')} ({human(rep.log_bytes)}), "
                f"{rep.run_files} run files ({human(rep.run_bytes)}), "
                f"{rep.events} journal events, {rep.schedule_runs} scheduled runs")
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.pass_context
 def df(ctx: click.Context, as_json: bool) -> None:
     """Space used under the home: by kind, by sandbox, by agent lineage."""
@@ -84,8 +84,13 @@ def df(ctx: click.Context, as_json: bool) -> None:
     if du.sandboxes:
         click.echo("sandboxes (logs and run files):")
         for s in du.sandboxes:
-            click.echo(f"  {s.name or s.id:<24}{human(s.bytes):>12}  {s.execs} execs")
+            click.echo(f"  {s.name or s.id:<24}{human(s.bytes):>12}  {_count(s.execs, 'exec')}")
     if du.lineages:
         click.echo("lineages (logs, run files and snapshots):")
         for s in du.lineages:
             click.echo(f"  {s.name or s.id:<24}{human(s.bytes):>12}")
+
+
+def _count(n: int, noun: str) -> str:
+    """``1 exec``, ``2 execs``."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -45,7 +45,8 @@ listing(sandbox, ls_help="List sandboxes.", inspect_help="Show a sandbox as JSON
 
 
 @sandbox.command("stop")
-@click.option("--grace", type=float, default=KILL_GRACE, show_default=True)
+@click.option("--grace", type=float, default=KILL_GRACE, show_default=True,
+              help="seconds from SIGTERM to SIGKILL for its execs")
 @click.argument("ref")
 @click.pass_context
 def sandbox_stop(ctx: click.Context, grace: float, ref: str) -> None:
@@ -62,7 +63,8 @@ def sandbox_start(ctx: click.Context, ref: str) -> None:
 
 
 @sandbox.command("rm")
-@click.option("--grace", type=float, default=KILL_GRACE, show_default=True)
+@click.option("--grace", type=float, default=KILL_GRACE, show_default=True,
+              help="seconds from SIGTERM to SIGKILL for its execs")
 @click.option("--force", is_flag=True,
               help="docker: record it deleted even if dockerd cannot remove its containers "
                    "now (they are removed when it answers again)")

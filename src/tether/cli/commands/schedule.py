@@ -31,7 +31,26 @@ def _when(job: JobView) -> str:
     spec = job.spec
     if spec.cron is not None:
         return f"cron {spec.cron} {spec.tz}"
-    return f"every {spec.every:g}s"
+    return f"every {_period(spec.every or 0.0)}"
+
+
+def _period(seconds: float) -> str:
+    """A period in the largest unit that holds it whole (``--every 15m`` is stored as
+    900 s, and shown as 15m again)."""
+    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= n and seconds % n == 0:
+            return f"{seconds / n:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def _at(ts: float | None) -> str:
+    """A time in this machine's zone, labelled (``2026-01-05 02:00:00 CET``): a job's cron
+    has a zone of its own, so an unlabelled time is ambiguous."""
+    if not ts:
+        return "-"
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ts).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
 
 
 def _print(table: object) -> None:
@@ -49,9 +68,9 @@ def _table(jobs: Iterable[JobView]) -> None:
         t.add_column(col, no_wrap=True)
     for j in jobs:
         status = j.state if not j.live else f"{j.state} ({j.live} live)"
-        last = f"{out.when(j.last_run_at)} {j.last_state or ''}".strip()
+        last = f"{_at(j.last_run_at)} {j.last_state or ''}".strip()
         t.add_row(j.name, status, _when(j), last,
-                  out.when(j.next_fire) if j.state == "ACTIVE" else "-", str(j.runs),
+                  _at(j.next_fire) if j.state == "ACTIVE" else "-", str(j.runs),
                   str(j.errors))
     _print(t)
 
@@ -66,7 +85,8 @@ def schedule() -> None:
 @click.option("--cron", help="five cron fields, e.g. '0 2 * * *' (in --tz)")
 @click.option("--every", help="a period, e.g. 15m (counted from now)")
 @click.option("--tz", default="UTC", show_default=True, help="IANA zone of --cron")
-@click.option("--sandbox", default="default", show_default=True)
+@click.option("--sandbox", default="default", show_default=True,
+              help="the sandbox its runs start in")
 @click.option("-e", "--env", "envs", multiple=True,
               help="KEY=VALUE (or KEY to copy); only these: the values are stored")
 @click.option("--cwd", type=click.Path(file_okay=False),
@@ -82,7 +102,7 @@ def schedule() -> None:
 @click.option("--jitter", help="delay each fire time by up to this, e.g. 30s")
 @click.option("--missed", type=click.Choice(["skip", "run-once"]), default="skip",
               show_default=True, help="fire times that passed while no daemon ran")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def add(ctx: click.Context, name: str, cron: str | None, every: str | None, tz: str,
@@ -101,12 +121,12 @@ def add(ctx: click.Context, name: str, cron: str | None, every: str | None, tz: 
     if as_json:
         out.emit_json(job)
     else:
-        click.echo(f"{job.id} {job.name}: {_when(job)}, next run {out.when(job.next_fire)}")
+        click.echo(f"{job.id} {job.name}: {_when(job)}, next run {_at(job.next_fire)}")
 
 
 @schedule.command("ls")
 @click.option("-a", "--all", "show_all", is_flag=True, help="removed jobs too")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.pass_context
 def ls(ctx: click.Context, show_all: bool, as_json: bool) -> None:
     """List scheduled jobs."""
@@ -120,8 +140,9 @@ def ls(ctx: click.Context, show_all: bool, as_json: bool) -> None:
 
 @schedule.command("show")
 @click.argument("job")
-@click.option("-n", "--limit", type=click.IntRange(1, 10000), default=20, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("-n", "--limit", type=click.IntRange(1, 10000), default=20, show_default=True,
+              help="how many recent runs")
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.pass_context
 def show(ctx: click.Context, job: str, limit: int, as_json: bool) -> None:
     """A job and its recent runs (exec ids, exit codes, durations)."""
@@ -131,7 +152,7 @@ def show(ctx: click.Context, job: str, limit: int, as_json: bool) -> None:
         return
     click.echo(f"{d.name} ({d.id}) {d.state}: {_when(d)} -> {' '.join(d.spec.exec.argv)}")
     click.echo(f"  overlap={d.spec.overlap} missed={d.spec.missed} runs={d.runs} "
-               f"errors={d.errors} skipped={d.skipped} next={out.when(d.next_fire)}")
+               f"errors={d.errors} skipped={d.skipped} next={_at(d.next_fire)}")
     from rich.table import Table
 
     t = Table(box=None, pad_edge=False, header_style="bold")
@@ -139,7 +160,7 @@ def show(ctx: click.Context, job: str, limit: int, as_json: bool) -> None:
         t.add_column(col, no_wrap=col != "REASON")
     for r in d.recent:
         took = (f"{r.ended_at - r.started_at:.1f}s" if r.started_at and r.ended_at else "-")
-        t.add_row(str(r.id), out.when(r.fire_at), r.state, r.exec_id or "-",
+        t.add_row(str(r.id), _at(r.fire_at), r.state, r.exec_id or "-",
                   "-" if r.exit_code is None else str(r.exit_code), took, r.reason or "")
     _print(t)
 
@@ -174,7 +195,7 @@ def scheduler() -> None:
 
 
 @scheduler.command("status")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
     """Every job: JOB, STATUS, LAST RUN, NEXT RUN, RUNS, ERRORS."""

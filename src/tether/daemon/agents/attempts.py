@@ -199,9 +199,12 @@ class Attempts:
                     why = e.message if isinstance(e, TetherError) else f"{type(e).__name__}: {e}"
                     if not isinstance(e, TetherError):
                         log.warning("lineage %s attempt %s: %s", rec.id, rec.attempt, why)
+                    # A program that cannot be started is not a crash: nothing to revive.
+                    missing = isinstance(e, TetherError) and e.code == "START_FAILED"
                     rec = core.commit(core.store.update_lineage(
                         rec.id, status=LineageStatus.FAILED, reason=f"could not start attempt "
-                        f"{rec.attempt}: {why}"))
+                        f"{rec.attempt}: {why}",
+                        exit_reason=str(ExitReason.START_FAILED) if missing else None))
                     core.forget(rec.id)
                     return rec
                 x = unstarted

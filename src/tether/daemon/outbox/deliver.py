@@ -99,7 +99,7 @@ class Sender:
         except OSError as e:
             raise DeliveryFailed(f"cannot run {hook.exec[0]!r}: {e.strerror or e}") from None
         try:
-            _, err = await asyncio.wait_for(proc.communicate(body), EXEC_TIMEOUT)
+            err = await asyncio.wait_for(_talk(proc, body), EXEC_TIMEOUT)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -114,3 +114,24 @@ class Sender:
             tail = err.decode(errors="replace").strip()[-ERROR_TAIL:]
             raise DeliveryFailed(f"the command exited {proc.returncode}"
                                  + (f": {tail}" if tail else ""))
+
+
+async def _talk(proc: asyncio.subprocess.Process, body: bytes) -> bytes:
+    """Feed ``body`` on stdin, collect stderr, wait for the exit: ``communicate``, except
+    that a command may close stdin or exit unread (``false``). Its pipe is then closed (under
+    uvloop a write raises RuntimeError, not BrokenPipeError), and the command's exit status,
+    not the pipe, is the delivery's answer."""
+    assert proc.stdin is not None and proc.stderr is not None
+    _, err, _ = await asyncio.gather(_feed(proc.stdin, body), proc.stderr.read(), proc.wait())
+    return err
+
+
+async def _feed(stdin: asyncio.StreamWriter, body: bytes) -> None:
+    try:
+        if not stdin.is_closing():
+            stdin.write(body)
+            await stdin.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # it stopped reading: its exit status says how it went
+    finally:
+        stdin.close()
