@@ -71,6 +71,10 @@ def _failovers(url: str, conn: Any, hosts: dict[str, DaemonProc], n: int) -> lis
     names = sorted(hosts)
     for i in range(n):
         victim = names[i % len(names)]
+        # A host restarted by the previous round may not hold its new lease yet.
+        wait_for(lambda v=victim: conn.execute(
+            "SELECT state = 'ACTIVE' AND lease_expires > now() AS live FROM hosts "
+            "WHERE name = %s", (v,)).fetchone()["live"], LEASE * 10)
         row = fs.place(conn, "agent", {"argv": SLEEPER, "provider": "generic",
                                        "revival": "revive", "crashed_after": 3600,
                                        "stale_after": 3600},
