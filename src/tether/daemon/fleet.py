@@ -48,6 +48,10 @@ class FleetConfig:
     labels: dict[str, str] = field(default_factory=dict)
     lease: float = 10.0  # seconds a lease lasts; renewed every third of it
     interval: float = 1.0  # seconds between work passes without a NOTIFY
+    listen: str = "127.0.0.1:0"  # the host-to-host API's ADDR:PORT (0: a free port)
+    advertise: str | None = None  # its URL as other hosts reach it (default: from listen)
+    tls_cert: str | None = None  # both set: the API speaks HTTPS
+    tls_key: str | None = None
 
 
 class FleetService:
@@ -67,6 +71,9 @@ class FleetService:
         self.owned: frozenset[str] = frozenset()  # local request keys this lease owns
         self.wake = asyncio.Event()
         self._conns: dict[str, Any] = {}
+        self.api_url: str | None = None
+        self._api: Any = None  # fleet_http.HostApi once run() started it
+        self._sock: Any = None  # the API's listening socket, bound by check_schema
 
     def check_schema(self) -> str | None:
         """At start: why this host cannot join (the database is not initialised, or is
@@ -74,9 +81,14 @@ class FleetService:
         host starts, supervises locally and joins when PostgreSQL answers."""
         import psycopg
 
+        from tether.daemon import fleet_http
         from tether.fleet import schema
         from tether.fleet import store as fs
 
+        try:
+            self._sock = fleet_http.bind(self.cfg.listen)
+        except ValueError as e:
+            return str(e)
         try:
             with fs.connect(self.cfg.url) as conn:
                 have = schema.version(conn)
@@ -143,7 +155,17 @@ class FleetService:
 
     # ------------------------------------------------------------------ lease
     async def run(self) -> None:
+        from tether.daemon import fleet_http
+
+        cfg = self.cfg
+        sock = self._sock or fleet_http.bind(cfg.listen)
+        addr, port = sock.getsockname()[:2]
+        scheme = "https" if cfg.tls_cert and cfg.tls_key else "http"
+        self.api_url = cfg.advertise or f"{scheme}://{addr}:{port}"
+        self._api = fleet_http.HostApi(self.dispatch)
         async with asyncio.TaskGroup() as tg:
+            tg.create_task(fleet_http.serve(self._api, sock, certfile=cfg.tls_cert,
+                                            keyfile=cfg.tls_key), name="fleet-api")
             tg.create_task(self._lease_loop(), name="fleet-lease")
             tg.create_task(self._work_loop(), name="fleet-work")
 
@@ -162,7 +184,9 @@ class FleetService:
                     lease = await self._call("lease", fs.acquire, cfg.host,
                                              capacity=cfg.capacity, labels=cfg.labels,
                                              version=__version__, home=str(self.home),
-                                             ttl=cfg.lease)
+                                             ttl=cfg.lease, api=self.api_url)
+                    if self._api is not None and self._api.token is None:
+                        self._api.token = await self._call("lease", fs.secret)
                     self.token, self.state = lease.token, lease.state
                     self.deadline = t0 + cfg.lease
                     self.journal.record(None, "fleet.lease", reason=(
@@ -271,6 +295,7 @@ class FleetService:
 
     def view(self) -> dict[str, Any]:
         return {"host": self.cfg.host, "token": self.token, "live": self.live(),
+                "api": self.api_url,
                 "state": self.state, "fenced": self.fenced_count,
                 "lease_left": max(0.0, self.deadline - time.monotonic()) if self.token else 0.0}
 

@@ -69,7 +69,7 @@ def _guard(conn: Any, host: str, token: int) -> None:
 
 # ---------------------------------------------------------------------- host side
 def acquire(conn: Any, name: str, *, capacity: int, labels: dict[str, str], version: str,
-            home: str, ttl: float) -> Lease:
+            home: str, ttl: float, api: str | None = None) -> Lease:
     """Take (or take again) ``name``'s lease with a new, larger fencing token. Work of
     a lease still live (a daemon restarted within it) moves to the new token; work of
     an expired one stays an orphan for the others to revive."""
@@ -80,12 +80,13 @@ def acquire(conn: Any, name: str, *, capacity: int, labels: dict[str, str], vers
         state = "DRAINING" if old and old["state"] == "DRAINING" else "ACTIVE"
         conn.execute(
             "INSERT INTO hosts (name, capacity, labels, state, token, lease_expires, "
-            "renewed_at, version, home) VALUES (%s, %s, %s, %s, %s, "
-            "now() + make_interval(secs => %s), now(), %s, %s) ON CONFLICT (name) DO UPDATE "
-            "SET capacity = EXCLUDED.capacity, labels = EXCLUDED.labels, state = %s, "
+            "renewed_at, version, home, api) VALUES (%s, %s, %s, %s, %s, "
+            "now() + make_interval(secs => %s), now(), %s, %s, %s) ON CONFLICT (name) DO "
+            "UPDATE SET capacity = EXCLUDED.capacity, labels = EXCLUDED.labels, state = %s, "
             "token = EXCLUDED.token, lease_expires = EXCLUDED.lease_expires, "
-            "renewed_at = now(), version = EXCLUDED.version, home = EXCLUDED.home",
-            (name, capacity, json.dumps(labels), state, token, ttl, version, home, state))
+            "renewed_at = now(), version = EXCLUDED.version, home = EXCLUDED.home, "
+            "api = EXCLUDED.api",
+            (name, capacity, json.dumps(labels), state, token, ttl, version, home, api, state))
         carried = 0
         if old and old["live"]:
             carried = conn.execute(
@@ -248,7 +249,7 @@ def _why_no_host(conn: Any, labels: dict[str, str], host: str | None) -> str:
 
 def hosts(conn: Any) -> list[dict[str, Any]]:
     return [dict(r) for r in conn.execute(
-        f"SELECT h.name, h.capacity, h.labels, h.state, h.token, h.version, h.home, "
+        f"SELECT h.name, h.capacity, h.labels, h.state, h.token, h.version, h.home, h.api, "
         f"{_LOAD} AS load, h.lease_expires > now() AS live, "
         f"extract(epoch FROM h.lease_expires - now())::float AS lease_left "
         f"FROM hosts h ORDER BY h.name")]
@@ -282,3 +283,27 @@ def journal(conn: Any, after: int = 0) -> list[dict[str, Any]]:
     return [dict(r) for r in conn.execute(
         "SELECT gseq, host, token, work, type, data FROM journal WHERE gseq > %s "
         "ORDER BY gseq", (after,))]
+
+
+def secret(conn: Any) -> str:
+    """The fleet's token: hosts accept a host-to-host API call only with it."""
+    row = conn.execute("SELECT token FROM fleet_secret WHERE id = 1").fetchone()
+    if row is None:
+        raise NoHost("the fleet database has no API token: run `tether fleet init URL` "
+                     "with this tether to upgrade its schema")
+    return str(row["token"])
+
+
+def endpoint(conn: Any, host: str) -> str:
+    """Where ``host``'s daemon serves the host-to-host API (raises ``NoHost`` saying why
+    it cannot be reached)."""
+    row = conn.execute("SELECT api, state, lease_expires > now() AS live FROM hosts "
+                       "WHERE name = %s", (host,)).fetchone()
+    if row is None:
+        raise NoHost(f"no host named {host!r} in the fleet")
+    if not row["api"]:
+        raise NoHost(f"host {host} advertises no API (its tether predates it): upgrade it")
+    if not row["live"] or row["state"] == "DEAD":
+        raise NoHost(f"host {host} has no live lease (its daemon is down or partitioned): "
+                     "its logs and events are on its disk until it comes back")
+    return str(row["api"])

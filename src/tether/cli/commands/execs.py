@@ -306,7 +306,13 @@ def ps(ctx: click.Context, all_: bool, sandbox: str | None, as_json: bool) -> No
 @click.pass_context
 def logs(ctx: click.Context, follow: bool, use_stderr: bool, offset: int, plain: bool,
          exec_ref: str) -> None:
-    """Print an exec's output, byte for byte (a terminal exec's raw terminal log)."""
+    """Print an exec's output, byte for byte (a terminal exec's raw terminal log); with
+    --fleet, a placement's (WORK), streamed from the host that runs it."""
+    if ctx.obj.fleet:
+        from tether.cli.commands.fleet import fleet_logs
+
+        fleet_logs(ctx, exec_ref, follow=follow, use_stderr=use_stderr, offset=offset)
+        return
     c = client(ctx)
     x = c.exec_get(exec_ref)
     stream = "stderr" if use_stderr else ("pty" if x.spec.tty else "stdout")

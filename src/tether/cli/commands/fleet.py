@@ -130,3 +130,128 @@ def place_run(ctx: click.Context, kind: str, params: dict[str, Any], host: str |
         except fs.NoHost as e:
             die(str(e), 1)
     click.echo(f"{row['id']}  placed on {row['host']}")
+
+
+def _remote(ctx: click.Context, work_ref: str) -> tuple[str, str, dict[str, str], str]:
+    """(api URL, fleet token, query naming the local exec or lineage, host) of placement
+    ``work_ref``: where its logs and events live."""
+    from tether.fleet import store as fs
+
+    if not work_ref.isdigit():
+        die(f"{work_ref!r} is not a placement: with --fleet, name the WORK number "
+            "`tether --fleet URL ps -a` shows", 2)
+    with _ready(_url(ctx)) as conn:
+        w = fs.get_work(conn, int(work_ref))
+        if w is None:
+            die(f"no placement {work_ref} in the fleet", 1,
+                hint="tether --fleet URL ps -a lists them")
+        if not w["local_id"] or not w["host"]:
+            die(f"placement {work_ref} has not started yet (it is {w['state']} on "
+                f"{w['host'] or 'no host'})", 1, hint="try again in a moment")
+        try:
+            api, token = fs.endpoint(conn, w["host"]), fs.secret(conn)
+        except fs.NoHost as e:
+            die(str(e), 1)
+    key = "lineage" if w["kind"] == "agent" else "exec"
+    return api, token, {key: w["local_id"]}, w["host"]
+
+
+def _stream(api: str, token: str, path: str, query: dict[str, str], host: str) -> Any:
+    """GET ``path`` on a host's API, streamed; yields the body's chunks. An error reply
+    or an unreachable host ends the command with what to do."""
+    import httpx
+
+    try:
+        with httpx.stream("GET", api + path, params=query, timeout=httpx.Timeout(
+                10.0, read=None), headers={"Authorization": f"Bearer {token}"}) as r:
+            if r.status_code != 200:
+                r.read()
+                try:
+                    msg = r.json()["error"]["message"]
+                except (ValueError, KeyError, TypeError):
+                    msg = r.text[:200]
+                die(f"host {host}: {msg}", 1)
+            yield from r.iter_raw()
+    except httpx.TransportError as e:
+        die(f"cannot reach host {host}'s fleet API at {api}: {e}", 125,
+            hint="is its daemon up, and TETHER_FLEET_LISTEN/ADVERTISE reachable from here?")
+
+
+def fleet_logs(ctx: click.Context, work_ref: str, *, follow: bool, use_stderr: bool,
+               offset: int) -> None:
+    """``logs`` with ``--fleet``: a placement's output, streamed from its host's daemon."""
+    import sys
+
+    api, token, query, host = _remote(ctx, work_ref)
+    query = {**query, "offset": str(offset), "follow": "1" if follow else "0"}
+    if use_stderr:
+        query["stream"] = "stderr"
+    try:
+        for data in _stream(api, token, "/v1/logs", query, host):
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+    except KeyboardInterrupt:
+        pass
+
+
+def fleet_events(ctx: click.Context, *, work_ref: str | None, host: str | None,
+                 follow: bool, since: int, as_json: bool) -> None:
+    """``events`` with ``--fleet``: the fleet journal (PostgreSQL); with ``--work`` or
+    ``--host``, that host's own journal streamed from its daemon."""
+    import json
+    import sys
+    import time
+
+    from tether.fleet import store as fs
+
+    if work_ref is not None or host is not None:
+        if work_ref is not None:
+            api, token, query, where = _remote(ctx, work_ref)
+        else:
+            assert host is not None
+            with _ready(_url(ctx)) as conn:
+                try:
+                    api, token, query, where = (fs.endpoint(conn, host), fs.secret(conn),
+                                                {}, host)
+                except fs.NoHost as err:
+                    die(str(err), 1)
+        query = {**query, "since": str(since), "follow": "1" if follow else "0"}
+        buf = b""
+        try:
+            for data in _stream(api, token, "/v1/events", query, where):
+                buf += data
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    _show_event(json.loads(line), where, as_json)
+        except KeyboardInterrupt:
+            pass
+        return
+    cursor = since
+    try:
+        with _ready(_url(ctx)) as conn:
+            while True:
+                for row in fs.journal(conn, cursor):
+                    cursor = row["gseq"]
+                    if as_json:
+                        out.emit_json(row)
+                    else:
+                        data = " ".join(f"{k}={v}" for k, v in row["data"].items())
+                        click.echo(f"{row['gseq']:>6} {row['type']:<16} "
+                                   f"{row['host'] or '-':<12} work={row['work'] or '-'} {data}")
+                    sys.stdout.flush()
+                if not follow:
+                    return
+                time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+
+
+def _show_event(ev: dict[str, Any], host: str, as_json: bool) -> None:
+    from tether.model.records import Event
+
+    if as_json:
+        out.emit_json({**ev, "host": host})
+    else:
+        import msgspec
+
+        click.echo(f"{host}: {out.event_line(msgspec.convert(ev, Event))}")

@@ -1,0 +1,101 @@
+"""Fleet mode's one view: ``logs`` and ``events`` of work on another host, streamed from
+that host's daemon through the host-to-host API (real PostgreSQL, real daemons)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import httpx
+
+from tests.e2e.test_fleet import LEASE, SLEEPER, Fleet, fleet, pg  # noqa: F401 (fixtures)
+from tests.e2e.test_fleet import pytestmark as fleet_marks
+from tests.harness import wait_for
+
+pytestmark = fleet_marks
+
+SPEAKER = [sys.executable, "-c", "import sys, time; print('hello from', 'h2', flush=True);"
+           " print('to stderr', file=sys.stderr, flush=True); time.sleep(600)"]
+COUNTER = [sys.executable, "-c", "import time\nfor i in range(3):\n print('tick', i, "
+           "flush=True); time.sleep(0.4)"]
+
+
+def _two_hosts(fleet: Fleet) -> None:  # noqa: F811
+    fleet.add("h1")
+    fleet.add("h2")
+    wait_for(lambda: len(fleet.hosts_rows()) == 2
+             and all(r["api"] for r in fleet.hosts_rows().values()), 15, what="two hosts")
+
+
+def test_logs_and_events_of_work_on_another_host(fleet: Fleet) -> None:  # noqa: F811
+    _two_hosts(fleet)
+    ident = fleet.place("--host", "h2", "--", *SPEAKER)
+    wait_for(lambda: fleet.work(ident)["state"] == "RUNNING", 20, what="running on h2")
+    wait_for(lambda: b"hello from h2" in fleet.cli("logs", str(ident)).stdout, 10,
+             what="h2's output through the fleet")
+    assert fleet.cli("logs", "--stderr", str(ident)).stdout == b"to stderr\n"
+    # -f follows until the exec ends, then returns.
+    ticks = fleet.place("--host", "h2", "--", *COUNTER)
+    wait_for(lambda: fleet.work(ticks)["local_id"], 20, what="started")
+    followed = fleet.cli("logs", "-f", str(ticks)).stdout.decode()
+    assert followed == "tick 0\ntick 1\ntick 2\n"
+    mine = [json.loads(line) for line in
+            fleet.cli("events", "--work", str(ident), "--json").stdout.splitlines()]
+    local = fleet.work(ident)["local_id"]
+    assert mine and all(e["exec"] == local and e["host"] == "h2" for e in mine)
+    assert "RUNNING" in {e["state"] for e in mine if e["type"] == "exec.state"}
+    journal = fleet.cli("events").stdout.decode()
+    assert "work.placed" in journal and "work.running" in journal
+    host_events = fleet.cli("events", "--host", "h2", "--json").stdout.splitlines()
+    assert len(host_events) >= len(mine)
+
+
+def test_an_agent_placement_logs_its_lineage_current_exec(fleet: Fleet) -> None:  # noqa: F811
+    _two_hosts(fleet)
+    agent = fleet.place("--host", "h2", "--agent", "generic", "--", *SPEAKER)
+    wait_for(lambda: fleet.work(agent)["state"] == "RUNNING", 20, what="agent on h2")
+    wait_for(lambda: b"hello from h2" in fleet.cli("logs", str(agent)).stdout, 10,
+             what="the agent's output")
+    lineage = fleet.work(agent)["local_id"]
+    evs = [json.loads(x) for x in
+           fleet.cli("events", "--work", str(agent), "--json").stdout.splitlines()]
+    assert any(e["data"].get("lineage") == lineage for e in evs)
+
+
+def test_the_host_api_wants_the_fleet_token_and_says_what_is_wrong(
+        fleet: Fleet) -> None:  # noqa: F811
+    _two_hosts(fleet)
+    api = fleet.hosts_rows()["h2"]["api"]
+    bad = httpx.get(f"{api}/v1/logs", params={"exec": "x"},
+                    headers={"Authorization": "Bearer nope"})
+    assert bad.status_code == 401 and "fleet's token" in bad.json()["error"]["message"]
+    assert httpx.get(f"{api}/v1/events").status_code == 401
+    from tether.fleet import store as fs
+
+    with fleet.db() as c:
+        token = fs.secret(c)
+    auth = {"Authorization": f"Bearer {token}"}
+    missing = httpx.get(f"{api}/v1/logs", params={"exec": "nope"}, headers=auth)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "EXEC_NOT_FOUND"
+    neither = httpx.get(f"{api}/v1/logs", headers=auth)
+    assert neither.status_code == 400 and "?exec=ID" in neither.json()["error"]["message"]
+    assert httpx.get(f"{api}/v1/events", headers=auth).status_code == 200  # still serving
+    unknown = fleet.cli("logs", "999", check=False)
+    assert unknown.returncode == 1 and "no placement 999" in unknown.stderr.decode()
+    notwork = fleet.cli("logs", "abc", check=False)
+    assert notwork.returncode == 2 and "WORK number" in notwork.stderr.decode()
+
+
+def test_logs_of_a_dead_host_say_it_cannot_be_reached(fleet: Fleet) -> None:  # noqa: F811
+    _two_hosts(fleet)
+    ident = fleet.place("--host", "h2", "--", *SLEEPER)
+    wait_for(lambda: fleet.work(ident)["state"] == "RUNNING", 20, what="running on h2")
+    fleet.hosts["h2"].kill9()
+    down = fleet.cli("logs", str(ident), check=False)
+    assert down.returncode in (1, 125), down.stderr
+    err = down.stderr.decode()
+    assert "cannot reach host h2" in err or "no live lease" in err
+    wait_for(lambda: not fleet.hosts_rows()["h2"]["live"], LEASE * 3, what="lease gone")
+    gone = fleet.cli("logs", str(ident), check=False)
+    assert "has no live lease" in gone.stderr.decode() or "not started" in \
+        gone.stderr.decode()
