@@ -1,6 +1,7 @@
 """Fleet mode's one view: ``logs`` and ``events`` of work on another host, streamed from
 that host's daemon through the host-to-host API (real PostgreSQL, real daemons)."""
 
+# ruff: noqa: F811 (the fleet fixtures are imported from test_fleet and used as params)
 from __future__ import annotations
 
 import json
@@ -20,14 +21,14 @@ COUNTER = [sys.executable, "-c", "import time\nfor i in range(3):\n print('tick'
            "flush=True); time.sleep(0.4)"]
 
 
-def _two_hosts(fleet: Fleet) -> None:  # noqa: F811
+def _two_hosts(fleet: Fleet) -> None:
     fleet.add("h1")
     fleet.add("h2")
     wait_for(lambda: len(fleet.hosts_rows()) == 2
              and all(r["api"] for r in fleet.hosts_rows().values()), 15, what="two hosts")
 
 
-def test_logs_and_events_of_work_on_another_host(fleet: Fleet) -> None:  # noqa: F811
+def test_logs_and_events_of_work_on_another_host(fleet: Fleet) -> None:
     _two_hosts(fleet)
     ident = fleet.place("--host", "h2", "--", *SPEAKER)
     wait_for(lambda: fleet.work(ident)["state"] == "RUNNING", 20, what="running on h2")
@@ -50,7 +51,7 @@ def test_logs_and_events_of_work_on_another_host(fleet: Fleet) -> None:  # noqa:
     assert len(host_events) >= len(mine)
 
 
-def test_an_agent_placement_logs_its_lineage_current_exec(fleet: Fleet) -> None:  # noqa: F811
+def test_an_agent_placement_logs_its_lineage_current_exec(fleet: Fleet) -> None:
     _two_hosts(fleet)
     agent = fleet.place("--host", "h2", "--agent", "generic", "--", *SPEAKER)
     wait_for(lambda: fleet.work(agent)["state"] == "RUNNING", 20, what="agent on h2")
@@ -63,7 +64,7 @@ def test_an_agent_placement_logs_its_lineage_current_exec(fleet: Fleet) -> None:
 
 
 def test_the_host_api_wants_the_fleet_token_and_says_what_is_wrong(
-        fleet: Fleet) -> None:  # noqa: F811
+        fleet: Fleet) -> None:
     _two_hosts(fleet)
     api = fleet.hosts_rows()["h2"]["api"]
     bad = httpx.get(f"{api}/v1/logs", params={"exec": "x"},
@@ -86,7 +87,7 @@ def test_the_host_api_wants_the_fleet_token_and_says_what_is_wrong(
     assert notwork.returncode == 2 and "WORK number" in notwork.stderr.decode()
 
 
-def test_logs_of_a_dead_host_say_it_cannot_be_reached(fleet: Fleet) -> None:  # noqa: F811
+def test_logs_of_a_dead_host_say_it_cannot_be_reached(fleet: Fleet) -> None:
     _two_hosts(fleet)
     ident = fleet.place("--host", "h2", "--", *SLEEPER)
     wait_for(lambda: fleet.work(ident)["state"] == "RUNNING", 20, what="running on h2")

@@ -74,6 +74,8 @@ class FleetService:
         self.api_url: str | None = None
         self._api: Any = None  # fleet_http.HostApi once run() started it
         self._sock: Any = None  # the API's listening socket, bound by check_schema
+        #: per placement generation: (monotonic time of the last HEAD check, HEAD pushed)
+        self._pushed: dict[str, tuple[float, str | None]] = {}
 
     def check_schema(self) -> str | None:
         """At start: why this host cannot join (the database is not initialised, or is
@@ -260,15 +262,25 @@ class FleetService:
         for w in placed:
             if not self.live():
                 return
-            local = await self._start(w)
+            from tether.daemon import fleet_git
+
+            try:
+                local = await self._start(w)
+            except fleet_git.GitError as e:  # the branch cannot reach this host: say so
+                await self._call("work", fs.mark_ended, w["id"], host, token,
+                                 exit_code=None, reason=f"not started on {host}: {e}")
+                continue
             await self._call("work", fs.mark_running, w["id"], host, token, local)
         running = await self._call("work", fs.running_on, host, token)
         owned = self.owned = frozenset(_key(w) for w in [*placed, *running])
         for w in running:
             ended = self._ended(w)
             if ended is not None:
+                await self._sync_branch(w, force=True)  # its last commits
                 await self._call("work", fs.mark_ended, w["id"], host, token,
                                  exit_code=ended[0], reason=ended[1])
+            elif self.live():
+                await self._sync_branch(w)
         await self._withdraw_strays(keep=owned)
         await self._call("work", fs.sweep_orphans, host, token)
 
@@ -277,10 +289,54 @@ class FleetService:
         the start and ``mark_running``) return the same exec or lineage."""
         params = dict(w["spec"])
         params["request_key"] = _key(w)
+        git = params.pop("git", None)
+        if git and w["kind"] == "agent":
+            from tether.daemon import fleet_git
+
+            tree = self._tree(w)
+            fetched = await fleet_git.checkout(git["remote"], git["branch"], tree)
+            params["cwd"] = params["worktree"] = str(tree)
+            self.journal.record(None, "fleet.worktree", reason=(
+                f"placement {w['id']} generation {w['generation']}: branch {git['branch']} "
+                + ("fetched from " if fetched else "created from the default branch of ")
+                + git["remote"]), data={"work": w["id"], "path": str(tree), **git,
+                                        "fetched": fetched})
         method = "agent.start" if w["kind"] == "agent" else "exec.start"
         reply = await self.dispatch(method, params)
         self.faults.hit("fleet.after_start")
         return str(reply["id"])
+
+    def _tree(self, w: dict[str, Any]) -> Path:
+        """This host's clone for a placement's generation (one per generation, so a
+        revival back to a host that ran an earlier one never reuses its stale clone)."""
+        return self.home / "fleet" / "worktrees" / f"{w['id']}-{w['generation']}"
+
+    async def _sync_branch(self, w: dict[str, Any], *, force: bool = False) -> None:
+        """Push a running agent's branch when its clone's HEAD moved (at most every
+        ``SYNC_EVERY`` s): what a host reviving it after a failover fetches."""
+        from tether.daemon import fleet_git
+
+        git = (w.get("spec") or {}).get("git")
+        tree = self._tree(w)
+        if not git or w["kind"] != "agent" or not tree.is_dir():
+            return
+        key = _key(w)
+        now = time.monotonic()
+        last_at, last_head = self._pushed.get(key, (0.0, None))
+        if now - last_at < fleet_git.SYNC_EVERY and not force:
+            return
+        head = await fleet_git.head(tree)
+        self._pushed[key] = (now, last_head)
+        if head is None or head == last_head:
+            return
+        try:
+            await fleet_git.push(tree, git["remote"], git["branch"])
+        except fleet_git.GitError as e:
+            log.warning("fleet: %s", e)
+            self.journal.record(None, "fleet.push_failed", reason=str(e),
+                                data={"work": w["id"], **git})
+            return
+        self._pushed[key] = (now, head)
 
     def _ended(self, w: dict[str, Any]) -> tuple[int | None, str] | None:
         if w["kind"] == "agent":

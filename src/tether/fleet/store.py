@@ -115,8 +115,8 @@ def placed_for(conn: Any, name: str, token: int) -> list[dict[str, Any]]:
 
 def running_on(conn: Any, name: str, token: int) -> list[dict[str, Any]]:
     return list(conn.execute(
-        "SELECT id, kind, local_id, generation FROM work WHERE host = %s AND token = %s "
-        "AND state = 'RUNNING'", (name, token)))
+        "SELECT id, kind, local_id, generation, spec FROM work WHERE host = %s AND "
+        "token = %s AND state = 'RUNNING'", (name, token)))
 
 
 def mark_running(conn: Any, work: int, name: str, token: int, local_id: str) -> None:

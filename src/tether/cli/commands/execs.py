@@ -131,6 +131,12 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
                         stale_after=stale_after, crashed_after=crashed_after, name=name)
         elif name is not None:
             spec["name"] = name
+        if worktree and not workdir_opt:
+            from tether.cli.commands.fleet import fleet_branch
+
+            if provider is None:
+                die("--worktree is for agents: add --agent NAME", 2)
+            spec["git"] = fleet_branch(worktree, spec["cwd"])
         place_run(ctx, "agent" if provider else "exec", spec, fleet_host,
                   kv(fleet_labels, "host-label"), revival)
         return

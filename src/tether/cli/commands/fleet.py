@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from typing import Any
 
@@ -255,3 +256,26 @@ def _show_event(ev: dict[str, Any], host: str, as_json: bool) -> None:
         import msgspec
 
         click.echo(f"{host}: {out.event_line(msgspec.convert(ev, Event))}")
+
+
+def fleet_branch(branch: str, cwd: str) -> dict[str, str]:
+    """``run --worktree BRANCH`` in a fleet: the host that runs the agent clones the
+    repository's ``origin`` and works on BRANCH there, pushing it back as it goes, so
+    the branch must travel through a remote every host reaches."""
+    import subprocess
+
+    ok = not branch.startswith("-") and subprocess.run(
+        ["git", "check-ref-format", "--branch", branch], capture_output=True).returncode == 0
+    if not ok or branch == ".":
+        die(f"--worktree {branch!r}: in a fleet, name a branch (the worktree is made on "
+            "the host that runs the agent)", 2)
+    r = subprocess.run(["git", "-C", cwd, "remote", "get-url", "origin"],
+                       capture_output=True, text=True)
+    if r.returncode != 0 or not r.stdout.strip():
+        die(f"--worktree {branch}: {cwd} has no `origin` remote, so its branch cannot "
+            "reach another host", 2,
+            hint="git remote add origin URL (a URL every host can fetch from and push to)")
+    remote = r.stdout.strip()
+    if os.path.isdir(os.path.join(cwd, remote)) and not os.path.isabs(remote):
+        remote = os.path.abspath(os.path.join(cwd, remote))
+    return {"remote": remote, "branch": branch}
