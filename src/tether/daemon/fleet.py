@@ -38,6 +38,8 @@ log = logging.getLogger("tether.fleet")
 #: Local starts go through the daemon's own method table: the same checks as a client's.
 Dispatch = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 REQUEST_PREFIX = "fleet-"
+#: The reason a lineage stopped here to be handed over begins with this (a drain).
+HANDOVER = "handed over to another host: "
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,8 @@ class FleetService:
         self._sock: Any = None  # the API's listening socket, bound by check_schema
         #: per placement generation: (monotonic time of the last HEAD check, HEAD pushed)
         self._pushed: dict[str, tuple[float, str | None]] = {}
+        #: per placement generation: its lineage's turn count when the drain was seen
+        self._drain_turns: dict[str, int] = {}
 
     def check_schema(self) -> str | None:
         """At start: why this host cannot join (the database is not initialised, or is
@@ -275,12 +279,14 @@ class FleetService:
         owned = self.owned = frozenset(_key(w) for w in [*placed, *running])
         for w in running:
             ended = self._ended(w)
-            if ended is not None:
+            if ended is not None and not self._handing(w):
                 await self._sync_branch(w, force=True)  # its last commits
                 await self._call("work", fs.mark_ended, w["id"], host, token,
                                  exit_code=ended[0], reason=ended[1])
-            elif self.live():
+            elif ended is None and self.live():
                 await self._sync_branch(w)
+        if self.state == "DRAINING":
+            await self._drain([w for w in running if w["kind"] == "agent"], token)
         await self._withdraw_strays(keep=owned)
         await self._call("work", fs.sweep_orphans, host, token)
 
@@ -305,6 +311,41 @@ class FleetService:
         reply = await self.dispatch(method, params)
         self.faults.hit("fleet.after_start")
         return str(reply["id"])
+
+    def _handing(self, w: dict[str, Any]) -> bool:
+        """Whether ``w``'s local lineage was stopped to be handed over (a drain)."""
+        rec = self.store.get_lineage(w["local_id"]) if w["kind"] == "agent" else None
+        return rec is not None and (rec.reason or "").startswith(HANDOVER)
+
+    async def _drain(self, agents: list[dict[str, Any]], token: int) -> None:
+        """This host is DRAINING: hand each agent over to another host after its current
+        turn (a turn ended since the drain was seen, or it waits at its prompt), or at
+        once with ``drain --now``. The local copy stops first, then the placement moves
+        (fenced): never two copies. A crash in between leaves a stopped copy whose
+        placement the next pass moves (``_handing``)."""
+        from tether.fleet import store as fs
+
+        host = self.cfg.host
+        now = await self._call("work", fs.drain_now, host)
+        for w in agents:
+            rec = self.store.get_lineage(w["local_id"])
+            if rec is None or not self.live():
+                continue
+            if not self._handing(w):
+                if rec.status not in LINEAGE_LIVE:
+                    continue  # it ended by itself: reported as ENDED
+                base = self._drain_turns.setdefault(_key(w), rec.turns)
+                due = now or rec.turns > base or self.agents.at_prompt(rec.id)
+                if not due or not await self._call("work", fs.room, w["labels"], host):
+                    continue
+                await self.agents.withdraw(rec.id, f"{HANDOVER}host {host} is draining")
+                await self._sync_branch(w, force=True)
+            moved = await self._call("work", fs.hand_over, w["id"], host, token)
+            if moved is not None:
+                self.journal.record(None, "fleet.handed_over", reason=(
+                    f"placement {w['id']} handed over to host {moved['host']} "
+                    f"(generation {moved['generation']}): host {host} is draining"),
+                    data={"work": w["id"], "lineage": rec.id, **moved})
 
     def _tree(self, w: dict[str, Any]) -> Path:
         """This host's clone for a placement's generation (one per generation, so a

@@ -58,6 +58,7 @@ CREATE TABLE journal (
 """),
     (2, """
 ALTER TABLE hosts ADD COLUMN api text;
+ALTER TABLE hosts ADD COLUMN drain_now boolean NOT NULL DEFAULT false;
 CREATE TABLE fleet_secret (
     id    integer PRIMARY KEY CHECK (id = 1),
     token text NOT NULL

@@ -115,7 +115,7 @@ def placed_for(conn: Any, name: str, token: int) -> list[dict[str, Any]]:
 
 def running_on(conn: Any, name: str, token: int) -> list[dict[str, Any]]:
     return list(conn.execute(
-        "SELECT id, kind, local_id, generation, spec FROM work WHERE host = %s AND "
+        "SELECT id, kind, local_id, generation, spec, labels FROM work WHERE host = %s AND "
         "token = %s AND state = 'RUNNING'", (name, token)))
 
 
@@ -255,12 +255,15 @@ def hosts(conn: Any) -> list[dict[str, Any]]:
         f"FROM hosts h ORDER BY h.name")]
 
 
-def drain(conn: Any, name: str) -> bool:
+def drain(conn: Any, name: str, *, now: bool = False) -> bool:
+    """Mark ``name`` DRAINING: no new work, and its agents are handed over (after their
+    current turn, or at once with ``now``). True when this changed anything."""
     with conn.transaction():
-        cur = conn.execute("UPDATE hosts SET state = 'DRAINING' WHERE name = %s AND "
-                           "state = 'ACTIVE'", (name,))
+        cur = conn.execute("UPDATE hosts SET state = 'DRAINING', drain_now = drain_now OR %s "
+                           "WHERE name = %s AND state <> 'DEAD' AND (state = 'ACTIVE' OR "
+                           "(%s AND NOT drain_now))", (now, name, now))
         if cur.rowcount:
-            _journal(conn, "host.draining", host=name)
+            _journal(conn, "host.draining", host=name, now=now)
         exists = conn.execute("SELECT 1 FROM hosts WHERE name = %s", (name,)).fetchone()
     if exists is None:
         raise NoHost(f"no host named {name!r} in the fleet")
@@ -307,3 +310,39 @@ def endpoint(conn: Any, host: str) -> str:
         raise NoHost(f"host {host} has no live lease (its daemon is down or partitioned): "
                      "its logs and events are on its disk until it comes back")
     return str(row["api"])
+
+
+def drain_now(conn: Any, name: str) -> bool:
+    """Whether ``name``'s drain moves its agents at once (``drain --now``)."""
+    row = conn.execute("SELECT drain_now FROM hosts WHERE name = %s", (name,)).fetchone()
+    return bool(row and row["drain_now"])
+
+
+def room(conn: Any, labels: Any, exclude: str) -> bool:
+    """Whether a live ACTIVE host other than ``exclude`` could take work with ``labels``
+    now (a hint: ``hand_over`` decides)."""
+    return _pick(conn, labels, None, exclude=exclude) is not None
+
+
+def hand_over(conn: Any, work: int, name: str, token: int) -> dict[str, Any] | None:
+    """A draining host gives placement ``work`` (whose local copy it already stopped) to
+    the freest other live host, as its next generation; None when none has room (the
+    row stays this host's: try again later). Fenced like every host write."""
+    with conn.transaction():
+        _guard(conn, name, token)
+        w = conn.execute("SELECT id, labels, generation FROM work WHERE id = %s AND "
+                         "host = %s AND token = %s AND state IN ('PLACED', 'RUNNING') "
+                         "FOR UPDATE", (work, name, token)).fetchone()
+        if w is None:
+            return None
+        target = _pick(conn, w["labels"], None, exclude=name)
+        if target is None:
+            return None
+        why = f"host {name} is draining: handed over"
+        conn.execute("UPDATE work SET host = %s, token = %s, generation = generation + 1, "
+                     "state = 'PLACED', local_id = NULL, reason = %s, updated_at = now() "
+                     "WHERE id = %s", (target["name"], target["token"], why, work))
+        _journal(conn, "work.handed_over", host=target["name"], token=target["token"],
+                 work=work, previous=name, generation=w["generation"] + 1)
+        conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, target["name"]))
+    return {"id": work, "host": target["name"], "generation": w["generation"] + 1}

@@ -86,18 +86,21 @@ def hosts(ctx: click.Context, as_json: bool) -> None:
 
 
 @click.command()
+@click.option("--now", is_flag=True, help="move its agents at once, mid-turn")
 @click.argument("host")
 @click.pass_context
-def drain(ctx: click.Context, host: str) -> None:
-    """Place no new work on HOST; what runs there finishes there."""
+def drain(ctx: click.Context, host: str, now: bool) -> None:
+    """Place no new work on HOST and move its agents to other hosts, each after its
+    current turn (--now: at once); its plain commands finish there."""
     from tether.fleet import store as fs
 
     with _ready(_url(ctx)) as conn:
         try:
-            changed = fs.drain(conn, host)
+            changed = fs.drain(conn, host, now=now)
         except fs.NoHost as e:
             die(str(e), 1)
-    click.echo(f"host {host} draining" if changed else f"host {host} was not ACTIVE")
+    click.echo(f"host {host} draining" + (" (agents move now)" if now else "")
+               if changed else f"host {host} was not ACTIVE")
 
 
 def fleet_ps(ctx: click.Context, all_: bool, as_json: bool) -> None:

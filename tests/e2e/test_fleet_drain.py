@@ -1,0 +1,75 @@
+"""``tether --fleet URL drain`` moves a host's agents: each is handed over to another host
+after its current turn (or at once with --now), exactly once; plain commands stay."""
+
+# ruff: noqa: F811 (the fleet fixtures are imported from test_fleet and used as params)
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+from tests.e2e.test_fleet import SLEEPER, Fleet, fleet, pg  # noqa: F401 (fixtures)
+from tests.e2e.test_fleet import pytestmark as fleet_marks
+from tests.harness import SCRIPTED_AGENT, wait_for
+
+pytestmark = fleet_marks
+
+
+def _two_hosts(fleet: Fleet) -> None:
+    fleet.add("h1")
+    fleet.add("h2")
+    wait_for(lambda: len(fleet.hosts_rows()) == 2, 15, what="two hosts")
+
+
+def test_drain_hands_an_agent_over_after_its_turn_exactly_once(
+        fleet: Fleet, tmp_path: Path) -> None:
+    _two_hosts(fleet)
+    gate, log = tmp_path / "turn", tmp_path / "agent.log"
+    agent = fleet.place("--host", "h1", "--agent", "generic", "--crashed-after", "3600",
+                        "--stale-after", "3600", "-e", f"PATH={os.environ['PATH']}", "--",
+                        sys.executable, str(SCRIPTED_AGENT), "--log", str(log),
+                        "--pcts", "10,20,30", "--wait-file", str(gate), "--linger", "600")
+    first = wait_for(lambda: fleet.work(agent)["state"] == "RUNNING" and fleet.work(agent),
+                     20, what="running on h1")
+    plain = fleet.place("--host", "h1", "--", *SLEEPER)
+    wait_for(lambda: fleet.work(plain)["state"] == "RUNNING", 20, what="plain on h1")
+    assert "h1 draining" in fleet.cli("drain", "h1").stdout.decode()
+    time.sleep(2.0)  # mid-turn: it stays
+    assert fleet.work(agent)["generation"] == 1 and fleet.work(agent)["host"] == "h1"
+    (gate.parent / f"{gate.name}.1").touch()  # the turn ends
+    w = wait_for(lambda: (fleet.work(agent)["generation"] == 2
+                          and fleet.work(agent)["state"] == "RUNNING" and fleet.work(agent)),
+                 20, what="handed over to h2")
+    assert w["host"] == "h2" and "h1 is draining" in w["reason"]
+    assert fleet.live_copies(agent) == [("h2", w["local_id"])]
+    with fleet.hosts["h1"].client() as c:
+        old = c.lineage_get(first["local_id"])
+        assert old.status == "REAPED" and "handed over" in (old.reason or "")
+    time.sleep(1.0)  # later passes neither end it nor move it again
+    assert fleet.work(agent)["generation"] == 2 and fleet.work(agent)["state"] == "RUNNING"
+    assert fleet.work(plain)["state"] == "RUNNING" and fleet.work(plain)["host"] == "h1"
+    journal = fleet.cli("events").stdout.decode()
+    assert journal.count("work.handed_over") == 1
+
+
+def test_drain_now_moves_agents_at_once_and_waits_for_room(fleet: Fleet) -> None:
+    fleet.add("h1")
+    fleet.add("h2", capacity=0)  # no room anywhere else yet
+    wait_for(lambda: len(fleet.hosts_rows()) == 2, 15, what="two hosts")
+    agent = fleet.place("--host", "h1", "--agent", "generic", "--crashed-after", "3600",
+                        "--stale-after", "3600", "--", *SLEEPER)
+    first = wait_for(lambda: fleet.work(agent)["state"] == "RUNNING" and fleet.work(agent),
+                     20, what="running on h1")
+    assert "agents move now" in fleet.cli("drain", "--now", "h1").stdout.decode()
+    time.sleep(1.5)  # nowhere to go: it keeps running where it is
+    assert fleet.work(agent)["generation"] == 1
+    assert fleet.live_copies(agent) == [("h1", first["local_id"])]
+    fleet.add("h3")
+    w = wait_for(lambda: (fleet.work(agent)["generation"] == 2
+                          and fleet.work(agent)["state"] == "RUNNING" and fleet.work(agent)),
+                 20, what="handed over to h3")
+    assert w["host"] == "h3"
+    assert fleet.live_copies(agent) == [("h3", w["local_id"])]
+    again = fleet.cli("drain", "--now", "h1")
+    assert "was not ACTIVE" in again.stdout.decode()
