@@ -8,6 +8,7 @@ import json
 import sys
 
 import httpx
+import pytest
 
 from tests.e2e.test_fleet import LEASE, SLEEPER, Fleet, fleet, pg  # noqa: F401 (fixtures)
 from tests.e2e.test_fleet import pytestmark as fleet_marks
@@ -100,3 +101,50 @@ def test_logs_of_a_dead_host_say_it_cannot_be_reached(fleet: Fleet) -> None:
     gone = fleet.cli("logs", str(ident), check=False)
     assert "has no live lease" in gone.stderr.decode() or "not started" in \
         gone.stderr.decode()
+
+
+ECHOER = [sys.executable, "-c", "import sys\nwhile True:\n line = sys.stdin.readline()\n"
+          " if not line: break\n print('echo:' + line.strip().upper(), flush=True)"]
+
+
+def test_attach_to_a_session_on_another_host(fleet: Fleet) -> None:
+    import pexpect
+
+    from tests.harness import TETHER
+
+    _two_hosts(fleet)
+    ident = fleet.place("--host", "h2", "-t", "--", *ECHOER)
+    wait_for(lambda: fleet.work(ident)["state"] == "RUNNING", 20, what="running on h2")
+    h1 = fleet.hosts["h1"]
+
+    def attach(*flags: str) -> pexpect.spawn:
+        return pexpect.spawn(TETHER[0], [*TETHER[1:], "--home", str(h1.home), "--fleet",
+                                         fleet.url, "attach", *flags, str(ident)],
+                             env=h1.env, dimensions=(24, 80), timeout=20)
+
+    child = attach()
+    child.send("hello\r")
+    child.expect("echo:HELLO")
+    child.sendcontrol("\\")
+    child.expect(f"detached from placement {ident} on h2")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    assert fleet.work(ident)["state"] == "RUNNING"  # detaching never ends it
+    watcher = attach("--read-only")
+    watcher.send("dropped\r")
+    with pytest.raises(pexpect.TIMEOUT):
+        watcher.expect("echo:DROPPED", timeout=1.5)
+    watcher.sendcontrol("\\")
+    watcher.expect(pexpect.EOF)
+    again = attach()
+    again.send("bye\r")
+    again.expect("echo:BYE")
+    again.sendcontrol("d")  # EOF at the prompt: the program ends
+    again.expect(f"placement {ident} on h2 exited with code 0")
+    again.expect(pexpect.EOF)
+    again.close()
+    assert again.exitstatus == 0
+    wait_for(lambda: fleet.work(ident)["state"] == "ENDED", 10, what="ENDED")
+    ended = fleet.cli("attach", str(ident), check=False)
+    assert ended.returncode == 1 and "nothing to attach to" in ended.stderr.decode()

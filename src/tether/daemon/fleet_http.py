@@ -19,13 +19,15 @@ import hmac
 import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
 
 from tether.model.errors import TetherError
 
@@ -43,19 +45,48 @@ class HostApi:
         self.dispatch = dispatch
         self.token: str | None = None
         self.app = Starlette(routes=[Route("/v1/logs", self.logs),
-                                     Route("/v1/events", self.events)])
+                                     Route("/v1/events", self.events),
+                                     WebSocketRoute("/v1/attach", self.attach)])
 
-    def _refused(self, req: Request) -> Response | None:
+    def _why_not(self, conn: Request | WebSocket) -> tuple[int, str, str] | None:
         if self.token is None:
-            return _error(503, "NOT_JOINED", "this host has not reached the fleet database "
-                          "yet: try again once it holds a lease (`tether --fleet URL hosts`)")
-        got = req.headers.get("authorization", "")
+            return (503, "NOT_JOINED", "this host has not reached the fleet database yet: "
+                    "try again once it holds a lease (`tether --fleet URL hosts`)")
+        got = conn.headers.get("authorization", "")
         if not hmac.compare_digest(got.encode(), f"Bearer {self.token}".encode()):
-            return _error(401, "UNAUTHORIZED", "this request lacks the fleet's token: use "
-                          "`tether --fleet URL …`, which reads it from the fleet database")
+            return (401, "UNAUTHORIZED", "this request lacks the fleet's token: use "
+                    "`tether --fleet URL …`, which reads it from the fleet database")
         return None
 
-    async def _target(self, req: Request) -> tuple[str, str | None]:
+    def _refused(self, req: Request) -> Response | None:
+        why = self._why_not(req)
+        return None if why is None else _error(*why)
+
+    async def attach(self, ws: WebSocket) -> None:
+        """A terminal bridged to the exec's monitor, as ``tether web``'s (the messages
+        of ``tether.web.bridge``): binary frames are terminal bytes, text frames JSON
+        control (``resize``, ``detach``; ``exit`` or ``error`` back)."""
+        from tether.web.bridge import bridge
+
+        await ws.accept()
+        why = self._why_not(ws)
+        try:
+            if why is not None:
+                raise TetherError(-32600, why[1], why[2])
+            exec_id, _ = await self._target(ws)
+            x = await self.dispatch("exec.get", {"exec": exec_id})
+            if x["state"] != "RUNNING":
+                raise TetherError(-32600, "NOT_RUNNING", f"exec {exec_id} is {x['state']}: "
+                                  "there is nothing to attach to")
+            q = ws.query_params
+            ro, rows, cols = q.get("ro") == "1", int(q.get("rows", 24)), int(q.get("cols", 80))
+        except (TetherError, ValueError, KeyError) as e:
+            await ws.send_text(json.dumps({"error": getattr(e, "message", str(e))}))
+            await ws.close()
+            return
+        await bridge(ws, Path(x["socket"]), read_only=ro, rows=rows, cols=cols)
+
+    async def _target(self, req: Request | WebSocket) -> tuple[str, str | None]:
         """(exec id, lineage id or None) named by ``?exec=`` or ``?lineage=``."""
         q = req.query_params
         if q.get("lineage"):

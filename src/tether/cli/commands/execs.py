@@ -126,6 +126,8 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
         # Only -e variables travel: this shell's environment belongs to this machine.
         spec: dict[str, Any] = {"argv": list(argv), "env": kv(envs, "env"),
                                 "cwd": os.path.abspath(cwd) if cwd else os.getcwd()}
+        if use_tty:
+            spec["tty"] = True  # `tether --fleet URL attach WORK` reaches its terminal
         if provider is not None:
             spec.update(provider=provider, revival=revival, max_revivals=max_revivals,
                         stale_after=stale_after, crashed_after=crashed_after, name=name)
@@ -276,10 +278,15 @@ def _prepare_worktree(branch: str, cwd: str) -> str:
 @click.pass_context
 def attach(ctx: click.Context, detach_keys: str | None, read_only: bool, replay: int,
            exec_ref: str) -> None:
-    """Attach this terminal to a running exec (works while the daemon is down)."""
+    """Attach this terminal to a running exec (works while the daemon is down); with
+    --fleet, to a placement's (WORK) session on any host, through its host."""
     from tether.cli import foreground as fg
 
     keys = fg.detach_keys(detach_keys)
+    if ctx.obj.fleet:
+        from tether.cli.commands.fleet import fleet_attach
+
+        sys.exit(fleet_attach(ctx, exec_ref, keys, read_only))
     sys.exit(fg.attach_terminal(client(ctx), exec_ref, keys, read_only=read_only,
                                 replay=replay))
 

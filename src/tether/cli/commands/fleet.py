@@ -282,3 +282,13 @@ def fleet_branch(branch: str, cwd: str) -> dict[str, str]:
     if os.path.isdir(os.path.join(cwd, remote)) and not os.path.isabs(remote):
         remote = os.path.abspath(os.path.join(cwd, remote))
     return {"remote": remote, "branch": branch}
+
+
+def fleet_attach(ctx: click.Context, work_ref: str, keys: bytes, read_only: bool) -> int:
+    """``attach`` with ``--fleet``: a placement's session, proxied by its host."""
+    from tether.cli import fleet_attach as fa
+
+    api, token, query, host = _remote(ctx, work_ref)
+    return fa.attach(api, token, query, what=f"placement {work_ref} on {host}",
+                     again=f"tether --fleet URL attach {work_ref}", keys=keys,
+                     read_only=read_only)
