@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.e2e.test_fleet import SLEEPER, Fleet, fleet, pg  # noqa: F401 (fixtures)
+from tests.e2e.test_fleet import SLEEPER, Fleet, fleet  # noqa: F401 (a fixture)
 from tests.e2e.test_fleet import pytestmark as fleet_marks
 from tests.harness import SCRIPTED_AGENT, wait_for
 

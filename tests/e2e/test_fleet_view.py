@@ -10,7 +10,7 @@ import sys
 import httpx
 import pytest
 
-from tests.e2e.test_fleet import LEASE, SLEEPER, Fleet, fleet, pg  # noqa: F401 (fixtures)
+from tests.e2e.test_fleet import LEASE, Fleet, fleet  # noqa: F401 (a fixture)
 from tests.e2e.test_fleet import pytestmark as fleet_marks
 from tests.harness import wait_for
 
@@ -50,10 +50,7 @@ def test_logs_and_events_of_work_on_another_host(fleet: Fleet) -> None:
     assert "work.placed" in journal and "work.running" in journal
     host_events = fleet.cli("events", "--host", "h2", "--json").stdout.splitlines()
     assert len(host_events) >= len(mine)
-
-
-def test_an_agent_placement_logs_its_lineage_current_exec(fleet: Fleet) -> None:
-    _two_hosts(fleet)
+    # An agent's placement: its lineage's current exec, and the lineage's events.
     agent = fleet.place("--host", "h2", "--agent", "generic", "--", *SPEAKER)
     wait_for(lambda: fleet.work(agent)["state"] == "RUNNING", 20, what="agent on h2")
     wait_for(lambda: b"hello from h2" in fleet.cli("logs", str(agent)).stdout, 10,
@@ -62,11 +59,11 @@ def test_an_agent_placement_logs_its_lineage_current_exec(fleet: Fleet) -> None:
     evs = [json.loads(x) for x in
            fleet.cli("events", "--work", str(agent), "--json").stdout.splitlines()]
     assert any(e["data"].get("lineage") == lineage for e in evs)
+    _api_refusals(fleet)
 
 
-def test_the_host_api_wants_the_fleet_token_and_says_what_is_wrong(
-        fleet: Fleet) -> None:
-    _two_hosts(fleet)
+def _api_refusals(fleet: Fleet) -> None:
+    """The host API wants the fleet's token and says what is wrong, then serves on."""
     api = fleet.hosts_rows()["h2"]["api"]
     bad = httpx.get(f"{api}/v1/logs", params={"exec": "x"},
                     headers={"Authorization": "Bearer nope"})
@@ -86,21 +83,6 @@ def test_the_host_api_wants_the_fleet_token_and_says_what_is_wrong(
     assert unknown.returncode == 1 and "no placement 999" in unknown.stderr.decode()
     notwork = fleet.cli("logs", "abc", check=False)
     assert notwork.returncode == 2 and "WORK number" in notwork.stderr.decode()
-
-
-def test_logs_of_a_dead_host_say_it_cannot_be_reached(fleet: Fleet) -> None:
-    _two_hosts(fleet)
-    ident = fleet.place("--host", "h2", "--", *SLEEPER)
-    wait_for(lambda: fleet.work(ident)["state"] == "RUNNING", 20, what="running on h2")
-    fleet.hosts["h2"].kill9()
-    down = fleet.cli("logs", str(ident), check=False)
-    assert down.returncode in (1, 125), down.stderr
-    err = down.stderr.decode()
-    assert "cannot reach host h2" in err or "no live lease" in err
-    wait_for(lambda: not fleet.hosts_rows()["h2"]["live"], LEASE * 3, what="lease gone")
-    gone = fleet.cli("logs", str(ident), check=False)
-    assert "has no live lease" in gone.stderr.decode() or "not started" in \
-        gone.stderr.decode()
 
 
 ECHOER = [sys.executable, "-c", "import sys\nwhile True:\n line = sys.stdin.readline()\n"
@@ -148,3 +130,12 @@ def test_attach_to_a_session_on_another_host(fleet: Fleet) -> None:
     wait_for(lambda: fleet.work(ident)["state"] == "ENDED", 10, what="ENDED")
     ended = fleet.cli("attach", str(ident), check=False)
     assert ended.returncode == 1 and "nothing to attach to" in ended.stderr.decode()
+    # The host dies: its placements' logs say they cannot be reached, and why.
+    fleet.hosts["h2"].kill9()
+    down = fleet.cli("logs", str(ident), check=False)
+    assert down.returncode in (1, 125), down.stderr
+    err = down.stderr.decode()
+    assert "cannot reach host h2" in err or "no live lease" in err
+    wait_for(lambda: not fleet.hosts_rows()["h2"]["live"], LEASE * 3, what="lease gone")
+    gone = fleet.cli("logs", str(ident), check=False)
+    assert gone.returncode == 1 and "has no live lease" in gone.stderr.decode()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.e2e.test_fleet import LEASE, Fleet, fleet, pg  # noqa: F401 (fixtures)
+from tests.e2e.test_fleet import LEASE, Fleet, fleet  # noqa: F401 (a fixture)
 from tests.e2e.test_fleet import pytestmark as fleet_marks
 from tests.harness import kill_strays, wait_for
 
