@@ -10,9 +10,10 @@ import sys
 import httpx
 import pytest
 
-from tests.e2e.test_fleet import LEASE, Fleet, fleet  # noqa: F401 (a fixture)
+from tests.e2e.test_fleet import FAST, LEASE, Fleet, fleet  # noqa: F401 (a fixture)
 from tests.e2e.test_fleet import pytestmark as fleet_marks
-from tests.harness import wait_for
+from tests.harness import TETHER, DaemonProc, new_home, remove_home, wait_for
+from tests.pg import PgCluster
 
 pytestmark = fleet_marks
 
@@ -139,3 +140,33 @@ def test_attach_to_a_session_on_another_host(fleet: Fleet) -> None:
     wait_for(lambda: not fleet.hosts_rows()["h2"]["live"], LEASE * 3, what="lease gone")
     gone = fleet.cli("logs", str(ident), check=False)
     assert gone.returncode == 1 and "has no live lease" in gone.stderr.decode()
+
+
+def test_a_host_refuses_a_fleet_schema_older_than_its_own(pg: PgCluster) -> None:
+    """A database at schema 1 (an older tether's) has no API columns nor token: the host
+    says to upgrade it, and joins once `tether fleet init` did."""
+    import os
+    import subprocess
+
+    from tether.fleet import schema
+    from tether.fleet import store as fs
+
+    url = pg.new_db(f"old_{os.getpid()}")
+    with fs.connect(url) as c, c.transaction():
+        c.execute("CREATE TABLE fleet_schema (version integer PRIMARY KEY, "
+                  "applied_at timestamptz NOT NULL DEFAULT now())")
+        c.execute(schema.MIGRATIONS[0][1])
+        c.execute("INSERT INTO fleet_schema (version) VALUES (1)")
+    d = DaemonProc(new_home(), env=FAST)
+    try:
+        d.start(wait=False, pool=0, args=["--fleet", url, "--host-name", "h1"])
+        assert d.proc is not None and d.proc.wait(20) == 1
+        assert "older than this tether" in d.log_text() and "fleet init" in d.log_text()
+        up = subprocess.run([*TETHER, "fleet", "init", url], capture_output=True, text=True)
+        assert up.returncode == 0 and "applied 2" in up.stdout
+        d.start(pool=0, args=["--fleet", url, "--host-name", "h1"])
+        with fs.connect(url) as c:
+            wait_for(lambda: any(h["api"] for h in fs.hosts(c)), 15, what="h1 advertised")
+    finally:
+        d.cleanup()
+        remove_home(d.home)

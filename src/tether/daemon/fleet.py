@@ -82,8 +82,9 @@ class FleetService:
         self._drain_turns: dict[str, int] = {}
 
     def check_schema(self) -> str | None:
-        """At start: why this host cannot join (the database is not initialised, or is
-        newer than this tether), else None. An unreachable database is no reason: the
+        """At start: why this host cannot join (the database is not initialised, is
+        older or newer than this tether, or the API's address cannot be bound), else
+        None. An unreachable database is no reason: the
         host starts, supervises locally and joins when PostgreSQL answers."""
         import psycopg
 
@@ -105,6 +106,11 @@ class FleetService:
         if have == 0:
             return ("the fleet database is not initialised: run `tether fleet init URL` "
                     "once, then start this host again")
+        if have < schema.LATEST:
+            return (f"the fleet database is at schema {have}, older than this tether's "
+                    f"{schema.LATEST}: run `tether fleet init URL` with this tether to "
+                    "upgrade it (hosts of the older tether keep working), then start "
+                    "this host again")
         if have > schema.LATEST:
             return (f"the fleet database is at schema {have}, newer than this tether's "
                     f"{schema.LATEST}: upgrade tether on this host")
@@ -277,6 +283,8 @@ class FleetService:
             await self._call("work", fs.mark_running, w["id"], host, token, local)
         running = await self._call("work", fs.running_on, host, token)
         owned = self.owned = frozenset(_key(w) for w in [*placed, *running])
+        self._pushed = {k: v for k, v in self._pushed.items() if k in owned}
+        self._drain_turns = {k: v for k, v in self._drain_turns.items() if k in owned}
         for w in running:
             ended = self._ended(w)
             if ended is not None and not self._handing(w):
