@@ -5,7 +5,11 @@ that host's daemon through the host-to-host API (real PostgreSQL, real daemons).
 from __future__ import annotations
 
 import json
+import os
+import ssl
+import subprocess
 import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -23,15 +27,28 @@ COUNTER = [sys.executable, "-c", "import time\nfor i in range(3):\n print('tick'
            "flush=True); time.sleep(0.4)"]
 
 
-def _two_hosts(fleet: Fleet) -> None:
-    fleet.add("h1")
-    fleet.add("h2")
+def _two_hosts(fleet: Fleet, h1_env: dict[str, str] | None = None,
+               h2_env: dict[str, str] | None = None) -> None:
+    fleet.add("h1", env=h1_env)
+    fleet.add("h2", env=h2_env)
     wait_for(lambda: len(fleet.hosts_rows()) == 2
              and all(r["api"] for r in fleet.hosts_rows().values()), 15, what="two hosts")
 
 
-def test_logs_and_events_of_work_on_another_host(fleet: Fleet) -> None:
-    _two_hosts(fleet)
+def _self_signed(tmp: Path) -> tuple[Path, Path]:
+    cert, key = tmp / "cert.pem", tmp / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    return cert, key
+
+
+def test_logs_and_events_of_work_on_another_host(fleet: Fleet, tmp_path: Path) -> None:
+    """h2 serves its API over TLS; the CLI (h1's environment) trusts its certificate."""
+    cert, key = _self_signed(tmp_path)
+    _two_hosts(fleet, {"SSL_CERT_FILE": str(cert)},
+               {"TETHER_FLEET_TLS_CERT": str(cert), "TETHER_FLEET_TLS_KEY": str(key)})
+    assert fleet.hosts_rows()["h2"]["api"].startswith("https://127.0.0.1:")
     ident = fleet.place("--host", "h2", "--", *SPEAKER)
     wait_for(lambda: fleet.work(ident)["state"] == "RUNNING", 20, what="running on h2")
     wait_for(lambda: b"hello from h2" in fleet.cli("logs", str(ident)).stdout, 10,
@@ -60,26 +77,29 @@ def test_logs_and_events_of_work_on_another_host(fleet: Fleet) -> None:
     evs = [json.loads(x) for x in
            fleet.cli("events", "--work", str(agent), "--json").stdout.splitlines()]
     assert any(e["data"].get("lineage") == lineage for e in evs)
-    _api_refusals(fleet)
+    untrusted = fleet.hosts["h1"].cli("--fleet", fleet.url, "logs", str(ident),
+                                      env={"SSL_CERT_FILE": ""})
+    assert untrusted.returncode == 125 and b"CERTIFICATE_VERIFY_FAILED" in untrusted.stderr
+    _api_refusals(fleet, httpx.Client(verify=ssl.create_default_context(cafile=str(cert))))
 
 
-def _api_refusals(fleet: Fleet) -> None:
+def _api_refusals(fleet: Fleet, http: httpx.Client) -> None:
     """The host API wants the fleet's token and says what is wrong, then serves on."""
     api = fleet.hosts_rows()["h2"]["api"]
-    bad = httpx.get(f"{api}/v1/logs", params={"exec": "x"},
-                    headers={"Authorization": "Bearer nope"})
+    bad = http.get(f"{api}/v1/logs", params={"exec": "x"},
+                   headers={"Authorization": "Bearer nope"})
     assert bad.status_code == 401 and "fleet's token" in bad.json()["error"]["message"]
-    assert httpx.get(f"{api}/v1/events").status_code == 401
+    assert http.get(f"{api}/v1/events").status_code == 401
     from tether.fleet import store as fs
 
     with fleet.db() as c:
         token = fs.secret(c)
     auth = {"Authorization": f"Bearer {token}"}
-    missing = httpx.get(f"{api}/v1/logs", params={"exec": "nope"}, headers=auth)
+    missing = http.get(f"{api}/v1/logs", params={"exec": "nope"}, headers=auth)
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "EXEC_NOT_FOUND"
-    neither = httpx.get(f"{api}/v1/logs", headers=auth)
+    neither = http.get(f"{api}/v1/logs", headers=auth)
     assert neither.status_code == 400 and "?exec=ID" in neither.json()["error"]["message"]
-    assert httpx.get(f"{api}/v1/events", headers=auth).status_code == 200  # still serving
+    assert http.get(f"{api}/v1/events", headers=auth).status_code == 200  # still serving
     unknown = fleet.cli("logs", "999", check=False)
     assert unknown.returncode == 1 and "no placement 999" in unknown.stderr.decode()
     notwork = fleet.cli("logs", "abc", check=False)
@@ -145,8 +165,6 @@ def test_attach_to_a_session_on_another_host(fleet: Fleet) -> None:
 def test_a_host_refuses_a_fleet_schema_older_than_its_own(pg: PgCluster) -> None:
     """A database at schema 1 (an older tether's) has no API columns nor token: the host
     says to upgrade it, and joins once `tether fleet init` did."""
-    import os
-    import subprocess
 
     from tether.fleet import schema
     from tether.fleet import store as fs
