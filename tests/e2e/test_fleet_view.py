@@ -165,7 +165,6 @@ def test_attach_to_a_session_on_another_host(fleet: Fleet) -> None:
 def test_a_host_refuses_a_fleet_schema_older_than_its_own(pg: PgCluster) -> None:
     """A database at schema 1 (an older tether's) has no API columns nor token: the host
     says to upgrade it, and joins once `tether fleet init` did."""
-
     from tether.fleet import schema
     from tether.fleet import store as fs
 
