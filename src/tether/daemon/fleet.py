@@ -84,8 +84,8 @@ class FleetService:
     def check_schema(self) -> str | None:
         """At start: why this host cannot join (the database is not initialised, is
         older or newer than this tether, or the API's address cannot be bound), else
-        None. An unreachable database is no reason: the
-        host starts, supervises locally and joins when PostgreSQL answers."""
+        None. An unreachable database is no reason: the host starts, supervises locally
+        and joins when PostgreSQL answers."""
         import psycopg
 
         from tether.daemon import fleet_http
@@ -310,11 +310,13 @@ class FleetService:
             tree = self._tree(w)
             fetched = await fleet_git.checkout(git["remote"], git["branch"], tree)
             params["cwd"] = params["worktree"] = str(tree)
-            self.journal.record(None, "fleet.worktree", reason=(
-                f"placement {w['id']} generation {w['generation']}: branch {git['branch']} "
-                + ("fetched from " if fetched else "created from the default branch of ")
-                + git["remote"]), data={"work": w["id"], "path": str(tree), **git,
-                                        "fetched": fetched})
+            if fetched is not None:
+                self.journal.record(None, "fleet.worktree", reason=(
+                    f"placement {w['id']} generation {w['generation']}: branch "
+                    f"{git['branch']} " + ("fetched from " if fetched else
+                                           "created from the default branch of ")
+                    + git["remote"]), data={"work": w["id"], "path": str(tree), **git,
+                                            "fetched": fetched})
         method = "agent.start" if w["kind"] == "agent" else "exec.start"
         reply = await self.dispatch(method, params)
         self.faults.hit("fleet.after_start")

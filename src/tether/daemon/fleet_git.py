@@ -43,14 +43,14 @@ async def _git(*args: str, cwd: str | None = None) -> tuple[int | None, str]:
     return proc.returncode, out.decode("utf-8", "replace").strip()[-2000:]
 
 
-async def checkout(remote: str, branch: str, path: Path) -> bool:
+async def checkout(remote: str, branch: str, path: Path) -> bool | None:
     """Make ``path`` a clone of ``remote`` on ``branch``: the remote's branch when it has
     one (a revival: what the previous host pushed), else a new branch from its default
-    one. Returns whether the branch came from the remote. A clone is made beside and
-    renamed into place, so a crash leaves no half clone; an existing ``path`` (this
-    generation's start, retried) is kept as it is."""
+    one. Returns whether the branch came from the remote, None when ``path`` existed (this
+    generation's start, retried: kept as it is). A clone is made beside and renamed into
+    place, so a crash leaves no half clone."""
     if path.exists():
-        return True
+        return None
     code, out = await _git("ls-remote", "--exit-code", "--heads", remote,
                            f"refs/heads/{branch}")
     if code not in (0, 2):
