@@ -7,7 +7,7 @@ import sys
 import click
 
 from tether.cli import output as out
-from tether.cli.context import client
+from tether.cli.context import client, die
 from tether.model.records import Event
 
 
@@ -32,6 +32,8 @@ def events(ctx: click.Context, follow: bool, since: int, sandbox: str | None,
         fleet_events(ctx, work_ref=work, host=host, follow=follow, since=since,
                      as_json=as_json)
         return
+    if work is not None or host is not None:
+        die("--work and --host read a fleet: tether --fleet URL events ...", 2)
     c = client(ctx)
 
     def show(ev: Event) -> None:
