@@ -162,23 +162,44 @@ def _remote(ctx: click.Context, work_ref: str) -> tuple[str, str, dict[str, str]
 
 def _stream(api: str, token: str, path: str, query: dict[str, str], host: str) -> Any:
     """GET ``path`` on a host's API, streamed; yields the body's chunks. An error reply
-    or an unreachable host ends the command with what to do."""
-    import httpx
+    or an unreachable host ends the command with what to do. The standard library's
+    ``http.client`` (not httpx): a CLI run pays ~100 ms less of imports."""
+    import http.client
+    import json
+    from urllib.parse import urlencode, urlsplit
 
+    u = urlsplit(api)
+    conn: http.client.HTTPConnection
     try:
-        with httpx.stream("GET", api + path, params=query, timeout=httpx.Timeout(
-                10.0, read=None), headers={"Authorization": f"Bearer {token}"}) as r:
-            if r.status_code != 200:
-                r.read()
-                try:
-                    msg = r.json()["error"]["message"]
-                except (ValueError, KeyError, TypeError):
-                    msg = r.text[:200]
-                die(f"host {host}: {msg}", 1)
-            yield from r.iter_raw()
-    except httpx.TransportError as e:
+        if u.scheme == "https":
+            import ssl
+
+            conn = http.client.HTTPSConnection(u.hostname or "", u.port, timeout=10,
+                                               context=ssl.create_default_context())
+        else:
+            conn = http.client.HTTPConnection(u.hostname or "", u.port, timeout=10)
+        conn.request("GET", f"{u.path.rstrip('/')}{path}?{urlencode(query)}",
+                     headers={"Authorization": f"Bearer {token}"})
+        r = conn.getresponse()
+    except (OSError, http.client.HTTPException) as e:
         die(f"cannot reach host {host}'s fleet API at {api}: {e}", 125,
             hint="is its daemon up, and TETHER_FLEET_LISTEN/ADVERTISE reachable from here?")
+    try:
+        if r.status != 200:
+            body = r.read()
+            try:
+                msg = json.loads(body)["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                msg = body[:200].decode(errors="replace")
+            die(f"host {host}: {msg}", 1)
+        if conn.sock is not None:
+            conn.sock.settimeout(None)  # a follow waits as long as the exec runs
+        while chunk := r.read1(1 << 16):
+            yield chunk
+    except (OSError, http.client.HTTPException) as e:
+        die(f"lost host {host}'s fleet API at {api}: {e}", 125)
+    finally:
+        conn.close()
 
 
 def fleet_logs(ctx: click.Context, work_ref: str, *, follow: bool, use_stderr: bool,
