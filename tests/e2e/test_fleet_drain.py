@@ -9,9 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-from tests.e2e.test_fleet import SLEEPER, Fleet, fleet  # noqa: F401 (a fixture)
+from tests.e2e.test_fleet import LEASE, SLEEPER, Fleet, fleet  # noqa: F401 (a fixture)
 from tests.e2e.test_fleet import pytestmark as fleet_marks
-from tests.harness import SCRIPTED_AGENT, wait_for
+from tests.harness import SCRIPTED_AGENT, kill_strays, wait_for
 
 pytestmark = fleet_marks
 
@@ -73,3 +73,28 @@ def test_drain_now_moves_agents_at_once_and_waits_for_room(fleet: Fleet) -> None
     assert fleet.live_copies(agent) == [("h3", w["local_id"])]
     again = fleet.cli("drain", "--now", "h1")
     assert "was not ACTIVE" in again.stdout.decode()
+
+
+def test_an_ask_placement_waits_for_a_human_then_runs_once(fleet: Fleet) -> None:
+    _two_hosts(fleet)
+    asked = [fleet.place("--host", "h1", "--agent", "generic", "--revival", "ask",
+                         "--crashed-after", "3600", "--stale-after", "3600", "--", *SLEEPER)
+             for _ in range(2)]
+    wait_for(lambda: all(fleet.work(a)["state"] == "RUNNING" for a in asked), 20,
+             what="running on h1")
+    h1 = fleet.hosts["h1"]
+    h1.kill9()
+    kill_strays(h1.home, wait=5)
+    wait_for(lambda: all(fleet.work(a)["state"] == "ASK" for a in asked), LEASE * 6,
+             what="both waiting for a human")
+    revive, reap = asked
+    said = fleet.cli("lineage", "resolve", "--revive", str(revive)).stdout.decode()
+    assert said.strip() == f"{revive} PLACED on h2 (generation 2)"
+    w = wait_for(lambda: fleet.work(revive)["state"] == "RUNNING" and fleet.work(revive), 20,
+                 what="revived on h2")
+    assert fleet.live_copies(revive) == [("h2", w["local_id"])]
+    twice = fleet.cli("lineage", "resolve", "--revive", str(revive), check=False)
+    assert twice.returncode == 1 and "not waiting for an answer" in twice.stderr.decode()
+    assert fleet.cli("lineage", "resolve", "--reap", str(reap)).stdout.decode().strip() \
+        == f"{reap} REAPED"
+    assert fleet.work(reap)["state"] == "REAPED" and fleet.live_copies(reap) == []

@@ -346,3 +346,34 @@ def hand_over(conn: Any, work: int, name: str, token: int) -> dict[str, Any] | N
                  work=work, previous=name, generation=w["generation"] + 1)
         conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, target["name"]))
     return {"id": work, "host": target["name"], "generation": w["generation"] + 1}
+
+
+def resolve_ask(conn: Any, work: int, action: str) -> dict[str, Any]:
+    """A human's answer to an ASK placement (its host died under revival ``ask``):
+    ``revive`` places it again on the freest live host, as its next generation;
+    ``reap`` ends it. Once: a second answer finds it no longer ASK (``NoHost`` says so)."""
+    with conn.transaction():
+        w = conn.execute("SELECT id, state, labels, generation, host FROM work WHERE id = %s "
+                         "FOR UPDATE", (work,)).fetchone()
+        if w is None:
+            raise NoHost(f"no placement {work} in the fleet")
+        if w["state"] != "ASK":
+            raise NoHost(f"placement {work} is {w['state']}, not waiting for an answer")
+        if action == "reap":
+            conn.execute("UPDATE work SET state = 'REAPED', reason = 'reaped by a human', "
+                         "updated_at = now() WHERE id = %s", (work,))
+            _journal(conn, "work.reaped", host=w["host"], work=work, by="human")
+            return {"id": work, "state": "REAPED", "host": w["host"]}
+        target = _pick(conn, w["labels"], None)
+        if target is None:
+            raise NoHost(f"no live host with free capacity can revive placement {work} now: "
+                         "wait for room, or add capacity")
+        conn.execute("UPDATE work SET host = %s, token = %s, generation = generation + 1, "
+                     "state = 'PLACED', local_id = NULL, reason = 'revived by a human', "
+                     "updated_at = now() WHERE id = %s",
+                     (target["name"], target["token"], work))
+        _journal(conn, "work.revived", host=target["name"], token=target["token"], work=work,
+                 previous=w["host"], generation=w["generation"] + 1, by="human")
+        conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, target["name"]))
+    return {"id": work, "state": "PLACED", "host": target["name"],
+            "generation": w["generation"] + 1}

@@ -313,3 +313,20 @@ def fleet_attach(ctx: click.Context, work_ref: str, keys: bytes, read_only: bool
     return fa.attach(api, token, query, what=f"placement {work_ref} on {host}",
                      again=f"tether --fleet URL attach {work_ref}", keys=keys,
                      read_only=read_only)
+
+
+def fleet_resolve(ctx: click.Context, work_ref: str, action: str) -> None:
+    """``lineage resolve`` with ``--fleet``: answer an ASK placement (its host died)."""
+    from tether.fleet import store as fs
+
+    if not work_ref.isdigit():
+        die(f"{work_ref!r} is not a placement: with --fleet, name the WORK number "
+            "`tether --fleet URL ps` shows (state ASK)", 2)
+    with _ready(_url(ctx)) as conn:
+        try:
+            row = fs.resolve_ask(conn, int(work_ref), action)
+        except fs.NoHost as e:
+            die(str(e), 1)
+    click.echo(f"{row['id']} {row['state']}" + (f" on {row['host']} (generation "
+                                               f"{row['generation']})"
+                                               if row["state"] == "PLACED" else ""))
