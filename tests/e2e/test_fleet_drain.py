@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.e2e.test_fleet import LEASE, SLEEPER, Fleet, fleet  # noqa: F401 (a fixture)
+from tests.e2e.test_fleet import FAST, LEASE, SLEEPER, Fleet, fleet  # noqa: F401 (a fixture)
 from tests.e2e.test_fleet import pytestmark as fleet_marks
 from tests.harness import SCRIPTED_AGENT, kill_strays, wait_for
 
@@ -98,3 +98,28 @@ def test_an_ask_placement_waits_for_a_human_then_runs_once(fleet: Fleet) -> None
     assert fleet.cli("lineage", "resolve", "--reap", str(reap)).stdout.decode().strip() \
         == f"{reap} REAPED"
     assert fleet.work(reap)["state"] == "REAPED" and fleet.live_copies(reap) == []
+
+
+def test_a_crash_between_stopping_and_moving_a_handed_over_agent_moves_it_once(
+        fleet: Fleet) -> None:
+    slow = {"TETHER_FLEET_LEASE": "15"}  # the restart comes back within the lease
+    h1 = fleet.add("h1", env={**slow, "TETHER_FAULT": "fleet.after_handover_stop"})
+    fleet.add("h2")
+    wait_for(lambda: len(fleet.hosts_rows()) == 2, 15, what="two hosts")
+    agent = fleet.place("--host", "h1", "--agent", "generic", "--crashed-after", "3600",
+                        "--stale-after", "3600", "--", *SLEEPER)
+    first = wait_for(lambda: fleet.work(agent)["state"] == "RUNNING" and fleet.work(agent),
+                     20, what="running on h1")
+    fleet.cli("drain", "--now", "h1")
+    assert h1.proc is not None
+    h1.proc.wait(20)  # the fault point killed it: its copy stopped, the row still h1's
+    assert fleet.work(agent)["host"] == "h1" and fleet.work(agent)["state"] == "RUNNING"
+    assert fleet.live_copies(agent) == []
+    h1.start(pool=0, env={**FAST, **slow}, args=["--fleet", fleet.url, "--host-name", "h1"])
+    w = wait_for(lambda: (fleet.work(agent)["generation"] == 2
+                          and fleet.work(agent)["state"] == "RUNNING" and fleet.work(agent)),
+                 20, what="handed over after the restart")
+    assert w["host"] == "h2" and fleet.live_copies(agent) == [("h2", w["local_id"])]
+    with h1.client() as c:
+        assert c.lineage_get(first["local_id"]).status == "REAPED"  # not revived there
+    assert fleet.cli("events").stdout.decode().count("work.handed_over") == 1

@@ -350,6 +350,7 @@ class FleetService:
                     continue
                 await self.agents.withdraw(rec.id, f"{HANDOVER}host {host} is draining")
                 await self._sync_branch(w, force=True)
+                self.faults.hit("fleet.after_handover_stop")
             moved = await self._call("work", fs.hand_over, w["id"], host, token)
             if moved is not None:
                 self.journal.record(None, "fleet.handed_over", reason=(
