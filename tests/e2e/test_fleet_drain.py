@@ -35,7 +35,7 @@ def test_drain_hands_an_agent_over_after_its_turn_exactly_once(
     plain = fleet.place("--host", "h1", "--", *SLEEPER)
     wait_for(lambda: fleet.work(plain)["state"] == "RUNNING", 20, what="plain on h1")
     assert "h1 draining" in fleet.cli("drain", "h1").stdout.decode()
-    time.sleep(2.0)  # mid-turn: it stays
+    time.sleep(1.0)  # mid-turn: it stays (three work passes)
     assert fleet.work(agent)["generation"] == 1 and fleet.work(agent)["host"] == "h1"
     (gate.parent / f"{gate.name}.1").touch()  # the turn ends
     w = wait_for(lambda: (fleet.work(agent)["generation"] == 2
@@ -46,7 +46,7 @@ def test_drain_hands_an_agent_over_after_its_turn_exactly_once(
     with fleet.hosts["h1"].client() as c:
         old = c.lineage_get(first["local_id"])
         assert old.status == "REAPED" and "handed over" in (old.reason or "")
-    time.sleep(1.0)  # later passes neither end it nor move it again
+    time.sleep(0.6)  # later passes neither end it nor move it again
     assert fleet.work(agent)["generation"] == 2 and fleet.work(agent)["state"] == "RUNNING"
     assert fleet.work(plain)["state"] == "RUNNING" and fleet.work(plain)["host"] == "h1"
     journal = fleet.cli("events").stdout.decode()
@@ -62,7 +62,7 @@ def test_drain_now_moves_agents_at_once_and_waits_for_room(fleet: Fleet) -> None
     first = wait_for(lambda: fleet.work(agent)["state"] == "RUNNING" and fleet.work(agent),
                      20, what="running on h1")
     assert "agents move now" in fleet.cli("drain", "--now", "h1").stdout.decode()
-    time.sleep(1.5)  # nowhere to go: it keeps running where it is
+    time.sleep(1.0)  # nowhere to go: it keeps running where it is
     assert fleet.work(agent)["generation"] == 1
     assert fleet.live_copies(agent) == [("h1", first["local_id"])]
     fleet.add("h3")
