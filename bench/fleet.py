@@ -5,7 +5,8 @@ daemons in separate homes as hosts.
 beside a local ``exec.start`` → RUNNING on one daemon, same run; (2) failover: SIGKILL a
 host's daemon and monitors, time until its agent RUNNING on another host (lease period
 stated); (3) fleet ``ps`` over 3 hosts x 1,000 placements, the CLI and the query; (4)
-PostgreSQL commits per second per idle host (``pg_stat_database.xact_commit``).
+PostgreSQL commits per second per idle host (``pg_stat_database.xact_commit``); (5)
+``tether --fleet URL logs WORK`` through the owning host's API beside a local ``logs``.
 """
 
 from __future__ import annotations
@@ -113,6 +114,27 @@ def _ps(url: str, conn: Any, per_host: int, names: list[str]) -> tuple[float, fl
     return query, time.perf_counter() - t0
 
 
+def _logs(url: str, conn: Any, host: DaemonProc, n: int) -> tuple[list[float], list[float]]:
+    """``tether --fleet URL logs WORK`` (PostgreSQL, then the owning host's API) beside
+    ``tether logs EXEC`` on that host, whole CLI runs."""
+    from tether.fleet import store as fs
+
+    row = fs.place(conn, "exec", {"argv": [sys.executable, "-c", "print('x' * 4000)"]},
+                   labels={}, host="h2", revival="reap", request_key=uuid.uuid4().hex)
+    local = wait_for(lambda: _state(conn, row["id"])["state"] == "ENDED"
+                     and _state(conn, row["id"])["local_id"], 30)
+    remote_t, local_t = [], []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        subprocess.run([*TETHER, "--fleet", url, "logs", str(row["id"])], check=True,
+                       capture_output=True)
+        remote_t.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        host.cli("logs", local)
+        local_t.append(time.perf_counter() - t0)
+    return remote_t, local_t
+
+
 def _idle_commits(conn: Any, seconds: float) -> float:
     def commits() -> int:
         conn.execute("SELECT pg_stat_clear_snapshot()")
@@ -150,6 +172,11 @@ def run(opts: Options) -> BenchResult:
                                   "p99": percentile(local, 99) * 1e3}
         data["placement_ms"] = {"p50": percentile(placed, 50) * 1e3,
                                 "p99": percentile(placed, 99) * 1e3}
+        rl, ll = _logs(url, conn, hosts["h2"], samples)
+        data["fleet_logs_ms"] = {"p50": percentile(rl, 50) * 1e3,
+                                 "p99": percentile(rl, 99) * 1e3}
+        data["local_logs_ms"] = {"p50": percentile(ll, 50) * 1e3,
+                                 "p99": percentile(ll, 99) * 1e3}
         fo = _failovers(url, conn, hosts, failovers)
         data["failover_s"] = {"p50": percentile(fo, 50), "p99": percentile(fo, 99),
                               "n": len(fo)}
@@ -171,6 +198,10 @@ def run(opts: Options) -> BenchResult:
             f"at most the lease ({LEASE:.0f} s) + one work pass (1 s)"),
         Row("fleet", "fleet ps over 3 hosts x 1,000 placements (CLI / query)",
             f"{data['ps_cli_ms']:.0f} / {data['ps_query_ms']:.0f} ms", ""),
+        Row("fleet", "tether --fleet URL logs WORK of a host's exec, whole CLI (p50 / p99)",
+            f"{data['fleet_logs_ms']['p50']:.0f} / {data['fleet_logs_ms']['p99']:.0f} ms",
+            f"tether logs on that host {data['local_logs_ms']['p50']:.0f} / "
+            f"{data['local_logs_ms']['p99']:.0f} ms"),
         Row("fleet", "PostgreSQL commits/s per idle host",
             f"{data['idle_commits_per_s_per_host']:.1f}/s",
             f"renewals every {LEASE / 3:.1f} s + a sweep per 1 s pass"),

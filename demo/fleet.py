@@ -4,8 +4,9 @@ A throw-away PostgreSQL cluster (``tests/pg.py``), ``tether fleet init``, three 
 in separate homes as hosts ``build-1..3``; an agent placed with ``--host auto``, a
 plain command placed on a named host; then ``build-1``'s daemon and monitors are
 SIGKILLed (the host died) and its agent comes back on another host once, while its
-plain command is marked lost. Every step is the real CLI; every claim is checked
-(exit 1 when one fails); everything is cleaned up.
+plain command is marked lost; its output is read from its new host; that host is
+drained with ``--now`` and the agent moves once more. Every step is the real CLI;
+every claim is checked (exit 1 when one fails); everything is cleaned up.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ LEASE = "3"
 ENV = {"TETHER_FLEET_LEASE": LEASE, "TETHER_FLEET_INTERVAL": "0.5",
        "TETHER_DEFAULT_RUNTIME": "process"}
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
+WORKER = [sys.executable, "-c", "import os, time; print('agent at work in', os.getcwd(), "
+          "flush=True); time.sleep(600)"]
 
 
 def say(text: str) -> None:
@@ -75,7 +78,7 @@ def main() -> int:
         tether(url, "hosts")
         say("an agent wherever there is room, and a command on build-1")
         agent = int(tether(url, "run", "--host", "auto", "--agent", "generic",
-                           "--crashed-after", "3600", "--", *SLEEP).split()[0])
+                           "--crashed-after", "3600", "--", *WORKER).split()[0])
         where = _work(url, agent)["host"]
         cmd = int(tether(url, "run", "--host", "build-1", "--", *SLEEP).split()[0])
         check(until(lambda: _work(url, agent)["state"] == _work(url, cmd)["state"] == "RUNNING",
@@ -94,10 +97,18 @@ def main() -> int:
         tether(url, "hosts")
         if where == "build-1":
             check(_work(url, cmd)["state"] == "LOST", "build-1's command is marked LOST")
-        say("drain a host: no new work goes there")
-        live = next(n for n in hosts if n != where)
-        tether(url, "drain", live)
+        say("its output, from whichever host runs it now (the hosts' API, the fleet token)")
+        check("agent at work" in tether(url, "logs", str(agent)), "logs streamed from "
+              f"{_work(url, agent)['host']}")
+        tether(url, "events", "--work", str(agent))
+        now_on = str(_work(url, agent)["host"])
+        say(f"drain {now_on} --now: no new work goes there, and its agent moves at once")
+        tether(url, "drain", "--now", now_on)
+        check(until(lambda: _work(url, agent)["generation"] == 3
+                    and _work(url, agent)["state"] == "RUNNING", 20),
+              f"the agent was handed over to {_work(url, agent)['host']}, once")
         tether(url, "hosts")
+        tether(url, "events")
         return 0
     finally:
         for d in hosts.values():

@@ -2,10 +2,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.harness import DaemonProc, new_home, remove_home
+
+if TYPE_CHECKING:
+    from tests.pg import PgCluster
 
 # The product's default sandbox is `auto` (bwrap where it works). Most tests run this
 # repository's own scripts and venv, which live outside the system directories a
@@ -36,3 +40,15 @@ def stopped_daemon(home: object) -> Iterator[DaemonProc]:
     d = DaemonProc(home)  # type: ignore[arg-type]
     yield d
     d.cleanup()
+
+
+@pytest.fixture(scope="session")
+def pg() -> Iterator[PgCluster]:
+    """One throw-away PostgreSQL for every fleet test module of a worker (each test takes
+    a database of its own): a cluster's initdb costs seconds."""
+    from tests.pg import PgCluster
+
+    c = PgCluster()
+    c.start()
+    yield c
+    c.destroy()

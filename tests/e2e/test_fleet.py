@@ -31,14 +31,6 @@ SLEEPER = [sys.executable, "-c", "import time; time.sleep(600)"]
 _db = itertools.count()
 
 
-@pytest.fixture(scope="module")
-def pg() -> Iterator[PgCluster]:
-    c = PgCluster()
-    c.start()
-    yield c
-    c.destroy()
-
-
 class Fleet:
     """One fleet database and the hosts (daemons) a test starts on it."""
 

@@ -98,7 +98,11 @@ class DaemonConfig:
             fleet=None if not fleet_url else FleetConfig(
                 url=fleet_url, host=host_name or socket.gethostname(), capacity=capacity,
                 labels=labels or {}, lease=float(env.get("TETHER_FLEET_LEASE", 10.0)),
-                interval=float(env.get("TETHER_FLEET_INTERVAL", 1.0))),
+                interval=float(env.get("TETHER_FLEET_INTERVAL", 1.0)),
+                listen=env.get("TETHER_FLEET_LISTEN") or "127.0.0.1:0",
+                advertise=env.get("TETHER_FLEET_ADVERTISE") or None,
+                tls_cert=env.get("TETHER_FLEET_TLS_CERT") or None,
+                tls_key=env.get("TETHER_FLEET_TLS_KEY") or None),
             budget_daily_usd=_dollars(env.get("TETHER_BUDGET_DAILY_USD")),
             budget_policy=_policy(env.get("TETHER_BUDGET_POLICY")),
         )

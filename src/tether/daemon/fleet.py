@@ -38,6 +38,8 @@ log = logging.getLogger("tether.fleet")
 #: Local starts go through the daemon's own method table: the same checks as a client's.
 Dispatch = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 REQUEST_PREFIX = "fleet-"
+#: The reason a lineage stopped here to be handed over begins with this (a drain).
+HANDOVER = "handed over to another host: "
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,10 @@ class FleetConfig:
     labels: dict[str, str] = field(default_factory=dict)
     lease: float = 10.0  # seconds a lease lasts; renewed every third of it
     interval: float = 1.0  # seconds between work passes without a NOTIFY
+    listen: str = "127.0.0.1:0"  # the host-to-host API's ADDR:PORT (0: a free port)
+    advertise: str | None = None  # its URL as other hosts reach it (default: from listen)
+    tls_cert: str | None = None  # both set: the API speaks HTTPS
+    tls_key: str | None = None
 
 
 class FleetService:
@@ -67,16 +73,29 @@ class FleetService:
         self.owned: frozenset[str] = frozenset()  # local request keys this lease owns
         self.wake = asyncio.Event()
         self._conns: dict[str, Any] = {}
+        self.api_url: str | None = None
+        self._api: Any = None  # fleet_http.HostApi once run() started it
+        self._sock: Any = None  # the API's listening socket, bound by check_schema
+        #: per placement generation: (monotonic time of the last HEAD check, HEAD pushed)
+        self._pushed: dict[str, tuple[float, str | None]] = {}
+        #: per placement generation: its lineage's turn count when the drain was seen
+        self._drain_turns: dict[str, int] = {}
 
     def check_schema(self) -> str | None:
-        """At start: why this host cannot join (the database is not initialised, or is
-        newer than this tether), else None. An unreachable database is no reason: the
-        host starts, supervises locally and joins when PostgreSQL answers."""
+        """At start: why this host cannot join (the database is not initialised, is
+        older or newer than this tether, or the API's address cannot be bound), else
+        None. An unreachable database is no reason: the host starts, supervises locally
+        and joins when PostgreSQL answers."""
         import psycopg
 
+        from tether.daemon import fleet_http
         from tether.fleet import schema
         from tether.fleet import store as fs
 
+        try:
+            self._sock = fleet_http.bind(self.cfg.listen)
+        except ValueError as e:
+            return str(e)
         try:
             with fs.connect(self.cfg.url) as conn:
                 have = schema.version(conn)
@@ -87,6 +106,11 @@ class FleetService:
         if have == 0:
             return ("the fleet database is not initialised: run `tether fleet init URL` "
                     "once, then start this host again")
+        if have < schema.LATEST:
+            return (f"the fleet database is at schema {have}, older than this tether's "
+                    f"{schema.LATEST}: run `tether fleet init URL` with this tether to "
+                    "upgrade it (hosts of the older tether keep working), then start "
+                    "this host again")
         if have > schema.LATEST:
             return (f"the fleet database is at schema {have}, newer than this tether's "
                     f"{schema.LATEST}: upgrade tether on this host")
@@ -143,7 +167,17 @@ class FleetService:
 
     # ------------------------------------------------------------------ lease
     async def run(self) -> None:
+        from tether.daemon import fleet_http
+
+        cfg = self.cfg
+        sock = self._sock or fleet_http.bind(cfg.listen)
+        addr, port = sock.getsockname()[:2]
+        scheme = "https" if cfg.tls_cert and cfg.tls_key else "http"
+        self.api_url = cfg.advertise or f"{scheme}://{addr}:{port}"
+        self._api = fleet_http.HostApi(self.dispatch)
         async with asyncio.TaskGroup() as tg:
+            tg.create_task(fleet_http.serve(self._api, sock, certfile=cfg.tls_cert,
+                                            keyfile=cfg.tls_key), name="fleet-api")
             tg.create_task(self._lease_loop(), name="fleet-lease")
             tg.create_task(self._work_loop(), name="fleet-work")
 
@@ -162,7 +196,9 @@ class FleetService:
                     lease = await self._call("lease", fs.acquire, cfg.host,
                                              capacity=cfg.capacity, labels=cfg.labels,
                                              version=__version__, home=str(self.home),
-                                             ttl=cfg.lease)
+                                             ttl=cfg.lease, api=self.api_url)
+                    if self._api is not None and self._api.token is None:
+                        self._api.token = await self._call("lease", fs.secret)
                     self.token, self.state = lease.token, lease.state
                     self.deadline = t0 + cfg.lease
                     self.journal.record(None, "fleet.lease", reason=(
@@ -236,15 +272,29 @@ class FleetService:
         for w in placed:
             if not self.live():
                 return
-            local = await self._start(w)
+            from tether.daemon import fleet_git
+
+            try:
+                local = await self._start(w)
+            except fleet_git.GitError as e:  # the branch cannot reach this host: say so
+                await self._call("work", fs.mark_ended, w["id"], host, token,
+                                 exit_code=None, reason=f"not started on {host}: {e}")
+                continue
             await self._call("work", fs.mark_running, w["id"], host, token, local)
         running = await self._call("work", fs.running_on, host, token)
         owned = self.owned = frozenset(_key(w) for w in [*placed, *running])
+        self._pushed = {k: v for k, v in self._pushed.items() if k in owned}
+        self._drain_turns = {k: v for k, v in self._drain_turns.items() if k in owned}
         for w in running:
             ended = self._ended(w)
-            if ended is not None:
+            if ended is not None and not self._handing(w):
+                await self._sync_branch(w, force=True)  # its last commits
                 await self._call("work", fs.mark_ended, w["id"], host, token,
                                  exit_code=ended[0], reason=ended[1])
+            elif ended is None and self.live():
+                await self._sync_branch(w)
+        if self.state == "DRAINING":
+            await self._drain([w for w in running if w["kind"] == "agent"], token)
         await self._withdraw_strays(keep=owned)
         await self._call("work", fs.sweep_orphans, host, token, self.cfg.lease)
 
@@ -253,10 +303,92 @@ class FleetService:
         the start and ``mark_running``) return the same exec or lineage."""
         params = dict(w["spec"])
         params["request_key"] = _key(w)
+        git = params.pop("git", None)
+        if git and w["kind"] == "agent":
+            from tether.daemon import fleet_git
+
+            tree = self._tree(w)
+            fetched = await fleet_git.checkout(git["remote"], git["branch"], tree)
+            params["cwd"] = params["worktree"] = str(tree)
+            if fetched is not None:
+                self.journal.record(None, "fleet.worktree", reason=(
+                    f"placement {w['id']} generation {w['generation']}: branch "
+                    f"{git['branch']} " + ("fetched from " if fetched else
+                                           "created from the default branch of ")
+                    + git["remote"]), data={"work": w["id"], "path": str(tree), **git,
+                                            "fetched": fetched})
         method = "agent.start" if w["kind"] == "agent" else "exec.start"
         reply = await self.dispatch(method, params)
         self.faults.hit("fleet.after_start")
         return str(reply["id"])
+
+    def _handing(self, w: dict[str, Any]) -> bool:
+        """Whether ``w``'s local lineage was stopped to be handed over (a drain)."""
+        rec = self.store.get_lineage(w["local_id"]) if w["kind"] == "agent" else None
+        return rec is not None and (rec.reason or "").startswith(HANDOVER)
+
+    async def _drain(self, agents: list[dict[str, Any]], token: int) -> None:
+        """This host is DRAINING: hand each agent over to another host after its current
+        turn (a turn ended since the drain was seen, or it waits at its prompt), or at
+        once with ``drain --now``. The local copy stops first, then the placement moves
+        (fenced): never two copies. A crash in between leaves a stopped copy whose
+        placement the next pass moves (``_handing``)."""
+        from tether.fleet import store as fs
+
+        host = self.cfg.host
+        now = await self._call("work", fs.drain_now, host)
+        for w in agents:
+            rec = self.store.get_lineage(w["local_id"])
+            if rec is None or not self.live():
+                continue
+            if not self._handing(w):
+                if rec.status not in LINEAGE_LIVE:
+                    continue  # it ended by itself: reported as ENDED
+                base = self._drain_turns.setdefault(_key(w), rec.turns)
+                due = now or rec.turns > base or self.agents.at_prompt(rec.id)
+                if not due or not await self._call("work", fs.room, w["labels"], host):
+                    continue
+                await self.agents.withdraw(rec.id, f"{HANDOVER}host {host} is draining")
+                await self._sync_branch(w, force=True)
+                self.faults.hit("fleet.after_handover_stop")
+            moved = await self._call("work", fs.hand_over, w["id"], host, token)
+            if moved is not None:
+                self.journal.record(None, "fleet.handed_over", reason=(
+                    f"placement {w['id']} handed over to host {moved['host']} "
+                    f"(generation {moved['generation']}): host {host} is draining"),
+                    data={"work": w["id"], "lineage": rec.id, **moved})
+
+    def _tree(self, w: dict[str, Any]) -> Path:
+        """This host's clone for a placement's generation (one per generation, so a
+        revival back to a host that ran an earlier one never reuses its stale clone)."""
+        return self.home / "fleet" / "worktrees" / f"{w['id']}-{w['generation']}"
+
+    async def _sync_branch(self, w: dict[str, Any], *, force: bool = False) -> None:
+        """Push a running agent's branch when its clone's HEAD moved (at most every
+        ``SYNC_EVERY`` s): what a host reviving it after a failover fetches."""
+        from tether.daemon import fleet_git
+
+        git = (w.get("spec") or {}).get("git")
+        tree = self._tree(w)
+        if not git or w["kind"] != "agent" or not tree.is_dir():
+            return
+        key = _key(w)
+        now = time.monotonic()
+        last_at, last_head = self._pushed.get(key, (0.0, None))
+        if now - last_at < fleet_git.SYNC_EVERY and not force:
+            return
+        head = await fleet_git.head(tree)
+        self._pushed[key] = (now, last_head)
+        if head is None or head == last_head:
+            return
+        try:
+            await fleet_git.push(tree, git["remote"], git["branch"])
+        except fleet_git.GitError as e:
+            log.warning("fleet: %s", e)
+            self.journal.record(None, "fleet.push_failed", reason=str(e),
+                                data={"work": w["id"], **git})
+            return
+        self._pushed[key] = (now, head)
 
     def _ended(self, w: dict[str, Any]) -> tuple[int | None, str] | None:
         if w["kind"] == "agent":
@@ -271,6 +403,7 @@ class FleetService:
 
     def view(self) -> dict[str, Any]:
         return {"host": self.cfg.host, "token": self.token, "live": self.live(),
+                "api": self.api_url,
                 "state": self.state, "fenced": self.fenced_count,
                 "lease_left": max(0.0, self.deadline - time.monotonic()) if self.token else 0.0}
 

@@ -56,6 +56,16 @@ CREATE TABLE journal (
     data  jsonb NOT NULL DEFAULT '{}'
 );
 """),
+    (2, """
+ALTER TABLE hosts ADD COLUMN api text;
+ALTER TABLE hosts ADD COLUMN drain_now boolean NOT NULL DEFAULT false;
+CREATE TABLE fleet_secret (
+    id    integer PRIMARY KEY CHECK (id = 1),
+    token text NOT NULL
+);
+INSERT INTO fleet_secret (id, token) VALUES
+    (1, replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''));
+"""),
 ]
 
 LATEST = MIGRATIONS[-1][0]

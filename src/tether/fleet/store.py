@@ -69,7 +69,7 @@ def _guard(conn: Any, host: str, token: int) -> None:
 
 # ---------------------------------------------------------------------- host side
 def acquire(conn: Any, name: str, *, capacity: int, labels: dict[str, str], version: str,
-            home: str, ttl: float) -> Lease:
+            home: str, ttl: float, api: str | None = None) -> Lease:
     """Take (or take again) ``name``'s lease with a new, larger fencing token. Work of
     a lease still live (a daemon restarted within it) moves to the new token; work of
     an expired one stays an orphan for the others to revive."""
@@ -80,12 +80,13 @@ def acquire(conn: Any, name: str, *, capacity: int, labels: dict[str, str], vers
         state = "DRAINING" if old and old["state"] == "DRAINING" else "ACTIVE"
         conn.execute(
             "INSERT INTO hosts (name, capacity, labels, state, token, lease_expires, "
-            "renewed_at, version, home) VALUES (%s, %s, %s, %s, %s, "
-            "now() + make_interval(secs => %s), now(), %s, %s) ON CONFLICT (name) DO UPDATE "
-            "SET capacity = EXCLUDED.capacity, labels = EXCLUDED.labels, state = %s, "
+            "renewed_at, version, home, api) VALUES (%s, %s, %s, %s, %s, "
+            "now() + make_interval(secs => %s), now(), %s, %s, %s) ON CONFLICT (name) DO "
+            "UPDATE SET capacity = EXCLUDED.capacity, labels = EXCLUDED.labels, state = %s, "
             "token = EXCLUDED.token, lease_expires = EXCLUDED.lease_expires, "
-            "renewed_at = now(), version = EXCLUDED.version, home = EXCLUDED.home",
-            (name, capacity, json.dumps(labels), state, token, ttl, version, home, state))
+            "renewed_at = now(), version = EXCLUDED.version, home = EXCLUDED.home, "
+            "api = EXCLUDED.api",
+            (name, capacity, json.dumps(labels), state, token, ttl, version, home, api, state))
         carried = 0
         if old and old["live"]:
             carried = conn.execute(
@@ -114,8 +115,8 @@ def placed_for(conn: Any, name: str, token: int) -> list[dict[str, Any]]:
 
 def running_on(conn: Any, name: str, token: int) -> list[dict[str, Any]]:
     return list(conn.execute(
-        "SELECT id, kind, local_id, generation FROM work WHERE host = %s AND token = %s "
-        "AND state = 'RUNNING'", (name, token)))
+        "SELECT id, kind, local_id, generation, spec, labels FROM work WHERE host = %s AND "
+        "token = %s AND state = 'RUNNING'", (name, token)))
 
 
 def mark_running(conn: Any, work: int, name: str, token: int, local_id: str) -> None:
@@ -257,18 +258,21 @@ def _why_no_host(conn: Any, labels: dict[str, str], host: str | None) -> str:
 
 def hosts(conn: Any) -> list[dict[str, Any]]:
     return [dict(r) for r in conn.execute(
-        f"SELECT h.name, h.capacity, h.labels, h.state, h.token, h.version, h.home, "
+        f"SELECT h.name, h.capacity, h.labels, h.state, h.token, h.version, h.home, h.api, "
         f"{_LOAD} AS load, h.lease_expires > now() AS live, "
         f"extract(epoch FROM h.lease_expires - now())::float AS lease_left "
         f"FROM hosts h ORDER BY h.name")]
 
 
-def drain(conn: Any, name: str) -> bool:
+def drain(conn: Any, name: str, *, now: bool = False) -> bool:
+    """Mark ``name`` DRAINING: no new work, and its agents are handed over (after their
+    current turn, or at once with ``now``). True when this changed anything."""
     with conn.transaction():
-        cur = conn.execute("UPDATE hosts SET state = 'DRAINING' WHERE name = %s AND "
-                           "state = 'ACTIVE'", (name,))
+        cur = conn.execute("UPDATE hosts SET state = 'DRAINING', drain_now = drain_now OR %s "
+                           "WHERE name = %s AND state <> 'DEAD' AND (state = 'ACTIVE' OR "
+                           "(%s AND NOT drain_now))", (now, name, now))
         if cur.rowcount:
-            _journal(conn, "host.draining", host=name)
+            _journal(conn, "host.draining", host=name, now=now)
         exists = conn.execute("SELECT 1 FROM hosts WHERE name = %s", (name,)).fetchone()
     if exists is None:
         raise NoHost(f"no host named {name!r} in the fleet")
@@ -291,3 +295,94 @@ def journal(conn: Any, after: int = 0) -> list[dict[str, Any]]:
     return [dict(r) for r in conn.execute(
         "SELECT gseq, host, token, work, type, data FROM journal WHERE gseq > %s "
         "ORDER BY gseq", (after,))]
+
+
+def secret(conn: Any) -> str:
+    """The fleet's token: hosts accept a host-to-host API call only with it."""
+    row = conn.execute("SELECT token FROM fleet_secret WHERE id = 1").fetchone()
+    if row is None:
+        raise NoHost("the fleet database has no API token: run `tether fleet init URL` "
+                     "with this tether to upgrade its schema")
+    return str(row["token"])
+
+
+def endpoint(conn: Any, host: str) -> str:
+    """Where ``host``'s daemon serves the host-to-host API (raises ``NoHost`` saying why
+    it cannot be reached)."""
+    row = conn.execute("SELECT api, state, lease_expires > now() AS live FROM hosts "
+                       "WHERE name = %s", (host,)).fetchone()
+    if row is None:
+        raise NoHost(f"no host named {host!r} in the fleet")
+    if not row["api"]:
+        raise NoHost(f"host {host} advertises no API (its tether predates it): upgrade it")
+    if not row["live"] or row["state"] == "DEAD":
+        raise NoHost(f"host {host} has no live lease (its daemon is down or partitioned): "
+                     "its logs and events are on its disk until it comes back")
+    return str(row["api"])
+
+
+def drain_now(conn: Any, name: str) -> bool:
+    """Whether ``name``'s drain moves its agents at once (``drain --now``)."""
+    row = conn.execute("SELECT drain_now FROM hosts WHERE name = %s", (name,)).fetchone()
+    return bool(row and row["drain_now"])
+
+
+def room(conn: Any, labels: Any, exclude: str) -> bool:
+    """Whether a live ACTIVE host other than ``exclude`` could take work with ``labels``
+    now (a hint: ``hand_over`` decides)."""
+    return _pick(conn, labels, None, exclude=exclude) is not None
+
+
+def hand_over(conn: Any, work: int, name: str, token: int) -> dict[str, Any] | None:
+    """A draining host gives placement ``work`` (whose local copy it already stopped) to
+    the freest other live host, as its next generation; None when none has room (the
+    row stays this host's: try again later). Fenced like every host write."""
+    with conn.transaction():
+        _guard(conn, name, token)
+        w = conn.execute("SELECT id, labels, generation FROM work WHERE id = %s AND "
+                         "host = %s AND token = %s AND state IN ('PLACED', 'RUNNING') "
+                         "FOR UPDATE", (work, name, token)).fetchone()
+        if w is None:
+            return None
+        target = _pick(conn, w["labels"], None, exclude=name)
+        if target is None:
+            return None
+        why = f"host {name} is draining: handed over"
+        conn.execute("UPDATE work SET host = %s, token = %s, generation = generation + 1, "
+                     "state = 'PLACED', local_id = NULL, reason = %s, updated_at = now() "
+                     "WHERE id = %s", (target["name"], target["token"], why, work))
+        _journal(conn, "work.handed_over", host=target["name"], token=target["token"],
+                 work=work, previous=name, generation=w["generation"] + 1)
+        conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, target["name"]))
+    return {"id": work, "host": target["name"], "generation": w["generation"] + 1}
+
+
+def resolve_ask(conn: Any, work: int, action: str) -> dict[str, Any]:
+    """A human's answer to an ASK placement (its host died under revival ``ask``):
+    ``revive`` places it again on the freest live host, as its next generation;
+    ``reap`` ends it. Once: a second answer finds it no longer ASK (``NoHost`` says so)."""
+    with conn.transaction():
+        w = conn.execute("SELECT id, state, labels, generation, host FROM work WHERE id = %s "
+                         "FOR UPDATE", (work,)).fetchone()
+        if w is None:
+            raise NoHost(f"no placement {work} in the fleet")
+        if w["state"] != "ASK":
+            raise NoHost(f"placement {work} is {w['state']}, not waiting for an answer")
+        if action == "reap":
+            conn.execute("UPDATE work SET state = 'REAPED', reason = 'reaped by a human', "
+                         "updated_at = now() WHERE id = %s", (work,))
+            _journal(conn, "work.reaped", host=w["host"], work=work, by="human")
+            return {"id": work, "state": "REAPED", "host": w["host"]}
+        target = _pick(conn, w["labels"], None)
+        if target is None:
+            raise NoHost(f"no live host with free capacity can revive placement {work} now: "
+                         "wait for room, or add capacity")
+        conn.execute("UPDATE work SET host = %s, token = %s, generation = generation + 1, "
+                     "state = 'PLACED', local_id = NULL, reason = 'revived by a human', "
+                     "updated_at = now() WHERE id = %s",
+                     (target["name"], target["token"], work))
+        _journal(conn, "work.revived", host=target["name"], token=target["token"], work=work,
+                 previous=w["host"], generation=w["generation"] + 1, by="human")
+        conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, target["name"]))
+    return {"id": work, "state": "PLACED", "host": target["name"],
+            "generation": w["generation"] + 1}

@@ -34,9 +34,15 @@ listing(lineage, ls_help="List lineages with their state.",
 @click.pass_context
 def lineage_resolve(ctx: click.Context, action: str | None, ref: str) -> None:
     """Decide what happens to a lineage waiting under the `ask` revival policy, or for its
-    usage limit to reset (WAITING_LIMIT: --revive tries now, --reap gives up)."""
+    usage limit to reset (WAITING_LIMIT: --revive tries now, --reap gives up); with
+    --fleet, a placement (WORK) whose host died under `ask`."""
     if action is None:
         raise click.UsageError("say --revive or --reap")
+    if ctx.obj.fleet:
+        from tether.cli.commands.fleet import fleet_resolve
+
+        fleet_resolve(ctx, ref, action)
+        return
     rec = client(ctx).lineage_resolve(ref, "revive" if action == "revive" else "reap")
     click.echo(f"{rec.id} {rec.status}" + (f" (exec {rec.exec})"
                                           if rec.status == "ACTIVE" else ""))

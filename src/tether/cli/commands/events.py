@@ -7,7 +7,7 @@ import sys
 import click
 
 from tether.cli import output as out
-from tether.cli.context import client
+from tether.cli.context import client, die
 from tether.model.records import Event
 
 
@@ -20,10 +20,20 @@ from tether.model.records import Event
               help="the journal epoch --since was read in (`tether status --json`): a "
               "reset journal is then refused instead of skipped")
 @click.option("--json", "as_json", is_flag=True, help="one JSON object per line")
+@click.option("--work", default=None, help="fleet: the events of this placement, from its host")
+@click.option("--host", default=None, help="fleet: this host's own journal")
 @click.pass_context
 def events(ctx: click.Context, follow: bool, since: int, sandbox: str | None,
-           epoch: str | None, as_json: bool) -> None:
-    """Print the event journal (resumable with --since)."""
+           epoch: str | None, as_json: bool, work: str | None, host: str | None) -> None:
+    """Print the event journal (resumable with --since); with --fleet, the fleet's."""
+    if ctx.obj.fleet:
+        from tether.cli.commands.fleet import fleet_events
+
+        fleet_events(ctx, work_ref=work, host=host, follow=follow, since=since,
+                     as_json=as_json)
+        return
+    if work is not None or host is not None:
+        die("--work and --host read a fleet: tether --fleet URL events ...", 2)
     c = client(ctx)
 
     def show(ev: Event) -> None:

@@ -130,11 +130,19 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
         # Only -e variables travel: this shell's environment belongs to this machine.
         spec: dict[str, Any] = {"argv": list(argv), "env": kv(envs, "env"),
                                 "cwd": os.path.abspath(cwd) if cwd else os.getcwd()}
+        if use_tty:
+            spec["tty"] = True  # `tether --fleet URL attach WORK` reaches its terminal
         if provider is not None:
             spec.update(provider=provider, revival=revival, max_revivals=max_revivals,
                         stale_after=stale_after, crashed_after=crashed_after, name=name)
         elif name is not None:
             spec["name"] = name
+        if worktree and not workdir_opt:
+            from tether.cli.commands.fleet import fleet_branch
+
+            if provider is None:
+                die("--worktree is for agents: add --agent NAME", 2)
+            spec["git"] = fleet_branch(worktree, spec["cwd"])
         place_run(ctx, "agent" if provider else "exec", spec, fleet_host,
                   kv(fleet_labels, "host-label"), revival)
         return
@@ -279,10 +287,15 @@ def _prepare_worktree(branch: str, cwd: str) -> str:
 @click.pass_context
 def attach(ctx: click.Context, detach_keys: str | None, read_only: bool, replay: int,
            exec_ref: str) -> None:
-    """Attach this terminal to a running exec (works while the daemon is down)."""
+    """Attach this terminal to a running exec (works while the daemon is down); with
+    --fleet, to a placement's (WORK) session on any host, through its host."""
     from tether.cli import foreground as fg
 
     keys = fg.detach_keys(detach_keys)
+    if ctx.obj.fleet:
+        from tether.cli.commands.fleet import fleet_attach
+
+        sys.exit(fleet_attach(ctx, exec_ref, keys, read_only))
     sys.exit(fg.attach_terminal(client(ctx), exec_ref, keys, read_only=read_only,
                                 replay=replay))
 
@@ -318,7 +331,13 @@ def ps(ctx: click.Context, all_: bool, sandbox: str | None, as_json: bool) -> No
 @click.pass_context
 def logs(ctx: click.Context, follow: bool, use_stderr: bool, offset: int, plain: bool,
          exec_ref: str) -> None:
-    """Print an exec's output, byte for byte (a terminal exec's raw terminal log)."""
+    """Print an exec's output, byte for byte (a terminal exec's raw terminal log); with
+    --fleet, a placement's (WORK), streamed from the host that runs it."""
+    if ctx.obj.fleet:
+        from tether.cli.commands.fleet import fleet_logs
+
+        fleet_logs(ctx, exec_ref, follow=follow, use_stderr=use_stderr, offset=offset)
+        return
     c = client(ctx)
     x = c.exec_get(exec_ref)
     stream = "stderr" if use_stderr else ("pty" if x.spec.tty else "stdout")

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from typing import Any
 
@@ -85,18 +86,21 @@ def hosts(ctx: click.Context, as_json: bool) -> None:
 
 
 @click.command()
+@click.option("--now", is_flag=True, help="move its agents at once, mid-turn")
 @click.argument("host")
 @click.pass_context
-def drain(ctx: click.Context, host: str) -> None:
-    """Place no new work on HOST; what runs there finishes there."""
+def drain(ctx: click.Context, host: str, now: bool) -> None:
+    """Place no new work on HOST and move its agents to other hosts, each after its
+    current turn (--now: at once); its plain commands finish there."""
     from tether.fleet import store as fs
 
     with _ready(_url(ctx)) as conn:
         try:
-            changed = fs.drain(conn, host)
+            changed = fs.drain(conn, host, now=now)
         except fs.NoHost as e:
             die(str(e), 1)
-    click.echo(f"host {host} draining" if changed else f"host {host} was not ACTIVE")
+    click.echo(f"host {host} draining" + (" (agents move now)" if now else "")
+               if changed else f"host {host} was not ACTIVE")
 
 
 def fleet_ps(ctx: click.Context, all_: bool, as_json: bool) -> None:
@@ -130,3 +134,199 @@ def place_run(ctx: click.Context, kind: str, params: dict[str, Any], host: str |
         except fs.NoHost as e:
             die(str(e), 1)
     click.echo(f"{row['id']}  placed on {row['host']}")
+
+
+def _remote(ctx: click.Context, work_ref: str) -> tuple[str, str, dict[str, str], str]:
+    """(api URL, fleet token, query naming the local exec or lineage, host) of placement
+    ``work_ref``: where its logs and events live."""
+    from tether.fleet import store as fs
+
+    if not work_ref.isdigit():
+        die(f"{work_ref!r} is not a placement: with --fleet, name the WORK number "
+            "`tether --fleet URL ps -a` shows", 2)
+    with _ready(_url(ctx)) as conn:
+        w = fs.get_work(conn, int(work_ref))
+        if w is None:
+            die(f"no placement {work_ref} in the fleet", 1,
+                hint="tether --fleet URL ps -a lists them")
+        if not w["local_id"] or not w["host"]:
+            die(f"placement {work_ref} has not started yet (it is {w['state']} on "
+                f"{w['host'] or 'no host'})", 1, hint="try again in a moment")
+        try:
+            api, token = fs.endpoint(conn, w["host"]), fs.secret(conn)
+        except fs.NoHost as e:
+            die(str(e), 1)
+    key = "lineage" if w["kind"] == "agent" else "exec"
+    return api, token, {key: w["local_id"]}, w["host"]
+
+
+def _stream(api: str, token: str, path: str, query: dict[str, str], host: str) -> Any:
+    """GET ``path`` on a host's API, streamed; yields the body's chunks. An error reply
+    or an unreachable host ends the command with what to do. The standard library's
+    ``http.client`` (not httpx): a CLI run pays ~100 ms less of imports."""
+    import http.client
+    import json
+    from urllib.parse import urlencode, urlsplit
+
+    u = urlsplit(api)
+    conn: http.client.HTTPConnection
+    try:
+        if u.scheme == "https":
+            import ssl
+
+            conn = http.client.HTTPSConnection(u.hostname or "", u.port, timeout=10,
+                                               context=ssl.create_default_context())
+        else:
+            conn = http.client.HTTPConnection(u.hostname or "", u.port, timeout=10)
+        conn.request("GET", f"{u.path.rstrip('/')}{path}?{urlencode(query)}",
+                     headers={"Authorization": f"Bearer {token}"})
+        r = conn.getresponse()
+    except (OSError, http.client.HTTPException) as e:
+        die(f"cannot reach host {host}'s fleet API at {api}: {e}", 125,
+            hint="is its daemon up, and TETHER_FLEET_LISTEN/ADVERTISE reachable from here?")
+    try:
+        if r.status != 200:
+            body = r.read()
+            try:
+                msg = json.loads(body)["error"]["message"]
+            except (ValueError, KeyError, TypeError):
+                msg = body[:200].decode(errors="replace")
+            die(f"host {host}: {msg}", 1)
+        if conn.sock is not None:
+            conn.sock.settimeout(None)  # a follow waits as long as the exec runs
+        while chunk := r.read1(1 << 16):
+            yield chunk
+    except (OSError, http.client.HTTPException) as e:
+        die(f"lost host {host}'s fleet API at {api}: {e}", 125)
+    finally:
+        conn.close()
+
+
+def fleet_logs(ctx: click.Context, work_ref: str, *, follow: bool, use_stderr: bool,
+               offset: int) -> None:
+    """``logs`` with ``--fleet``: a placement's output, streamed from its host's daemon."""
+    import sys
+
+    api, token, query, host = _remote(ctx, work_ref)
+    query = {**query, "offset": str(offset), "follow": "1" if follow else "0"}
+    if use_stderr:
+        query["stream"] = "stderr"
+    try:
+        for data in _stream(api, token, "/v1/logs", query, host):
+            sys.stdout.buffer.write(data)
+            sys.stdout.buffer.flush()
+    except KeyboardInterrupt:
+        pass
+
+
+def fleet_events(ctx: click.Context, *, work_ref: str | None, host: str | None,
+                 follow: bool, since: int, as_json: bool) -> None:
+    """``events`` with ``--fleet``: the fleet journal (PostgreSQL); with ``--work`` or
+    ``--host``, that host's own journal streamed from its daemon."""
+    import json
+    import sys
+    import time
+
+    from tether.fleet import store as fs
+
+    if work_ref is not None or host is not None:
+        if work_ref is not None:
+            api, token, query, where = _remote(ctx, work_ref)
+        else:
+            assert host is not None
+            with _ready(_url(ctx)) as conn:
+                try:
+                    api, token, query, where = (fs.endpoint(conn, host), fs.secret(conn),
+                                                {}, host)
+                except fs.NoHost as err:
+                    die(str(err), 1)
+        query = {**query, "since": str(since), "follow": "1" if follow else "0"}
+        buf = b""
+        try:
+            for data in _stream(api, token, "/v1/events", query, where):
+                buf += data
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    _show_event(json.loads(line), where, as_json)
+        except KeyboardInterrupt:
+            pass
+        return
+    cursor = since
+    try:
+        with _ready(_url(ctx)) as conn:
+            while True:
+                for row in fs.journal(conn, cursor):
+                    cursor = row["gseq"]
+                    if as_json:
+                        out.emit_json(row)
+                    else:
+                        data = " ".join(f"{k}={v}" for k, v in row["data"].items())
+                        click.echo(f"{row['gseq']:>6} {row['type']:<16} "
+                                   f"{row['host'] or '-':<12} work={row['work'] or '-'} {data}")
+                    sys.stdout.flush()
+                if not follow:
+                    return
+                time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+
+
+def _show_event(ev: dict[str, Any], host: str, as_json: bool) -> None:
+    from tether.model.records import Event
+
+    if as_json:
+        out.emit_json({**ev, "host": host})
+    else:
+        import msgspec
+
+        click.echo(f"{host}: {out.event_line(msgspec.convert(ev, Event))}")
+
+
+def fleet_branch(branch: str, cwd: str) -> dict[str, str]:
+    """``run --worktree BRANCH`` in a fleet: the host that runs the agent clones the
+    repository's ``origin`` and works on BRANCH there, pushing it back as it goes, so
+    the branch must travel through a remote every host reaches."""
+    import subprocess
+
+    ok = not branch.startswith("-") and subprocess.run(
+        ["git", "check-ref-format", "--branch", branch], capture_output=True).returncode == 0
+    if not ok or branch == ".":
+        die(f"--worktree {branch!r}: in a fleet, name a branch (the worktree is made on "
+            "the host that runs the agent)", 2)
+    r = subprocess.run(["git", "-C", cwd, "remote", "get-url", "origin"],
+                       capture_output=True, text=True)
+    if r.returncode != 0 or not r.stdout.strip():
+        die(f"--worktree {branch}: {cwd} has no `origin` remote, so its branch cannot "
+            "reach another host", 2,
+            hint="git remote add origin URL (a URL every host can fetch from and push to)")
+    remote = r.stdout.strip()
+    if os.path.isdir(os.path.join(cwd, remote)) and not os.path.isabs(remote):
+        remote = os.path.abspath(os.path.join(cwd, remote))
+    return {"remote": remote, "branch": branch}
+
+
+def fleet_attach(ctx: click.Context, work_ref: str, keys: bytes, read_only: bool) -> int:
+    """``attach`` with ``--fleet``: a placement's session, proxied by its host."""
+    from tether.cli import fleet_attach as fa
+
+    api, token, query, host = _remote(ctx, work_ref)
+    return fa.attach(api, token, query, what=f"placement {work_ref} on {host}",
+                     again=f"tether --fleet URL attach {work_ref}", keys=keys,
+                     read_only=read_only)
+
+
+def fleet_resolve(ctx: click.Context, work_ref: str, action: str) -> None:
+    """``lineage resolve`` with ``--fleet``: answer an ASK placement (its host died)."""
+    from tether.fleet import store as fs
+
+    if not work_ref.isdigit():
+        die(f"{work_ref!r} is not a placement: with --fleet, name the WORK number "
+            "`tether --fleet URL ps` shows (state ASK)", 2)
+    with _ready(_url(ctx)) as conn:
+        try:
+            row = fs.resolve_ask(conn, int(work_ref), action)
+        except fs.NoHost as e:
+            die(str(e), 1)
+    click.echo(f"{row['id']} {row['state']}" + (f" on {row['host']} (generation "
+                                               f"{row['generation']})"
+                                               if row["state"] == "PLACED" else ""))

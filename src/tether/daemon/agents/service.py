@@ -147,6 +147,11 @@ class AgentService:
         if x is not None:
             await self.core.execs.cancel(x, signal.SIGKILL, 0.0, reason)
 
+    def at_prompt(self, lineage: str) -> bool:
+        """Whether the agent's last turn ended and it waits for its user (a drain moves
+        it now rather than mid-turn)."""
+        return lineage in self.core.awaiting_user
+
     def gate_revivals(self, may_revive: Callable[[LineageRecord], bool]) -> None:
         """Revive a lineage (tick, recovery) only when ``may_revive`` says so."""
         self.core.may_revive = may_revive
