@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -433,3 +434,22 @@ def test_a_nul_character_is_refused_precisely_by_postgres_and_kept_by_sqlite(
         assert s.append_event(None, "test.nul", data={"text": "a\x00b"}).data["text"] == "a\x00b"
     after = s.append_event(None, "test.after")  # the store serves on, without a gap
     assert [e.gseq for e in s.events_since()] == list(range(1, after.gseq + 1))
+
+
+def test_the_wal_is_checkpointed_by_the_sweep_not_by_a_commit(tmp_path: Path) -> None:
+    """No commit pays for a checkpoint (its fsyncs were a start-latency tail): the WAL
+    grows until ``checkpoint``, which copies every frame back from its own connection."""
+    from tether.store import Store as SqliteStore
+
+    s = SqliteStore(tmp_path / "tether.db")
+    for i in range(3000):  # well past SQLite's automatic 1000 pages
+        s.append_event(None, "bench.filler", data={"i": i, "pad": "x" * 300})
+    wal = tmp_path / "tether.db-wal"
+    assert wal.stat().st_size > 1000 * 4096
+    s.checkpoint()
+    con = sqlite3.connect(tmp_path / "tether.db")
+    busy, frames, copied = con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    con.close()
+    assert busy == 0 and frames == copied
+    assert s.events_since(since=0, limit=5000)[-1].data["i"] == 2999
+    s.close()

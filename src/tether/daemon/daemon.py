@@ -430,6 +430,7 @@ class Daemon:
                     self.request_stop()
                     return
                 self.execs.sweep()
+                await asyncio.get_running_loop().run_in_executor(None, self.store.checkpoint)
                 await self.sandboxes.enforce_lifetimes(time.time())
                 for rt in self.runtimes:
                     await rt.sweep()
