@@ -508,11 +508,17 @@ class Story:
         self.show_cmd("tether " + shlex.join(argv))
         real = [*argv[:argv.index("python")], sys.executable,
                 *argv[argv.index("python") + 1:]]
+        # stdout is the exec's id alone (a script's `x=$(tether run -d …)`); the lineage
+        # is named on stderr, and in the exec's record.
         out = self.tether(*real, show=False).stdout.decode().split()
         self.show_out(" ".join(out).encode())
-        if len(out) < 3 or not out[2].rstrip(")"):
+        if len(out) != 1:
             raise Abort(f"unexpected output from `tether run --agent`: {out}")
-        first_exec, lin = out[0], out[2].rstrip(")")
+        first_exec = out[0]
+        row = next((x for x in self.tether_json("ps") if x["id"] == first_exec), None)
+        lin = str(((row or {}).get("agent") or {}).get("lineage") or "")
+        if not lin:
+            raise Abort(f"`tether ps` does not show exec {first_exec} as an agent's: {row}")
         self.ids["scribe"] = first_exec
         self.go(1, 2)
         self.wait_until(lambda: len(self.agent_events("turn")) >= 2, 15,
