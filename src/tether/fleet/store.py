@@ -11,6 +11,7 @@ transaction, so it is revived on exactly one host.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,7 +207,10 @@ def _pick(conn: Any, labels: Any, host: str | None, *, exclude: str | None = Non
         f"h.lease_expires > now() AND h.labels @> %s::jsonb AND "
         f"(%s::text IS NULL OR h.name = %s) AND (%s::text IS NULL OR h.name <> %s) AND "
         f"h.capacity > {_LOAD} ORDER BY h.capacity - {_LOAD} DESC, h.name "
-        f"FOR UPDATE OF h SKIP LOCKED LIMIT 1",
+        # A named host is waited for: its own renewal or sweep may hold its row for a
+        # moment, and skipping it would answer "no such host" for a live one. Among
+        # many (``auto``), a locked one is skipped for the next.
+        f"FOR UPDATE OF h {'' if host is not None else 'SKIP LOCKED '}LIMIT 1",
         (json.dumps(labels or {}), host, host, exclude, exclude)).fetchone()
     return row
 
@@ -222,6 +226,12 @@ def place(conn: Any, kind: str, spec: dict[str, Any], *, labels: dict[str, str],
             if row is not None:
                 return dict(row)
         target = _pick(conn, labels, host)
+        if target is None and host is None:
+            # Every candidate may be locked for a moment by its renewal: look again.
+            for _ in range(20):
+                time.sleep(0.05)
+                if (target := _pick(conn, labels, host)) is not None:
+                    break
         if target is None:
             raise NoHost(_why_no_host(conn, labels, host))
         row = conn.execute(
