@@ -11,11 +11,11 @@ pushes nothing; a push is never forced, so a stale one is refused by the remote)
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 import shutil
 from pathlib import Path
+
+from tether.daemon.steps import run_step
 
 #: Seconds between two HEAD checks of one agent's clone (a push only when it moved).
 SYNC_EVERY = 2.0
@@ -29,18 +29,10 @@ class GitError(Exception):
 async def _git(*args: str, cwd: str | None = None) -> tuple[int | None, str]:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
            "HOME": os.environ.get("HOME", "/"), "GIT_TERMINAL_PROMPT": "0"}
-    proc = await asyncio.create_subprocess_exec(
-        "git", *args, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True)
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), STEP_TIMEOUT)
-    except (TimeoutError, asyncio.CancelledError):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, 9)
-        await proc.wait()
+    code, out = await run_step(["git", *args], cwd=cwd, env=env, timeout=STEP_TIMEOUT)
+    if code is None:
         return None, f"git {args[0]} timed out after {STEP_TIMEOUT:g} s"
-    return proc.returncode, out.decode("utf-8", "replace").strip()[-2000:]
+    return code, out.strip()[-2000:]
 
 
 async def checkout(remote: str, branch: str, path: Path) -> bool | None:

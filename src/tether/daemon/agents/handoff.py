@@ -10,12 +10,11 @@ is safe to repeat but the command, which is therefore at least once).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import os
 from typing import Any
 
 from tether.daemon.agents.core import AgentCore
+from tether.daemon.steps import run_step
 from tether.model.records import LineageRecord
 from tether.model.repo import Handoff
 
@@ -34,18 +33,10 @@ def wanted(rec: LineageRecord) -> Handoff | None:
 
 
 async def _run(argv: list[str], cwd: str, env: dict[str, str]) -> tuple[int | None, str]:
-    proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True)
-    try:
-        out, _ = await asyncio.wait_for(proc.communicate(), STEP_TIMEOUT)
-    except (TimeoutError, asyncio.CancelledError):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, 9)
-        await proc.wait()
+    code, out = await run_step(argv, cwd=cwd, env=env, timeout=STEP_TIMEOUT)
+    if code is None:
         return None, f"timed out after {STEP_TIMEOUT:g} s"
-    return proc.returncode, out.decode("utf-8", "replace")[-TAIL:]
+    return code, out[-TAIL:]
 
 
 async def hand_off(core: AgentCore, rec: LineageRecord, h: Handoff,
