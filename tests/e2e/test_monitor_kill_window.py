@@ -14,8 +14,9 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
-from tests.harness import DaemonProc, wait_for
+from tests.harness import Client, DaemonProc, wait_for
 from tether.client.errors import TetherError
 
 ROUNDS = 60
@@ -52,6 +53,39 @@ def running_with(text: str) -> list[int]:
     return found
 
 
+def kill_during_start(c: Client, home: Path, mon: int, mark: Path, rng: random.Random,
+                      sandbox: str = "default") -> tuple[str, Any] | None:
+    """Start a command that touches ``mark`` and SIGKILL the monitor ``mon`` a random
+    moment (up to MAX_DELAY) after the request is sent; then wait until the exec has
+    settled. ``None`` when the monitor died before it had the exec (another monitor
+    started it: that one is killed and cancelled, the round does not count)."""
+    result: dict[str, object] = {}
+
+    def start() -> None:
+        try:
+            result["id"] = c.exec_start(
+                ["/bin/sh", "-c", 'touch "$0"; sleep 30', str(mark)], sandbox=sandbox).id
+        except TetherError as e:
+            result["id"] = e.data.get("exec")
+
+    t = threading.Thread(target=start)
+    t.start()
+    time.sleep(rng.uniform(0, MAX_DELAY))
+    os.kill(mon, signal.SIGKILL)
+    t.join(30)
+    exec_id = result.get("id")
+    assert isinstance(exec_id, str), result
+    claim = home / "run" / f"{exec_id}.claim"
+    owner = claim.read_text().split() if claim.exists() else []
+    if owner and owner != ["monitor", str(mon)]:
+        c.exec_cancel(exec_id, signal="KILL", grace=0)
+        wait_for(lambda: c.exec_get(exec_id).state == "CANCELLED", 15)
+        return None
+    rec = wait_for(lambda: (r := c.exec_get(exec_id)).state not in ("PENDING", "RUNNING")
+                   and r, 15, what=f"{exec_id} settled")
+    return exec_id, rec
+
+
 def test_monitor_killed_around_the_spawn_leaves_nothing_untracked(
         stopped_daemon: DaemonProc, tmp_path: Path) -> None:
     d = stopped_daemon
@@ -65,32 +99,11 @@ def test_monitor_killed_around_the_spawn_leaves_nothing_untracked(
         mon = wait_for(lambda: sorted(monitor_children(d.pid) - used), 10,
                        what="an idle monitor")[0]
         used.add(mon)
-        result: dict[str, object] = {}
-
-        def start(mark: Path = mark, result: dict[str, object] = result) -> None:
-            try:
-                result["id"] = c.exec_start(
-                    ["/bin/sh", "-c", 'touch "$0"; sleep 30', str(mark)]).id
-            except TetherError as e:
-                result["id"] = e.data.get("exec")
-                result["error"] = e.message
-
-        t = threading.Thread(target=start)
-        t.start()
-        time.sleep(rng.uniform(0, MAX_DELAY))
-        os.kill(mon, signal.SIGKILL)
-        t.join(30)
-        exec_id = result.get("id")
-        assert isinstance(exec_id, str), result
-        claim = d.home / "run" / f"{exec_id}.claim"
-        owner = claim.read_text().split() if claim.exists() else []
-        if owner and owner != ["monitor", str(mon)]:  # killed before the daemon took it
-            c.exec_cancel(exec_id, signal="KILL", grace=0)
+        got = kill_during_start(c, d.home, mon, mark, rng)
+        if got is None:  # killed before the daemon took it
             outcomes["missed"] = outcomes.get("missed", 0) + 1
-            wait_for(lambda e=exec_id: c.exec_get(e).state == "CANCELLED", 15)
             continue
-        rec = wait_for(lambda e=exec_id: (r := c.exec_get(e)).state not in
-                       ("PENDING", "RUNNING") and r, 15, what=f"{exec_id} settled")
+        exec_id, rec = got
         time.sleep(0.05)  # room for an untracked command to show itself
         reason = rec.reason or ""
         said_never_ran = any(s in reason for s in NEVER_RAN)

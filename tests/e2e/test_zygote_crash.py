@@ -6,19 +6,22 @@ running untracked."""
 
 from __future__ import annotations
 
-import os
 import random
 import signal
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_monitor_kill_window import NEVER_RAN, monitor_children, running_with
+from tests.e2e.test_monitor_kill_window import (
+    NEVER_RAN,
+    kill_during_start,
+    monitor_children,
+    running_with,
+)
 from tests.e2e.test_zygote import PROBE, _ready_zygotes
 from tests.harness import DaemonProc, wait_for
-from tether.client.errors import DaemonUnavailable, TetherError
+from tether.client.errors import DaemonUnavailable
 
 pytestmark = pytest.mark.skipif(not PROBE.available, reason=f"bwrap: {PROBE.reason}")
 
@@ -92,31 +95,11 @@ def test_a_zygote_monitor_killed_during_the_start_leaves_nothing_untracked(
     for n in range(ROUNDS):
         mark = ws / f"ran-{n}"
         mon = wait_for(lambda: _zygote_monitors(ws), 20, what="a ready zygote")[0]
-        result: dict[str, object] = {}
-
-        def start(mark: Path = mark, result: dict[str, object] = result) -> None:
-            try:
-                result["id"] = c.exec_start(
-                    ["/bin/sh", "-c", 'touch "$0"; sleep 30', str(mark)], sandbox="zb").id
-            except TetherError as e:
-                result["id"] = e.data.get("exec")
-
-        t = threading.Thread(target=start)
-        t.start()
-        time.sleep(rng.uniform(0, MAX_DELAY))
-        os.kill(mon, signal.SIGKILL)
-        t.join(30)
-        exec_id = result.get("id")
-        assert isinstance(exec_id, str), result
-        claim = daemon.home / "run" / f"{exec_id}.claim"
-        owner = claim.read_text().split() if claim.exists() else []
-        if owner and owner != ["monitor", str(mon)]:  # killed before it had the exec
-            c.exec_cancel(exec_id, signal="KILL", grace=0)
+        got = kill_during_start(c, daemon.home, mon, mark, rng, sandbox="zb")
+        if got is None:  # killed before it had the exec
             outcomes["missed"] = outcomes.get("missed", 0) + 1
-            wait_for(lambda e=exec_id: c.exec_get(e).state == "CANCELLED", 15)
             continue
-        rec = wait_for(lambda e=exec_id: (r := c.exec_get(e)).state not in
-                       ("PENDING", "RUNNING") and r, 15, what=f"{exec_id} settled")
+        exec_id, rec = got
         time.sleep(0.05)  # room for an untracked command to show itself
         reason = rec.reason or ""
         outcomes[reason[:50]] = outcomes.get(reason[:50], 0) + 1
