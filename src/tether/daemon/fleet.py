@@ -409,7 +409,6 @@ class FleetService:
         return {"host": self.cfg.host, "token": self.token, "live": self.live(),
                 "api": self.api_url,
                 "state": self.state, "fenced": self.fenced_count,
-                "relayed": self.relay.relayed, "ended_late": self.relay.late,
                 "lease_left": max(0.0, self.deadline - time.monotonic()) if self.token else 0.0}
 
 

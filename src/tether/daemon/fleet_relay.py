@@ -38,8 +38,6 @@ class Relay:
         self.batch = max(1, batch)
         self.scanned: int | None = None  # None: read the cursor from PostgreSQL first
         self.token: int | None = None  # the lease whose cursor ``scanned`` started from
-        self.relayed = 0  # events relayed by this daemon (view)
-        self.late = 0  # placements it ended late (were LOST)
 
     async def step(self, call: Call, token: int) -> int:
         """Relay what the local journal holds past the cursor; how many events."""
@@ -61,14 +59,12 @@ class Relay:
                     raise
                 self.faults.hit("fleet.after_relay")
                 total += got.journaled
-                self.late += sum(1 for s in got.settled if s["late"])
                 for s in got.settled:
                     log.info("fleet: placement %s ended (exit %s)%s", s["id"], s["exit_code"],
                              ", reported late" if s["late"] else "")
             self.scanned = upto
             if len(items) < self.batch:
                 break
-        self.relayed += total
         return total
 
     def _collect(self, since: int) -> tuple[list[Item], int]:
