@@ -27,7 +27,9 @@ log = logging.getLogger("tether.fleet")
 #: ``FleetService._call``: ``fn(conn, *args)`` on a named connection, in a thread.
 Call = Callable[..., Awaitable[Any]]
 PAGE = 500  # local events read at a time
-MAX_BATCHES = 20  # per step: a long backlog is relayed over several passes
+#: local pages read per step (the event loop's share): a long backlog, or a long local
+#: history before the host joined, is relayed over several passes
+MAX_PAGES = 20
 
 
 class Relay:
@@ -47,9 +49,10 @@ class Relay:
             done, epoch = await call("work", relay.cursor, self.host)
             self.scanned = done if epoch == self.store.epoch else 0
             self.token = token
-        total = 0
-        for _ in range(MAX_BATCHES):
-            items, upto = self._collect(self.scanned)
+        total, budget = 0, MAX_PAGES
+        while budget > 0:
+            items, upto, more, read = self._collect(self.scanned, budget)
+            budget -= read
             if items:
                 try:
                     got = await call("work", relay.relay, self.host, token,
@@ -63,26 +66,28 @@ class Relay:
                     log.info("fleet: placement %s ended (exit %s)%s", s["id"], s["exit_code"],
                              ", reported late" if s["late"] else "")
             self.scanned = upto
-            if len(items) < self.batch:
+            if not more:
                 break
         return total
 
-    def _collect(self, since: int) -> tuple[list[Item], int]:
-        """Up to ``batch`` items after local gseq ``since``, and the gseq scanned to."""
+    def _collect(self, since: int, pages: int) -> tuple[list[Item], int, bool, int]:
+        """Up to ``batch`` items after local gseq ``since``, reading at most ``pages``
+        pages: (items, the gseq scanned to, whether more may follow, pages read)."""
         items: list[Item] = []
-        upto = since
-        while len(items) < self.batch:
+        upto, read = since, 0
+        while read < pages:
             page = self.store.events_since(since=upto, limit=PAGE)
+            read += 1
             for ev in page:
                 item = self._item(ev)
                 upto = ev.gseq
                 if item is not None:
                     items.append(item)
                     if len(items) >= self.batch:
-                        return items, upto
+                        return items, upto, True, read
             if len(page) < PAGE:
-                break
-        return items, upto
+                return items, upto, False, read
+        return items, upto, True, read
 
     def _item(self, ev: Event) -> Item | None:
         """The relay item for a local event about fleet work, else None."""
