@@ -102,7 +102,8 @@ class DaemonConfig:
                 listen=env.get("TETHER_FLEET_LISTEN") or "127.0.0.1:0",
                 advertise=env.get("TETHER_FLEET_ADVERTISE") or None,
                 tls_cert=env.get("TETHER_FLEET_TLS_CERT") or None,
-                tls_key=env.get("TETHER_FLEET_TLS_KEY") or None),
+                tls_key=env.get("TETHER_FLEET_TLS_KEY") or None,
+                relay_batch=int(env.get("TETHER_FLEET_RELAY_BATCH", 200))),
             budget_daily_usd=_dollars(env.get("TETHER_BUDGET_DAILY_USD")),
             budget_policy=_policy(env.get("TETHER_BUDGET_POLICY")),
         )

@@ -18,6 +18,8 @@ Points (docs/STATE.md lists what each must leave):
   RUNNING is not written to PostgreSQL yet;
 * ``fleet.after_handover_stop`` — a draining host stopped an agent's local copy to
   hand it over, the placement is not moved in PostgreSQL yet;
+* ``fleet.after_relay`` — a batch of this host's local journal events is committed
+  to the fleet journal (its cursor with it), the next batch is not read yet;
 * ``cost.before_crossing`` — an agent's turn is committed, whether it crossed a budget
   is not checked yet (its ``agent.budget`` event is not journaled).
 
@@ -33,7 +35,7 @@ import signal
 POINTS = frozenset({"exec.after_commit", "exec.after_handoff", "agent.after_attempt_commit",
                     "digest.after_node", "schedule.after_fire_commit",
                     "retention.after_mark", "fleet.after_start", "fleet.partition",
-                    "fleet.after_handover_stop",
+                    "fleet.after_handover_stop", "fleet.after_relay",
                     "cost.before_crossing"})
 
 

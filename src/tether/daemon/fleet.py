@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether import __version__
 from tether.daemon.faults import Faults
+from tether.daemon.fleet_relay import Relay
 from tether.daemon.journal import Journal
 from tether.model.records import LineageRecord
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE
@@ -54,6 +55,7 @@ class FleetConfig:
     advertise: str | None = None  # its URL as other hosts reach it (default: from listen)
     tls_cert: str | None = None  # both set: the API speaks HTTPS
     tls_key: str | None = None
+    relay_batch: int = 200  # local events relayed to the fleet journal per transaction
 
 
 class FleetService:
@@ -80,6 +82,7 @@ class FleetService:
         self._pushed: dict[str, tuple[float, str | None]] = {}
         #: per placement generation: its lineage's turn count when the drain was seen
         self._drain_turns: dict[str, int] = {}
+        self.relay = Relay(store, cfg.host, faults, cfg.relay_batch)
 
     def check_schema(self) -> str | None:
         """At start: why this host cannot join (the database is not initialised, is
@@ -268,6 +271,7 @@ class FleetService:
 
         host, token = self.cfg.host, self.token
         assert token is not None
+        await self.relay.step(self._call, token)
         placed = await self._call("work", fs.placed_for, host, token)
         for w in placed:
             if not self.live():

@@ -66,6 +66,18 @@ CREATE TABLE fleet_secret (
 INSERT INTO fleet_secret (id, token) VALUES
     (1, replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''));
 """),
+    # The catch-up relay (fleet/relay.py): each host's local journal events about fleet
+    # work reach this journal once, in local order; the cursor is the host name's, not a
+    # lease's, so a host fenced and back relays what it recorded while it was away.
+    (3, """
+ALTER TABLE hosts ADD COLUMN relayed bigint NOT NULL DEFAULT 0;
+ALTER TABLE hosts ADD COLUMN relay_epoch text;
+ALTER TABLE journal ADD COLUMN local_epoch text;
+ALTER TABLE journal ADD COLUMN local_gseq bigint;
+ALTER TABLE journal ADD COLUMN local_at timestamptz;
+CREATE UNIQUE INDEX journal_relayed ON journal (host, local_epoch, local_gseq)
+    WHERE local_gseq IS NOT NULL;
+"""),
 ]
 
 LATEST = MIGRATIONS[-1][0]

@@ -72,8 +72,9 @@ def _guard(conn: Any, host: str, token: int) -> None:
 def acquire(conn: Any, name: str, *, capacity: int, labels: dict[str, str], version: str,
             home: str, ttl: float, api: str | None = None) -> Lease:
     """Take (or take again) ``name``'s lease with a new, larger fencing token. Work of
-    a lease still live (a daemon restarted within it) moves to the new token; work of
-    an expired one stays an orphan for the others to revive."""
+    a lease still live (a daemon restarted within it) moves to the new token; of an
+    expired one, only its plain execs not yet swept do (they never run elsewhere), its
+    agents stay orphans for the others to revive."""
     with conn.transaction():
         old = conn.execute("SELECT token, state, lease_expires > now() AS live FROM hosts "
                            "WHERE name = %s FOR UPDATE", (name,)).fetchone()
@@ -94,6 +95,12 @@ def acquire(conn: Any, name: str, *, capacity: int, labels: dict[str, str], vers
                 "UPDATE work SET token = %s, updated_at = now() WHERE host = %s AND "
                 "token = %s AND state IN ('PLACED', 'RUNNING')",
                 (token, name, old["token"])).rowcount
+        elif old:
+            # Its plain execs still live here are its own even after the lease expired
+            # (an exec is never run elsewhere): they run on, and end with a real result.
+            carried = conn.execute(
+                "UPDATE work SET token = %s, updated_at = now() WHERE host = %s AND "
+                "kind = 'exec' AND state IN ('PLACED', 'RUNNING')", (token, name)).rowcount
         _journal(conn, "host.acquired", host=name, token=token, capacity=capacity,
                  labels=labels, carried=carried, previous=old["token"] if old else None)
     return Lease(token=token, carried=carried, state=state)
@@ -302,8 +309,11 @@ def get_work(conn: Any, ident: int) -> dict[str, Any] | None:
 
 
 def journal(conn: Any, after: int = 0) -> list[dict[str, Any]]:
+    """The fleet journal after ``after``; a row relayed from a host's local journal
+    (``fleet.relay``) also has its ``local_gseq`` and ``local_at`` (seconds)."""
     return [dict(r) for r in conn.execute(
-        "SELECT gseq, host, token, work, type, data FROM journal WHERE gseq > %s "
+        "SELECT gseq, host, token, work, type, data, local_gseq, "
+        "extract(epoch FROM local_at)::float AS local_at FROM journal WHERE gseq > %s "
         "ORDER BY gseq", (after,))]
 
 

@@ -37,8 +37,12 @@ def _ready(url: str) -> Any:
     from tether.fleet import schema
 
     conn = _connect(url)
-    if schema.version(conn) == 0:
+    have = schema.version(conn)
+    if have == 0:
         die("the fleet database is not initialised", 1, hint=f"tether fleet init {url}")
+    if have < schema.LATEST:
+        die(f"the fleet database is at schema {have}, older than this tether's "
+            f"{schema.LATEST}", 1, hint=f"tether fleet init {url}")
     return conn
 
 
@@ -261,6 +265,9 @@ def fleet_events(ctx: click.Context, *, work_ref: str | None, host: str | None,
                         out.emit_json(row)
                     else:
                         data = " ".join(f"{k}={v}" for k, v in row["data"].items())
+                        if row.get("local_gseq") is not None:  # relayed from its host
+                            at = time.strftime("%H:%M:%S", time.localtime(row["local_at"]))
+                            data = f"local={row['local_gseq']}@{at} {data}"
                         click.echo(f"{row['gseq']:>6} {row['type']:<16} "
                                    f"{row['host'] or '-':<12} work={row['work'] or '-'} {data}")
                     sys.stdout.flush()
