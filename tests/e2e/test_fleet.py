@@ -98,6 +98,32 @@ class Fleet:
             found += [(name, r[0]) for r in rows]
         return found
 
+    def agent_processes(self, ident: int) -> list[tuple[str, str]]:
+        """(host, lineage) of every local lineage of placement ``ident`` that has a live
+        process on this machine, on every host, its daemon up or not (its monitors and
+        agents may outlive it): the at-most-one-copy check at the level of processes."""
+        mine: dict[tuple[str, str], str] = {}
+        for name, d in self.hosts.items():
+            db = sqlite3.connect(f"file:{d.home / 'tether.db'}?mode=ro", uri=True)
+            try:
+                rows = db.execute("SELECT id FROM lineages WHERE json_extract(record, "
+                                  "'$.request_key') LIKE ?", (f"fleet-{ident}-%",)).fetchall()
+            finally:
+                db.close()
+            mine.update({(os.path.realpath(d.home), r[0]): name for r in rows})
+        found: set[tuple[str, str]] = set()
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue  # gone, or not ours
+            var = dict(v.decode(errors="replace").split("=", 1) for v in env if b"=" in v)
+            host = mine.get((os.path.realpath(var.get("TETHER_HOME", "/")),
+                             var.get("TETHER_LINEAGE", "")))
+            if host is not None:
+                found.add((host, var["TETHER_LINEAGE"]))
+        return sorted(found)
+
     def cleanup(self) -> None:
         for d in self.hosts.values():
             d.cleanup()
