@@ -267,8 +267,10 @@ def _local_starts(home: Path) -> dict[str, int]:
 
 
 def test_randomised_host_kills_keep_every_lineage_on_one_host(fleet: Fleet) -> None:
-    """Hosts die by SIGKILL (daemon and monitors) at random, coming back at once or after
-    their lease; the checker: every lineage on at most one host at a time, every
+    """Hosts die by SIGKILL at random (half the time the daemon alone: its monitors and
+    agents live on), coming back at once or after their lease; the checker: every
+    lineage on at most one host at a time (its records on live daemons, and its live
+    processes on every host, dead daemon or not), every
     acknowledged placement started exactly once per generation, a journal without gap
     or duplicate. TETHER_FLEET_CHAOS_ROUNDS=200 for the long version."""
     import random
@@ -287,6 +289,8 @@ def test_randomised_host_kills_keep_every_lineage_on_one_host(fleet: Fleet) -> N
         for a in agents:
             copies = fleet.live_copies(a)
             assert len(copies) <= 1, f"seed {seed}: placement {a} runs on {copies}"
+            procs = fleet.agent_processes(a)
+            assert len(procs) <= 1, f"seed {seed}: placement {a} has processes on {procs}"
 
     for _ in range(rounds):
         agents.append(_agent(fleet, "auto"))
@@ -294,7 +298,8 @@ def test_randomised_host_kills_keep_every_lineage_on_one_host(fleet: Fleet) -> N
         at_most_one_copy()
         victim = fleet.hosts[rng.choice(names)]
         victim.kill9()
-        kill_strays(victim.home, wait=5)
+        if rng.random() < 0.5:  # else the daemon alone died: its monitors live on
+            kill_strays(victim.home, wait=5)
         if rng.random() < 0.5:
             deadline = LEASE * (1 + rng.random())
             t_end = __import__("time").monotonic() + deadline
@@ -309,8 +314,8 @@ def test_randomised_host_kills_keep_every_lineage_on_one_host(fleet: Fleet) -> N
     def settled() -> bool:
         rows = [fleet.work(i) for i in acked]
         return all(r["state"] != "PLACED" for r in rows) and all(
-            len(fleet.live_copies(a)) == 1 for a in agents
-            if fleet.work(a)["state"] == "RUNNING")
+            len(fleet.live_copies(a)) == 1 and fleet.agent_processes(a) == fleet.live_copies(a)
+            for a in agents if fleet.work(a)["state"] == "RUNNING")
     wait_for(settled, LEASE * 8, interval=0.2, what=f"the fleet to settle (seed {seed})")
     at_most_one_copy()
     starts: dict[str, int] = {}
