@@ -98,6 +98,32 @@ class Fleet:
             found += [(name, r[0]) for r in rows]
         return found
 
+    def agent_processes(self, ident: int) -> list[tuple[str, str]]:
+        """(host, lineage) of every local lineage of placement ``ident`` that has a live
+        process on this machine, on every host, its daemon up or not (its monitors and
+        agents may outlive it): the at-most-one-copy check at the level of processes."""
+        mine: dict[tuple[str, str], str] = {}
+        for name, d in self.hosts.items():
+            db = sqlite3.connect(f"file:{d.home / 'tether.db'}?mode=ro", uri=True)
+            try:
+                rows = db.execute("SELECT id FROM lineages WHERE json_extract(record, "
+                                  "'$.request_key') LIKE ?", (f"fleet-{ident}-%",)).fetchall()
+            finally:
+                db.close()
+            mine.update({(os.path.realpath(d.home), r[0]): name for r in rows})
+        found: set[tuple[str, str]] = set()
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue  # gone, or not ours
+            var = dict(v.decode(errors="replace").split("=", 1) for v in env if b"=" in v)
+            host = mine.get((os.path.realpath(var.get("TETHER_HOME", "/")),
+                             var.get("TETHER_LINEAGE", "")))
+            if host is not None:
+                found.add((host, var["TETHER_LINEAGE"]))
+        return sorted(found)
+
     def cleanup(self) -> None:
         for d in self.hosts.values():
             d.cleanup()
@@ -241,8 +267,10 @@ def _local_starts(home: Path) -> dict[str, int]:
 
 
 def test_randomised_host_kills_keep_every_lineage_on_one_host(fleet: Fleet) -> None:
-    """Hosts die by SIGKILL (daemon and monitors) at random, coming back at once or after
-    their lease; the checker: every lineage on at most one host at a time, every
+    """Hosts die by SIGKILL at random (half the time the daemon alone: its monitors and
+    agents live on), coming back at once or after their lease; the checker: every
+    lineage on at most one host at a time (its records on live daemons, and its live
+    processes on every host, dead daemon or not), every
     acknowledged placement started exactly once per generation, a journal without gap
     or duplicate. TETHER_FLEET_CHAOS_ROUNDS=200 for the long version."""
     import random
@@ -261,6 +289,8 @@ def test_randomised_host_kills_keep_every_lineage_on_one_host(fleet: Fleet) -> N
         for a in agents:
             copies = fleet.live_copies(a)
             assert len(copies) <= 1, f"seed {seed}: placement {a} runs on {copies}"
+            procs = fleet.agent_processes(a)
+            assert len(procs) <= 1, f"seed {seed}: placement {a} has processes on {procs}"
 
     for _ in range(rounds):
         agents.append(_agent(fleet, "auto"))
@@ -268,7 +298,8 @@ def test_randomised_host_kills_keep_every_lineage_on_one_host(fleet: Fleet) -> N
         at_most_one_copy()
         victim = fleet.hosts[rng.choice(names)]
         victim.kill9()
-        kill_strays(victim.home, wait=5)
+        if rng.random() < 0.5:  # else the daemon alone died: its monitors live on
+            kill_strays(victim.home, wait=5)
         if rng.random() < 0.5:
             deadline = LEASE * (1 + rng.random())
             t_end = __import__("time").monotonic() + deadline
@@ -283,8 +314,8 @@ def test_randomised_host_kills_keep_every_lineage_on_one_host(fleet: Fleet) -> N
     def settled() -> bool:
         rows = [fleet.work(i) for i in acked]
         return all(r["state"] != "PLACED" for r in rows) and all(
-            len(fleet.live_copies(a)) == 1 for a in agents
-            if fleet.work(a)["state"] == "RUNNING")
+            len(fleet.live_copies(a)) == 1 and fleet.agent_processes(a) == fleet.live_copies(a)
+            for a in agents if fleet.work(a)["state"] == "RUNNING")
     wait_for(settled, LEASE * 8, interval=0.2, what=f"the fleet to settle (seed {seed})")
     at_most_one_copy()
     starts: dict[str, int] = {}

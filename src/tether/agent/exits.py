@@ -28,6 +28,7 @@ class ExitReason(StrEnum):
     WAITING_FOR_USER = "waiting_for_user"  # stuck on a question only its user can answer
     BUDGET = "budget"  # stopped by tether: a cost budget with policy stop was reached
     START_FAILED = "start_failed"  # its program could not be started (not found: 127)
+    FENCED = "fenced"  # killed by its monitor: its host lost its fleet lease
 
 
 #: When a usage-limit message gives no reset time: wait this long, then try again (a

@@ -299,6 +299,7 @@ class Daemon:
             self.fleet = FleetService(self.config.fleet, self.layout.root, self.store,
                                       self.journal, self.agents, self._dispatch, faults)
             self.agents.gate_revivals(self.fleet.may_revive)
+            self.agents.fence_attempts(self.fleet.fence_for)
             if (why := self.fleet.check_schema()) is not None:
                 self._lock.release()
                 raise StartupError(f"cannot join the fleet: {why}")

@@ -46,7 +46,7 @@ from tether.model.records import (
     to_builtins,
 )
 from tether.model.states import EXEC_TERMINAL, ExecState, SandboxState
-from tether.runtime.base import CANNOT_CONFINE, AgentView, ExecRequest
+from tether.runtime.base import CANNOT_CONFINE, AgentView, ExecRequest, MonitorFence
 from tether.runtime.monitors import Inspection, MonitorPool, StartError
 from tether.runtime.registry import Runtimes
 from tether.store import Store
@@ -149,8 +149,8 @@ class ExecService:
 
     # ------------------------------------------------------------------ start
     async def start(self, sandbox: SandboxRecord, spec: ExecSpec, request_key: str | None,
-                    *, lineage: str | None = None,
-                    agent_view: AgentView | None = None) -> ExecRecord:
+                    *, lineage: str | None = None, agent_view: AgentView | None = None,
+                    fence: MonitorFence | None = None) -> ExecRecord:
         t0 = time.monotonic()
         if request_key:
             existing = self.store.exec_by_request_key(request_key)
@@ -195,7 +195,7 @@ class ExecService:
         paths = self.paths(rec)
         try:
             try:
-                started = await self.monitors.start(rec, paths, plan(exec_id))
+                started = await self.monitors.start(rec, paths, plan(exec_id), fence)
             except (StartError, asyncio.CancelledError):
                 raise
             except Exception as e:  # never leave a committed exec PENDING and unwatched
@@ -325,6 +325,7 @@ class ExecService:
                     reason="started while the daemon was down"))
             outcome = st.get("outcome", "exited")
             to = {"cancelled": ExecState.CANCELLED, "timeout": ExecState.CANCELLED,
+                  "fenced": ExecState.CANCELLED,
                   "start_failed": ExecState.FAILED}.get(outcome, ExecState.FINISHED)
             reason = st.get("reason") or describe_exit(outcome, st)
             self._commit(self.store.transition_exec(

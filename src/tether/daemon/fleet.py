@@ -2,14 +2,17 @@
 report how it ends, and revive the work of hosts that lost theirs.
 
 Two loops in the daemon's TaskGroup. The lease loop renews every third of the lease
-period; once the period has passed since the last renewal that was *sent* and
-acknowledged (by this host's monotonic clock, so before PostgreSQL can consider the
-lease expired), the host is fenced: it starts nothing more, writes no fleet intent
-and withdraws its agents (they are revived elsewhere), then takes a new lease with a
-new token when it can, without resuming the old work. The work loop wakes on a
-``NOTIFY`` or every ``interval``: start what is placed here, report what ended, sweep
-orphans. PostgreSQL is reached from worker threads (psycopg's blocking API); while it
-is unreachable the host keeps supervising what it has, locally.
+period; once the period less :data:`FENCE_MARGIN` of it has passed since the last
+renewal that was *sent* and acknowledged (by this host's monotonic clock, so before
+PostgreSQL can consider the lease expired), the host is fenced: it starts nothing
+more, writes no fleet intent and withdraws its agents (they are revived elsewhere),
+then takes a new lease with a new token when it can, without resuming the old work.
+The same deadline goes into the lease file (:mod:`tether.daemon.fleet_lease`) that
+the monitors of fleet agents watch, so they stop their agents at that point even when
+this daemon is dead. The work loop wakes on a ``NOTIFY`` or every ``interval``: start
+what is placed here, report what ended, sweep orphans. PostgreSQL is reached from
+worker threads (psycopg's blocking API); while it is unreachable the host keeps
+supervising what it has, locally.
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ from typing import TYPE_CHECKING, Any
 
 from tether import __version__
 from tether.daemon.faults import Faults
+from tether.daemon.fleet_lease import LeaseFile
 from tether.daemon.fleet_relay import Relay
 from tether.daemon.journal import Journal
 from tether.model.records import LineageRecord
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE
+from tether.runtime.base import MonitorFence
 from tether.store import Store
 
 if TYPE_CHECKING:
@@ -41,6 +46,9 @@ Dispatch = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 REQUEST_PREFIX = "fleet-"
 #: The reason a lineage stopped here to be handed over begins with this (a drain).
 HANDOVER = "handed over to another host: "
+#: The fence point comes this share of the lease before its expiry in PostgreSQL: room
+#: for the clocks' and the kill's delays (renewals, every third, never come near it).
+FENCE_MARGIN = 1 / 6
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,7 @@ class FleetService:
         self.token: int | None = None
         self.state: str | None = None
         self.deadline = 0.0  # monotonic: the lease is surely still ours before this
+        self.lease_file = LeaseFile(home, cfg.host)  # the deadline, for the monitors
         self.fenced_count = 0
         self.owned: frozenset[str] = frozenset()  # local request keys this lease owns
         self.wake = asyncio.Event()
@@ -165,6 +174,12 @@ class FleetService:
         key = rec.request_key or ""
         return not key.startswith(REQUEST_PREFIX) or (self.live() and key in self.owned)
 
+    def fence_for(self, rec: LineageRecord) -> MonitorFence | None:
+        """The fence of an attempt's monitor: fleet-placed lineages only (they are
+        revived elsewhere; a plain fleet exec becomes LOST, so it may run on)."""
+        key = rec.request_key or ""
+        return self.lease_file.fence_for_monitor() if key.startswith(REQUEST_PREFIX) else None
+
     def live(self) -> bool:
         return self.token is not None and time.monotonic() < self.deadline
 
@@ -203,7 +218,8 @@ class FleetService:
                     if self._api is not None and self._api.token is None:
                         self._api.token = await self._call("lease", fs.secret)
                     self.token, self.state = lease.token, lease.state
-                    self.deadline = t0 + cfg.lease
+                    self.deadline = t0 + cfg.lease * (1 - FENCE_MARGIN)
+                    self.lease_file.acquired(lease.token, t0, self.deadline, lease.carried)
                     self.journal.record(None, "fleet.lease", reason=(
                         f"host {cfg.host} holds the fleet lease {lease.token} "
                         f"({lease.carried} placements carried over)"),
@@ -215,14 +231,18 @@ class FleetService:
                     if state is None:
                         await self._fence("its lease was taken (expired or fenced)")
                     else:
-                        self.state, self.deadline = state, t0 + cfg.lease
+                        self.state = state
+                        self.deadline = t0 + cfg.lease * (1 - FENCE_MARGIN)
+                        self.lease_file.renewed(self.deadline)
             except Exception as e:  # PostgreSQL away: keep supervising, retry
                 log.warning("fleet lease: %s", e)
-            await asyncio.sleep(cfg.lease / 3)
+            left = self.deadline - time.monotonic() if self.token is not None else cfg.lease
+            await asyncio.sleep(min(cfg.lease / 3, max(0.05, left)))  # fence on time
 
     async def _fence(self, why: str) -> None:
         """Stop acting for the fleet: this host's work is being revived elsewhere."""
         token, self.token = self.token, None
+        self.lease_file.fenced()
         self.owned = frozenset()
         self.fenced_count += 1
         log.error("fleet: host %s is fenced (lease %s): %s", self.cfg.host, token, why)

@@ -56,6 +56,7 @@ from tether.monitor.ahead import Ahead  # noqa: E402
 from tether.monitor.child import Child  # noqa: E402
 from tether.monitor.clients import Clients  # noqa: E402
 from tether.monitor.control import Control  # noqa: E402
+from tether.monitor.fence import Fence  # noqa: E402
 from tether.monitor.files import (  # noqa: E402
     NO_ROOM,
     claim,
@@ -142,6 +143,8 @@ class Monitor:
         self.control = Control(self.child, self.clients)
         self.pin = Pin()
         self.exit_fd: int | None = None  # the exit file's room, unnamed (made ahead)
+        # A fleet agent's attempt: killed once its host's lease runs out (monitor.fence).
+        self.fence = Fence(spec["fence"]) if spec.get("fence") else None
         self.term.on_output = self.clients.broadcast
         self.term.on_input_room = self.clients.resume_paused
         self.clients.on_command = self.control.command
@@ -328,7 +331,7 @@ class Monitor:
             if status is not None:
                 return self._finish(status)
             try:
-                ready = self.poller.epoll.poll(self.child.wait_time())
+                ready = self.poller.epoll.poll(self._wait_time())
             except InterruptedError:
                 ready = []
             for fd, events in ready:
@@ -346,6 +349,17 @@ class Monitor:
                 else:
                     self.clients.ready(what, events)
             self.child.run_timers()
+            if self.fence is not None and self.fence.due(time.monotonic()):
+                # The lineage is revived on another host: SIGKILL, for it resumes from
+                # its session there (the child is unreaped: its pid is still its own).
+                self.child.begin_cancel("fenced", signal.SIGKILL, 0.0, self.fence.reason)
+                self.fence = None
+
+    def _wait_time(self) -> float:
+        wait = self.child.wait_time()
+        if self.fence is not None:
+            wait = min(wait, max(0.0, self.fence.next_check - time.monotonic()))
+        return wait
 
     def _drain_wake(self) -> None:
         self.child.may_have_ended = True  # the wake-up fd carries SIGCHLD (and SIGTERM)

@@ -95,6 +95,25 @@ class Warm:
     ident: tuple[tuple[int, int], ...] = ()
 
 
+#: The reason of an exec its monitor killed because its host's fleet lease ran out
+#: begins with this (``MonitorFence``); the exec is CANCELLED.
+FENCED = "fenced: "
+
+
+@dataclass(frozen=True)
+class MonitorFence:
+    """Makes an exec's monitor kill its command (SIGKILL, outcome ``fenced``) once the
+    lease file at ``path`` (``tether.daemon.fleet_lease``) names another ``epoch``,
+    another boot, a deadline on ``CLOCK_MONOTONIC`` that has passed, or cannot be read:
+    the exec's work is then revived on another host, and must not run here too, even
+    when this host's daemon is dead. ``reason`` (starting with :data:`FENCED`) is
+    written into the exit file."""
+
+    path: str
+    epoch: int
+    reason: str
+
+
 #: Called with the new exec's id once its intent is committed.
 LaunchPlan = Callable[[str], Launch]
 

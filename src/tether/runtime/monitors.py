@@ -38,7 +38,7 @@ from tether.monitor.files import (
     read_exit,
     read_handles,
 )
-from tether.runtime.base import Launch, Warm
+from tether.runtime.base import Launch, MonitorFence, Warm
 
 MONITOR_SCRIPT = str(Path(_monitor_main.__file__).resolve().with_name("run.py"))
 _BOOT_ID = boot_id()
@@ -290,9 +290,11 @@ class MonitorPool:
                 f"the monitor socket path {paths.socket} is longer than {MAX_SOCKET_PATH} "
                 "bytes; use a shorter tether home (--home or $TETHER_HOME)", "HOME_TOO_LONG")
 
-    async def start(self, rec: ExecRecord, paths: ExecPaths, launch: Launch) -> Started:
+    async def start(self, rec: ExecRecord, paths: ExecPaths, launch: Launch,
+                    fence: MonitorFence | None = None) -> Started:
         """Hand ``rec`` to a monitor, which runs what its runtime planned (``launch``),
-        and wait until its child runs."""
+        and wait until its child runs. ``fence``: the monitor kills it when the host's
+        fleet lease runs out (:class:`~tether.runtime.base.MonitorFence`)."""
         self.check_paths(paths)
         try:
             paths.stdout.parent.mkdir(parents=True, exist_ok=True)
@@ -317,6 +319,8 @@ class MonitorPool:
                                                             "handles", "socket", "claim",
                                                             "monitor_log")},
         }
+        if fence is not None:
+            spec["fence"] = {"path": fence.path, "epoch": fence.epoch, "reason": fence.reason}
         zygote = (self._take_zygote(launch.warm, str(paths.stdout.parent))
                   if launch.warm is not None else None)
         if zygote is not None and launch.warm is not None:

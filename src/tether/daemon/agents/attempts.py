@@ -33,6 +33,7 @@ from tether.hostio.untrusted import replace_at
 from tether.model.errors import RpcCode, TetherError
 from tether.model.records import AgentConfig, ExecRecord, ExecSpec, LineageRecord
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE, LineageStatus
+from tether.runtime.base import FENCED
 
 log = logging.getLogger("tether.agents")
 
@@ -168,7 +169,7 @@ class Attempts:
         spec = ExecSpec(argv=plan.argv, env=env, cwd=cfg.cwd, name=rec.name, tty=cfg.tty,
                         stdin=cfg.tty)
         return await core.execs.start(sandbox, spec, attempt_key(rec), lineage=rec.id,
-                                      agent_view=view)
+                                      agent_view=view, fence=core.fence(rec))
 
     def _token(self, rec: LineageRecord) -> str:
         """The token for this start of ``rec``'s current attempt. Only this daemon's memory
@@ -276,6 +277,9 @@ class Attempts:
             if rec.status == LineageStatus.REVIVING and self.core.tasks.open:
                 self.core.tasks.spawn(self.run_restart(rec.id), name=f"restart-{rec.id}")
             return  # (before the group opens, recovery runs it: it is REVIVING)
+        if (x.reason or "").startswith(FENCED):
+            self.fenced(rec, x)
+            return
         # A hung kill from before a restart is recognised by its recorded reason.
         hung = x.id in self.core.hung_kills or (x.reason or "").startswith("hung:")
         self.core.hung_kills.discard(x.id)
@@ -305,6 +309,18 @@ class Attempts:
                     f"died: {x.reason or x.state}" + (f" (exit {x.exit_code})"
                                                       if x.exit_code is not None else ""))
             self.orphan(rec, what, x, end)
+
+    def fenced(self, rec: LineageRecord, x: ExecRecord) -> None:
+        """Its monitor killed it: this host's fleet lease ran out (``MonitorFence``).
+        Not the agent's failure: no revival policy, budget or crash-loop check. ORPHANED
+        and due at once, so the revival gate decides: revived here only if this host's
+        lease owns its placement again (taken back before it expired), else withdrawn
+        by fleet mode (it runs on another host)."""
+        self.core.commit(self.core.store.update_lineage(
+            rec.id, status=LineageStatus.ORPHANED, reason=x.reason or "fenced",
+            exit_reason=str(ExitReason.FENCED), revive_at=time.time(),
+            data={"exit_reason": str(ExitReason.FENCED)}))
+        self.core.wake.set()
 
     def wait_for_limit(self, rec: LineageRecord, end: Exit) -> None:
         """The provider's usage limit: wait (WAITING_LIMIT, visible) until the reset time

@@ -28,6 +28,7 @@ from tether.daemon.tasks import Tasks
 from tether.model.layout import HomeLayout
 from tether.model.records import Event, LineageRecord
 from tether.model.states import LineageStatus
+from tether.runtime.base import MonitorFence
 from tether.store import Store
 
 
@@ -67,6 +68,9 @@ class AgentCore:
         # May this host revive that lineage now? Fleet mode says no for a lineage whose
         # placement this host's lease does not own (it is revived on another host).
         self.may_revive: Callable[[LineageRecord], bool] = lambda rec: True
+        # What an attempt's monitor watches to kill it once this host's fleet lease runs
+        # out (fleet-placed lineages only), else None.
+        self.fence: Callable[[LineageRecord], MonitorFence | None] = lambda rec: None
         # lineage -> its current attempt's token, only here and in that attempt's exec
         # environment; lost with the daemon (the next start of the attempt gets a new one).
         self.tokens: dict[str, str] = {}

@@ -34,6 +34,7 @@ from tether.model.layout import HomeLayout
 from tether.model.records import AgentConfig, LineageRecord
 from tether.model.repo import Handoff
 from tether.model.states import LINEAGE_LIVE, LineageStatus
+from tether.runtime.base import MonitorFence
 from tether.store import Store
 
 log = logging.getLogger("tether.agents")
@@ -155,6 +156,10 @@ class AgentService:
     def gate_revivals(self, may_revive: Callable[[LineageRecord], bool]) -> None:
         """Revive a lineage (tick, recovery) only when ``may_revive`` says so."""
         self.core.may_revive = may_revive
+
+    def fence_attempts(self, fence: Callable[[LineageRecord], MonitorFence | None]) -> None:
+        """Give each attempt's monitor the fence ``fence`` returns for its lineage."""
+        self.core.fence = fence
 
     def reap(self) -> dict[str, int]:
         """Sweep without signalling: settle dead sessions, drop stale heartbeat files."""

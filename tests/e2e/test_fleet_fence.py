@@ -1,0 +1,134 @@
+"""A host whose DAEMON dies while its monitors live: the monitors of its fleet agents
+fence themselves at the lease file's deadline, so a lineage never runs on two hosts;
+a daemon back within its lease keeps its agents; plain fleet execs are never fenced."""
+
+# ruff: noqa: F811 (the fleet fixtures are imported from test_fleet and used as params)
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+from tests.e2e.test_fleet import FAST, LEASE, SLEEPER, Fleet, fleet  # noqa: F401 (a fixture)
+from tests.e2e.test_fleet import pytestmark as fleet_marks
+from tests.harness import wait_for
+
+pytestmark = fleet_marks
+
+#: The stand-in agent: appends "<CLOCK_MONOTONIC> <its lineage>" when it starts, then
+#: sleeps (CLOCK_MONOTONIC is one clock for every process of the machine).
+STAND_IN = ("import os, sys, time\n"
+            "with open(sys.argv[1], 'a') as f:\n"
+            "    f.write(f'{time.monotonic()} {os.environ[\"TETHER_LINEAGE\"]}\\n')\n"
+            "time.sleep(600)\n")
+
+
+def _place_stand_in(fleet: Fleet, host: str, starts: Path) -> int:
+    return fleet.place("--host", host, "--agent", "generic", "--crashed-after", "3600",
+                       "--stale-after", "3600", "-e", f"PATH={os.environ['PATH']}", "--",
+                       sys.executable, "-c", STAND_IN, str(starts))
+
+
+def _starts(path: Path) -> list[tuple[float, str]]:
+    if not path.exists():
+        return []
+    return [(float(t), lid) for t, lid in (ln.split() for ln in path.read_text().splitlines())]
+
+
+def _lineage_exec(home: Path, lineage: str) -> tuple[str, str | None]:
+    """(status, exec id) of a lineage, from the host's database (its daemon may be down)."""
+    db = sqlite3.connect(f"file:{home / 'tether.db'}?mode=ro", uri=True)
+    try:
+        status, exec_id = db.execute(
+            "SELECT status, json_extract(record, '$.exec_id') FROM lineages WHERE id = ?",
+            (lineage,)).fetchone()
+    finally:
+        db.close()
+    return status, exec_id
+
+
+def test_a_dead_daemon_monitor_kills_its_agent_before_another_host_revives_it(
+        fleet: Fleet, tmp_path: Path) -> None:
+    for name in ("h1", "h2", "h3"):
+        fleet.add(name)
+    wait_for(lambda: len(fleet.hosts_rows()) == 3, 15, what="three hosts")
+    starts = tmp_path / "starts"
+    agent = _place_stand_in(fleet, "h1", starts)
+    first = wait_for(lambda: fleet.work(agent)["state"] == "RUNNING" and fleet.work(agent),
+                     20, what="running on h1")
+    mine = ("h1", first["local_id"])
+    wait_for(lambda: fleet.agent_processes(agent) == [mine], 10, what="h1's agent process")
+    h1 = fleet.hosts["h1"]
+    h1.kill9()  # the daemon only: its monitor and agent live on
+    killed = time.monotonic()
+    h1_dead: float | None = None
+    while len(_starts(starts)) < 2:
+        assert time.monotonic() - killed < LEASE * 8, "the agent was never revived"
+        if h1_dead is None and mine not in fleet.agent_processes(agent):
+            h1_dead = time.monotonic()  # no earlier than its real death
+        time.sleep(0.01)
+    (_, lid1), (t_revived, lid2) = _starts(starts)
+    assert lid1 == first["local_id"] and lid2 != lid1
+    assert h1_dead is not None, "h1's copy still ran when another host revived it"
+    assert h1_dead < t_revived, (h1_dead - killed, t_revived - killed)
+    w = wait_for(lambda: fleet.work(agent)["state"] == "RUNNING" and fleet.work(agent), 20,
+                 what="the revived copy RUNNING")
+    assert w["host"] in ("h2", "h3") and w["generation"] == 2 and w["local_id"] == lid2
+    # h1's monitor recorded why it killed its command, with the daemon down.
+    status, exec_id = _lineage_exec(h1.home, lid1)
+    assert status == "ACTIVE" and exec_id is not None
+    [exit_file] = h1.home.glob(f"logs/*/{exec_id}.exit")
+    assert '"outcome": "fenced"' in exit_file.read_text()
+    # h1 comes back: it does not resume its copy; the lineage runs once, elsewhere.
+    h1.start(pool=0, env=FAST, args=["--fleet", fleet.url, "--host-name", "h1"])
+    with h1.client() as c:
+        rec = wait_for(lambda: (c.lineage_get(lid1).status == "REAPED"
+                                and c.lineage_get(lid1)), 20, what="h1 withdraws it")
+        x = c.exec_get(exec_id)
+    assert rec.exit_reason == "fenced" and rec.attempt == 1
+    assert x.state == "CANCELLED"
+    assert x.reason.startswith("fenced: host h1 lost its fleet lease"), x.reason
+    time.sleep(LEASE)
+    assert fleet.agent_processes(agent) == [(w["host"], lid2)]
+    assert len(_starts(starts)) == 2
+
+
+def test_a_daemon_back_within_its_lease_keeps_its_agents_running(
+        fleet: Fleet, tmp_path: Path) -> None:
+    slow = {"TETHER_FLEET_LEASE": "15"}
+    h1 = fleet.add("h1", env=slow)
+    wait_for(lambda: len(fleet.hosts_rows()) == 1, 15, what="h1")
+    starts = tmp_path / "starts"
+    agent = _place_stand_in(fleet, "h1", starts)
+    w = wait_for(lambda: fleet.work(agent)["state"] == "RUNNING" and fleet.work(agent), 20,
+                 what="running on h1")
+    wait_for(lambda: len(_starts(starts)) == 1, 10, what="the agent started")
+    h1.kill9()
+    killed = time.monotonic()
+    h1.start(pool=0, env={**FAST, **slow}, args=["--fleet", fleet.url, "--host-name", "h1"])
+    # Past the old lease's fence point (15 s less its margin): the new lease carried on.
+    time.sleep(max(0.0, killed + 15 - time.monotonic()))
+    assert fleet.agent_processes(agent) == [("h1", w["local_id"])]
+    assert fleet.work(agent)["state"] == "RUNNING" and fleet.work(agent)["generation"] == 1
+    with h1.client() as c:
+        rec = c.lineage_get(w["local_id"])
+        assert rec.status == "ACTIVE" and rec.attempt == 1
+        assert rec.exec is not None and c.exec_get(rec.exec).state == "RUNNING"
+    assert len(_starts(starts)) == 1
+
+
+def test_a_plain_fleet_exec_outlives_its_dead_daemon_lease(fleet: Fleet) -> None:
+    h1 = fleet.add("h1")
+    fleet.add("h2")
+    wait_for(lambda: len(fleet.hosts_rows()) == 2, 15, what="two hosts")
+    plain = fleet.place("--host", "h1", "--", *SLEEPER)
+    w = wait_for(lambda: fleet.work(plain)["state"] == "RUNNING" and fleet.work(plain), 20,
+                 what="running on h1")
+    child = h1.handles(w["local_id"])["child"]["pid"]
+    h1.kill9()
+    wait_for(lambda: fleet.work(plain)["state"] == "LOST", LEASE * 6, what="LOST")
+    time.sleep(LEASE)  # well past the lease file's deadline
+    os.kill(child, 0)  # not fenced: it runs on (raises if it is gone)
+    assert Path(f"/proc/{child}/stat").read_text().split()[2] != "Z"
