@@ -10,9 +10,22 @@ from tether.fleet import schema
 
 
 def test_migrations_are_numbered_forward_from_one() -> None:
+    """Strictly increasing (applied by set: branches own numbers, so a gap may exist
+    until the branch owning it is merged)."""
     versions = [v for v, _ in schema.MIGRATIONS]
-    assert versions == list(range(1, len(versions) + 1))
+    assert versions[0] == 1 and versions == sorted(set(versions))
     assert versions[-1] == schema.LATEST
+
+
+def test_host_states_move_only_along_the_table() -> None:
+    from tether.fleet import admin
+
+    assert admin.allowed("DRAINING", "ACTIVE", "undrain")
+    assert not admin.allowed("ACTIVE", "ACTIVE", "undrain")
+    assert not admin.allowed("DEAD", "ACTIVE", "undrain")  # only its own new lease
+    assert [k for k, ops in admin.HOST_MOVES.items() if k[0] == "DEAD"] == [("DEAD", "ACTIVE")]
+    assert admin.HOST_MOVES[("DEAD", "ACTIVE")] == {"acquire"}
+    assert not admin.allowed("DEAD", "DRAINING", "drain")
 
 
 def test_the_single_host_paths_never_import_psycopg() -> None:

@@ -80,6 +80,9 @@ class FleetService:
         self._pushed: dict[str, tuple[float, str | None]] = {}
         #: per placement generation: its lineage's turn count when the drain was seen
         self._drain_turns: dict[str, int] = {}
+        from tether.daemon.fleet_clones import Clones
+
+        self._clones = Clones(home / "fleet" / "worktrees", store, journal, REQUEST_PREFIX)
 
     def check_schema(self) -> str | None:
         """At start: why this host cannot join (the database is not initialised, is
@@ -197,8 +200,7 @@ class FleetService:
                                              capacity=cfg.capacity, labels=cfg.labels,
                                              version=__version__, home=str(self.home),
                                              ttl=cfg.lease, api=self.api_url)
-                    if self._api is not None and self._api.token is None:
-                        self._api.token = await self._call("lease", fs.secret)
+                    await self._read_tokens()
                     self.token, self.state = lease.token, lease.state
                     self.deadline = t0 + cfg.lease
                     self.journal.record(None, "fleet.lease", reason=(
@@ -213,9 +215,18 @@ class FleetService:
                         await self._fence("its lease was taken (expired or fenced)")
                     else:
                         self.state, self.deadline = state, t0 + cfg.lease
+                        await self._read_tokens()
             except Exception as e:  # PostgreSQL away: keep supervising, retry
                 log.warning("fleet lease: %s", e)
             await asyncio.sleep(cfg.lease / 3)
+
+    async def _read_tokens(self) -> None:
+        """Re-read the API's tokens at every acquisition and renewal: a rotation
+        reaches this host within a third of a lease, without a restart."""
+        from tether.fleet import admin
+
+        if self._api is not None:
+            self._api.set_tokens(*await self._call("lease", admin.api_tokens))
 
     async def _fence(self, why: str) -> None:
         """Stop acting for the fleet: this host's work is being revived elsewhere."""
@@ -296,6 +307,7 @@ class FleetService:
         if self.state == "DRAINING":
             await self._drain([w for w in running if w["kind"] == "agent"], token)
         await self._withdraw_strays(keep=owned)
+        await self._clones.sweep(owned)
         await self._call("work", fs.sweep_orphans, host, token, self.cfg.lease)
 
     async def _start(self, w: dict[str, Any]) -> str:

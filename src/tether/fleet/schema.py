@@ -66,9 +66,14 @@ CREATE TABLE fleet_secret (
 INSERT INTO fleet_secret (id, token) VALUES
     (1, replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''));
 """),
+    (4, """
+ALTER TABLE fleet_secret ADD COLUMN previous text;
+ALTER TABLE fleet_secret ADD COLUMN previous_until timestamptz;
+ALTER TABLE work DROP CONSTRAINT IF EXISTS work_host_fkey;
+"""),
 ]
 
-LATEST = MIGRATIONS[-1][0]
+LATEST = max(v for v, _ in MIGRATIONS)
 
 
 def migrate(conn: Any) -> list[int]:

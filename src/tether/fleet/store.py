@@ -274,21 +274,6 @@ def hosts(conn: Any) -> list[dict[str, Any]]:
         f"FROM hosts h ORDER BY h.name")]
 
 
-def drain(conn: Any, name: str, *, now: bool = False) -> bool:
-    """Mark ``name`` DRAINING: no new work, and its agents are handed over (after their
-    current turn, or at once with ``now``). True when this changed anything."""
-    with conn.transaction():
-        cur = conn.execute("UPDATE hosts SET state = 'DRAINING', drain_now = drain_now OR %s "
-                           "WHERE name = %s AND state <> 'DEAD' AND (state = 'ACTIVE' OR "
-                           "(%s AND NOT drain_now))", (now, name, now))
-        if cur.rowcount:
-            _journal(conn, "host.draining", host=name, now=now)
-        exists = conn.execute("SELECT 1 FROM hosts WHERE name = %s", (name,)).fetchone()
-    if exists is None:
-        raise NoHost(f"no host named {name!r} in the fleet")
-    return bool(cur.rowcount)
-
-
 def work(conn: Any, *, all_: bool = False) -> list[dict[str, Any]]:
     where = "" if all_ else "WHERE state IN ('PLACED', 'RUNNING', 'ASK')"
     return [dict(r) for r in conn.execute(
