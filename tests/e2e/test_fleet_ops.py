@@ -105,7 +105,7 @@ def test_a_rotated_token_reaches_the_hosts_and_the_old_one_ends_after_its_grace(
     try:
         assert follow.stdout is not None
         assert follow.stdout.readline().startswith(b"tick")  # streaming with the old token
-        grace = 3.0
+        grace = 5.0
         said = subprocess.run([*TETHER, "fleet", "rotate-token", "--grace", str(grace),
                                fleet.url], capture_output=True, text=True)
         assert said.returncode == 0 and "rotated" in said.stdout, said.stderr
