@@ -18,8 +18,9 @@ def test_migrations_are_numbered_forward_from_one() -> None:
 
 
 def test_host_states_move_only_along_the_table() -> None:
-    from tether.fleet import admin
+    from tether.fleet import hoststates as admin
 
+    assert admin.sources("DEAD", "sweep") == ["ACTIVE", "DRAINING"]
     assert admin.allowed("DRAINING", "ACTIVE", "undrain")
     assert not admin.allowed("ACTIVE", "ACTIVE", "undrain")
     assert not admin.allowed("DEAD", "ACTIVE", "undrain")  # only its own new lease

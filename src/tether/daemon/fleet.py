@@ -304,8 +304,12 @@ class FleetService:
                                  exit_code=ended[0], reason=ended[1])
             elif ended is None and self.live():
                 await self._sync_branch(w)
-        if self.state == "DRAINING":
-            await self._drain([w for w in running if w["kind"] == "agent"], token)
+        agents = [w for w in running if w["kind"] == "agent"]
+        if self.state != "DRAINING":  # never drained, or undrained: a stopped copy still moves
+            self._drain_turns.clear()
+            agents = [w for w in agents if self._handing(w)]
+        if agents:
+            await self._drain(agents, token)
         await self._withdraw_strays(keep=owned)
         await self._clones.sweep(owned)
         await self._call("work", fs.sweep_orphans, host, token, self.cfg.lease)

@@ -1,43 +1,24 @@
 """The fleet's operator SQL: drain and undrain a host, forget a dead one, rotate the
-host-to-host API's token.
-
-A host's state moves only along ``HOST_MOVES`` (one table, one guard: ``_move``), so
-``drain``, ``undrain`` and anything added later agree on what is allowed. DEAD is left
-only by the host itself taking a new lease (``store.acquire``), never by an operator:
-a DEAD host's daemon may be partitioned, not gone.
-"""
+host-to-host API's token. A host's state changes here through ``_move``, which checks
+``hoststates.HOST_MOVES`` under the host row's lock."""
 
 from __future__ import annotations
 
 import secrets as _secrets
 from typing import Any
 
+from tether.fleet.hoststates import HOST_MOVES, allowed
 from tether.fleet.store import LIVE, NoHost, _journal
 
 __all__ = ["GRACE", "HOST_MOVES", "BadMove", "NoHost", "allowed", "api_tokens", "drain",
            "forget", "rotate_token", "undrain"]
 
-#: (from, to) → the operations allowed to make that move.
-HOST_MOVES: dict[tuple[str, str], frozenset[str]] = {
-    ("ACTIVE", "DRAINING"): frozenset({"drain"}),
-    ("DRAINING", "ACTIVE"): frozenset({"undrain"}),
-    ("ACTIVE", "DEAD"): frozenset({"sweep"}),
-    ("DRAINING", "DEAD"): frozenset({"sweep"}),
-    ("DEAD", "ACTIVE"): frozenset({"acquire"}),
-    ("ACTIVE", "ACTIVE"): frozenset({"acquire"}),
-    # ``drain --now`` after a drain; a draining host's daemon restarting stays draining
-    ("DRAINING", "DRAINING"): frozenset({"drain", "acquire"}),
-}
 #: Seconds the previous API token stays accepted after a rotation (by default).
 GRACE = 300.0
 
 
 class BadMove(NoHost):
     """A host state change ``HOST_MOVES`` does not allow; the message says what to do."""
-
-
-def allowed(frm: str, to: str, op: str) -> bool:
-    return op in HOST_MOVES.get((frm, to), frozenset())
 
 
 def _move(conn: Any, name: str, to: str, op: str) -> dict[str, Any]:

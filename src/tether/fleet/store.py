@@ -18,6 +18,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from tether.fleet import hoststates
+
 #: Serialises fleet journal appends, so its sequence has no gap (a bigserial would
 #: leave one at every rolled-back transaction).
 JOURNAL_LOCK = 0x7E7E_10C4
@@ -79,6 +81,7 @@ def acquire(conn: Any, name: str, *, capacity: int, labels: dict[str, str], vers
                            "WHERE name = %s FOR UPDATE", (name,)).fetchone()
         token = conn.execute("SELECT nextval('fleet_token') AS t").fetchone()["t"]
         state = "DRAINING" if old and old["state"] == "DRAINING" else "ACTIVE"
+        assert old is None or hoststates.allowed(old["state"], state, "acquire")
         conn.execute(
             "INSERT INTO hosts (name, capacity, labels, state, token, lease_expires, "
             "renewed_at, version, home, api) VALUES (%s, %s, %s, %s, %s, "
@@ -160,8 +163,9 @@ def sweep_orphans(conn: Any, name: str, token: int, lease: float = 10.0,
                           "secs => %s) AS up", (lease,)).fetchone()
         if not up["up"]:
             return done
-        dead = conn.execute("UPDATE hosts SET state = 'DEAD' WHERE state <> 'DEAD' AND "
-                            "lease_expires <= now() RETURNING name").fetchall()
+        dead = conn.execute("UPDATE hosts SET state = 'DEAD' WHERE state = ANY(%s) AND "
+                            "lease_expires <= now() RETURNING name",
+                            (hoststates.sources("DEAD", "sweep"),)).fetchall()
         for row in dead:
             _journal(conn, "host.dead", host=row["name"], by=name)
         orphans = conn.execute(
