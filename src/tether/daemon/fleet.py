@@ -185,6 +185,7 @@ class FleetService:
             tg.create_task(self._work_loop(), name="fleet-work")
 
     async def _lease_loop(self) -> None:
+        from tether.fleet import admin
         from tether.fleet import store as fs
 
         cfg = self.cfg
@@ -200,7 +201,8 @@ class FleetService:
                                              capacity=cfg.capacity, labels=cfg.labels,
                                              version=__version__, home=str(self.home),
                                              ttl=cfg.lease, api=self.api_url)
-                    await self._read_tokens()
+                    if self._api is not None:
+                        self._api.set_tokens(*await self._call("lease", admin.api_tokens))
                     self.token, self.state = lease.token, lease.state
                     self.deadline = t0 + cfg.lease
                     self.journal.record(None, "fleet.lease", reason=(
@@ -210,23 +212,17 @@ class FleetService:
                     self.wake.set()
                 else:
                     t0 = time.monotonic()
-                    state = await self._call("lease", fs.renew, cfg.host, self.token, cfg.lease)
+                    state, tokens = await self._call("lease", admin.renew_reading_tokens,
+                                                     cfg.host, self.token, cfg.lease)
                     if state is None:
                         await self._fence("its lease was taken (expired or fenced)")
                     else:
                         self.state, self.deadline = state, t0 + cfg.lease
-                        await self._read_tokens()
+                        if self._api is not None:  # a rotation reaches the API this way
+                            self._api.set_tokens(*tokens)
             except Exception as e:  # PostgreSQL away: keep supervising, retry
                 log.warning("fleet lease: %s", e)
             await asyncio.sleep(cfg.lease / 3)
-
-    async def _read_tokens(self) -> None:
-        """Re-read the API's tokens at every acquisition and renewal: a rotation
-        reaches this host within a third of a lease, without a restart."""
-        from tether.fleet import admin
-
-        if self._api is not None:
-            self._api.set_tokens(*await self._call("lease", admin.api_tokens))
 
     async def _fence(self, why: str) -> None:
         """Stop acting for the fleet: this host's work is being revived elsewhere."""
