@@ -88,6 +88,26 @@ def test_forget_refuses_a_live_host_or_live_work_then_keeps_the_work_history(
     assert "host.forgotten" in fleet.cli("events").stdout.decode()
     gone = fleet.cli("forget", "h1", check=False)
     assert gone.returncode == 1 and "no host named 'h1'" in gone.stderr.decode()
+    h1.start(pool=0, env=FAST, args=["--fleet", fleet.url, "--host-name", "h1"])
+    wait_for(lambda: "h1" in fleet.hosts_rows() and fleet.hosts_rows()["h1"]["live"], 15,
+             what="h1 registered anew")
+
+
+def test_forget_waits_for_a_human_to_answer_an_ask_placement(fleet: Fleet) -> None:
+    _two_hosts(fleet)
+    asked = fleet.place("--host", "h1", "--agent", "generic", "--revival", "ask",
+                        "--crashed-after", "3600", "--stale-after", "3600", "--", *SLEEPER)
+    wait_for(lambda: fleet.work(asked)["state"] == "RUNNING", 20, what="running on h1")
+    h1 = fleet.hosts["h1"]
+    h1.kill9()
+    kill_strays(h1.home, wait=5)
+    wait_for(lambda: fleet.work(asked)["state"] == "ASK", LEASE * 6, what="asking")
+    refused = fleet.cli("forget", "h1", check=False)
+    assert refused.returncode == 1
+    assert "waiting for a human (ASK)" in refused.stderr.decode()
+    assert "lineage resolve" in refused.stderr.decode()
+    fleet.cli("lineage", "resolve", "--reap", str(asked))
+    assert "forgotten" in fleet.cli("forget", "h1").stdout.decode()
 
 
 def test_a_rotated_token_reaches_the_hosts_and_the_old_one_ends_after_its_grace(
