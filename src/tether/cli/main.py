@@ -38,6 +38,7 @@ COMMANDS = {
     "schedule": "schedule:schedule", "scheduler": "schedule:scheduler",
     "rm": "prune:rm", "prune": "prune:prune", "df": "prune:df",
     "fleet": "fleet:fleet", "hosts": "fleet:hosts", "drain": "fleet:drain",
+    "undrain": "fleet:undrain", "forget": "fleet:forget",
     "cost": "cost:cost", "budget": "cost:budget",
 }
 

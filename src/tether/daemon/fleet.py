@@ -92,6 +92,9 @@ class FleetService:
         #: per placement generation: its lineage's turn count when the drain was seen
         self._drain_turns: dict[str, int] = {}
         self.relay = Relay(store, cfg.host, faults, cfg.relay_batch)
+        from tether.daemon.fleet_clones import Clones
+
+        self._clones = Clones(home / "fleet" / "worktrees", store, journal, REQUEST_PREFIX)
 
     def check_schema(self) -> str | None:
         """At start: why this host cannot join (the database is not initialised, is
@@ -200,6 +203,7 @@ class FleetService:
             tg.create_task(self._work_loop(), name="fleet-work")
 
     async def _lease_loop(self) -> None:
+        from tether.fleet import admin
         from tether.fleet import store as fs
 
         cfg = self.cfg
@@ -215,8 +219,8 @@ class FleetService:
                                              capacity=cfg.capacity, labels=cfg.labels,
                                              version=__version__, home=str(self.home),
                                              ttl=cfg.lease, api=self.api_url)
-                    if self._api is not None and self._api.token is None:
-                        self._api.token = await self._call("lease", fs.secret)
+                    if self._api is not None:
+                        self._api.set_tokens(*await self._call("lease", admin.api_tokens))
                     self.token, self.state = lease.token, lease.state
                     self.deadline = t0 + cfg.lease * (1 - FENCE_MARGIN)
                     self.lease_file.acquired(lease.token, t0, self.deadline, lease.carried)
@@ -227,13 +231,16 @@ class FleetService:
                     self.wake.set()
                 else:
                     t0 = time.monotonic()
-                    state = await self._call("lease", fs.renew, cfg.host, self.token, cfg.lease)
+                    state, tokens = await self._call("lease", admin.renew_reading_tokens,
+                                                     cfg.host, self.token, cfg.lease)
                     if state is None:
                         await self._fence("its lease was taken (expired or fenced)")
                     else:
                         self.state = state
                         self.deadline = t0 + cfg.lease * (1 - FENCE_MARGIN)
                         self.lease_file.renewed(self.deadline)
+                        if self._api is not None:  # a rotation reaches the API this way
+                            self._api.set_tokens(*tokens)
             except Exception as e:  # PostgreSQL away: keep supervising, retry
                 log.warning("fleet lease: %s", e)
             left = self.deadline - time.monotonic() if self.token is not None else cfg.lease
@@ -317,9 +324,14 @@ class FleetService:
                                  exit_code=ended[0], reason=ended[1])
             elif ended is None and self.live():
                 await self._sync_branch(w)
-        if self.state == "DRAINING":
-            await self._drain([w for w in running if w["kind"] == "agent"], token)
+        agents = [w for w in running if w["kind"] == "agent"]
+        if self.state != "DRAINING":  # never drained, or undrained: a stopped copy still moves
+            self._drain_turns.clear()
+            agents = [w for w in agents if self._handing(w)]
+        if agents:
+            await self._drain(agents, token)
         await self._withdraw_strays(keep=owned)
+        await self._clones.sweep(owned)
         await self._call("work", fs.sweep_orphans, host, token, self.cfg.lease)
 
     async def _start(self, w: dict[str, Any]) -> str:

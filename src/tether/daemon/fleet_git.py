@@ -76,3 +76,33 @@ async def push(path: Path, remote: str, branch: str) -> None:
                            f"HEAD:refs/heads/{branch}", cwd=str(path))
     if code != 0:
         raise GitError(f"cannot push branch {branch} to {remote}: {out}")
+
+
+async def unpushed(path: Path) -> str | None:
+    """Why the clone at ``path`` holds work its remote lacks (uncommitted changes,
+    commits not on its branch there, a remote it cannot reach), or None when all of it
+    is on the remote. Fetches the branch, never pushes: a clone of an earlier
+    generation must not move a branch another host now works on."""
+    code, branch = await _git("symbolic-ref", "--short", "-q", "HEAD", cwd=str(path))
+    if code != 0:
+        return "its HEAD is on no branch"
+    # ``.agent/`` is tether's own per-worktree state (agent/worktree), not the agent's work.
+    code, dirty = await _git("status", "--porcelain", "--", ".", ":(exclude).agent",
+                             cwd=str(path))
+    if code != 0 or dirty:
+        if code != 0:
+            return f"git status failed: {dirty}"
+        paths = [line[3:] for line in dirty.splitlines()]
+        return (f"it has uncommitted changes ({', '.join(paths[:3])}"
+                + (f" and {len(paths) - 3} more" if len(paths) > 3 else "") + ")")
+    code, out = await _git("fetch", "-q", "origin", f"refs/heads/{branch}", cwd=str(path))
+    if code != 0 and "couldn't find remote ref" in out:
+        return f"branch {branch} is not on its remote: its commits were never pushed"
+    if code != 0:
+        return f"cannot fetch branch {branch} from its remote to compare: {out}"
+    code, out = await _git("rev-list", "--count", "HEAD", "^FETCH_HEAD", cwd=str(path))
+    if code != 0:
+        return f"cannot compare it with the remote: {out}"
+    if out != "0":
+        return f"{out} commit(s) on {branch} were never pushed"
+    return None

@@ -18,6 +18,7 @@ import contextlib
 import hmac
 import json
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from pathlib import Path
 from typing import Any
@@ -39,21 +40,35 @@ EVENT_POLL = 0.5
 
 class HostApi:
     """The routes and their auth; ``token`` is None until this host first reached the
-    fleet database (every call is refused until then, saying so)."""
+    fleet database (every call is refused until then, saying so). After a rotation
+    (``tether fleet rotate-token``) the ``previous`` token is accepted until
+    ``previous_until`` (monotonic), so a caller that read it just before is not refused;
+    a stream or attach already open is never cut (auth is checked once, at its start)."""
 
     def __init__(self, dispatch: Dispatch) -> None:
         self.dispatch = dispatch
         self.token: str | None = None
+        self.previous: str | None = None
+        self.previous_until = 0.0
         self.app = Starlette(routes=[Route("/v1/logs", self.logs),
                                      Route("/v1/events", self.events),
                                      WebSocketRoute("/v1/attach", self.attach)])
+
+    def set_tokens(self, token: str, previous: str | None, left: float) -> None:
+        """The fleet's tokens as just read (``fleet.admin.api_tokens``): the current one,
+        and the previous one with the seconds it is still accepted."""
+        self.token, self.previous = token, previous
+        self.previous_until = time.monotonic() + left if previous else 0.0
 
     def _why_not(self, conn: Request | WebSocket) -> tuple[int, str, str] | None:
         if self.token is None:
             return (503, "NOT_JOINED", "this host has not reached the fleet database yet: "
                     "try again once it holds a lease (`tether --fleet URL hosts`)")
-        got = conn.headers.get("authorization", "")
-        if not hmac.compare_digest(got.encode(), f"Bearer {self.token}".encode()):
+        got = conn.headers.get("authorization", "").encode()
+        ok = hmac.compare_digest(got, f"Bearer {self.token}".encode())
+        if self.previous is not None and time.monotonic() < self.previous_until:
+            ok |= hmac.compare_digest(got, f"Bearer {self.previous}".encode())
+        if not ok:
             return (401, "UNAUTHORIZED", "this request lacks the fleet's token: use "
                     "`tether --fleet URL …`, which reads it from the fleet database")
         return None

@@ -78,9 +78,14 @@ ALTER TABLE journal ADD COLUMN local_at timestamptz;
 CREATE UNIQUE INDEX journal_relayed ON journal (host, local_epoch, local_gseq)
     WHERE local_gseq IS NOT NULL;
 """),
+    (4, """
+ALTER TABLE fleet_secret ADD COLUMN previous text;
+ALTER TABLE fleet_secret ADD COLUMN previous_until timestamptz;
+ALTER TABLE work DROP CONSTRAINT IF EXISTS work_host_fkey;
+"""),
 ]
 
-LATEST = MIGRATIONS[-1][0]
+LATEST = max(v for v, _ in MIGRATIONS)
 
 
 def migrate(conn: Any) -> list[int]:
@@ -106,9 +111,26 @@ def migrate(conn: Any) -> list[int]:
 
 
 def version(conn: Any) -> int:
-    """The database's schema version (0: never initialised)."""
+    """The database's schema version (0: never initialised): the highest version below
+    which every one of this tether's migrations is applied, so a database that lacks a
+    lower one (applied by set, like the host stores) reads as older and is upgraded by
+    ``tether fleet init``; one with a version this tether does not know reads as newer."""
     row = conn.execute("SELECT to_regclass('fleet_schema') IS NOT NULL AS made").fetchone()
     if not row or not row["made"]:
         return 0
-    got = conn.execute("SELECT max(version) AS v FROM fleet_schema").fetchone()
-    return int(got["v"] or 0) if got else 0
+    have = {int(r["version"]) for r in conn.execute("SELECT version FROM fleet_schema")}
+    return contiguous(have)
+
+
+def contiguous(have: set[int]) -> int:
+    """The version ``have`` (the applied set) stands for: above :data:`LATEST` if it has
+    one this tether does not know, else the last of this tether's versions before the
+    first one missing."""
+    if have and max(have) > LATEST:
+        return max(have)
+    at = 0
+    for v, _ in MIGRATIONS:
+        if v not in have:
+            break
+        at = v
+    return at

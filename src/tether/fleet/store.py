@@ -18,6 +18,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from tether.fleet import hoststates
+
 #: Serialises fleet journal appends, so its sequence has no gap (a bigserial would
 #: leave one at every rolled-back transaction).
 JOURNAL_LOCK = 0x7E7E_10C4
@@ -80,6 +82,7 @@ def acquire(conn: Any, name: str, *, capacity: int, labels: dict[str, str], vers
                            "WHERE name = %s FOR UPDATE", (name,)).fetchone()
         token = conn.execute("SELECT nextval('fleet_token') AS t").fetchone()["t"]
         state = "DRAINING" if old and old["state"] == "DRAINING" else "ACTIVE"
+        assert old is None or hoststates.allowed(old["state"], state, "acquire")
         conn.execute(
             "INSERT INTO hosts (name, capacity, labels, state, token, lease_expires, "
             "renewed_at, version, home, api) VALUES (%s, %s, %s, %s, %s, "
@@ -167,8 +170,9 @@ def sweep_orphans(conn: Any, name: str, token: int, lease: float = 10.0,
                           "secs => %s) AS up", (lease,)).fetchone()
         if not up["up"]:
             return done
-        dead = conn.execute("UPDATE hosts SET state = 'DEAD' WHERE state <> 'DEAD' AND "
-                            "lease_expires <= now() RETURNING name").fetchall()
+        dead = conn.execute("UPDATE hosts SET state = 'DEAD' WHERE state = ANY(%s) AND "
+                            "lease_expires <= now() RETURNING name",
+                            (hoststates.sources("DEAD", "sweep"),)).fetchall()
         for row in dead:
             _journal(conn, "host.dead", host=row["name"], by=name)
         orphans = conn.execute(
@@ -279,21 +283,6 @@ def hosts(conn: Any) -> list[dict[str, Any]]:
         f"{_LOAD} AS load, h.lease_expires > now() AS live, "
         f"extract(epoch FROM h.lease_expires - now())::float AS lease_left "
         f"FROM hosts h ORDER BY h.name")]
-
-
-def drain(conn: Any, name: str, *, now: bool = False) -> bool:
-    """Mark ``name`` DRAINING: no new work, and its agents are handed over (after their
-    current turn, or at once with ``now``). True when this changed anything."""
-    with conn.transaction():
-        cur = conn.execute("UPDATE hosts SET state = 'DRAINING', drain_now = drain_now OR %s "
-                           "WHERE name = %s AND state <> 'DEAD' AND (state = 'ACTIVE' OR "
-                           "(%s AND NOT drain_now))", (now, name, now))
-        if cur.rowcount:
-            _journal(conn, "host.draining", host=name, now=now)
-        exists = conn.execute("SELECT 1 FROM hosts WHERE name = %s", (name,)).fetchone()
-    if exists is None:
-        raise NoHost(f"no host named {name!r} in the fleet")
-    return bool(cur.rowcount)
 
 
 def work(conn: Any, *, all_: bool = False) -> list[dict[str, Any]]:

@@ -95,16 +95,66 @@ def hosts(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def drain(ctx: click.Context, host: str, now: bool) -> None:
     """Place no new work on HOST and move its agents to other hosts, each after its
-    current turn (--now: at once); its plain commands finish there."""
-    from tether.fleet import store as fs
+    current turn (--now: at once); its plain commands finish there. Undo: undrain."""
+    from tether.fleet import admin
 
     with _ready(_url(ctx)) as conn:
         try:
-            changed = fs.drain(conn, host, now=now)
-        except fs.NoHost as e:
+            changed = admin.drain(conn, host, now=now)
+        except admin.NoHost as e:
             die(str(e), 1)
     click.echo(f"host {host} draining" + (" (agents move now)" if now else "")
                if changed else f"host {host} was not ACTIVE")
+
+
+@click.command()
+@click.argument("host")
+@click.pass_context
+def undrain(ctx: click.Context, host: str) -> None:
+    """Undo a drain: HOST (DRAINING) takes new work again. Agents it already handed
+    over stay where they went."""
+    from tether.fleet import admin
+
+    with _ready(_url(ctx)) as conn:
+        try:
+            admin.undrain(conn, host)
+        except admin.NoHost as e:
+            die(str(e), 1)
+    click.echo(f"host {host} ACTIVE")
+
+
+@click.command()
+@click.argument("host")
+@click.pass_context
+def forget(ctx: click.Context, host: str) -> None:
+    """Remove HOST from the fleet: only once its lease expired and none of its work
+    is live. Its ended placements keep its name."""
+    from tether.fleet import admin
+
+    with _ready(_url(ctx)) as conn:
+        try:
+            ended = admin.forget(conn, host)
+        except admin.NoHost as e:
+            die(str(e), 1)
+    click.echo(f"host {host} forgotten ({ended} ended placement(s) keep its name)")
+
+
+@fleet.command("rotate-token")
+@click.option("--grace", type=click.FloatRange(min=0), default=300.0, show_default=True,
+              help="seconds the previous token is still accepted")
+@click.argument("url")
+def fleet_rotate_token(url: str, grace: float) -> None:
+    """Make a new token for the hosts' host-to-host API (logs, events, attach across
+    hosts). Hosts pick it up within a third of a lease; the old one is accepted for
+    --grace seconds more, and streams already open are never cut."""
+    from tether.fleet import admin
+
+    with _ready(url) as conn:
+        try:
+            admin.rotate_token(conn, grace)
+        except admin.NoHost as e:
+            die(str(e), 1)
+    click.echo(f"fleet token rotated; the previous one is accepted for {grace:g} s more")
 
 
 def fleet_ps(ctx: click.Context, all_: bool, as_json: bool) -> None:
