@@ -5,8 +5,13 @@ in separate homes as hosts ``build-1..3``; an agent placed with ``--host auto``,
 plain command placed on a named host; then ``build-1``'s daemon and monitors are
 SIGKILLed (the host died) and its agent comes back on another host once, while its
 plain command is marked lost; its output is read from its new host; that host is
-drained with ``--now`` and the agent moves once more. Every step is the real CLI;
-every claim is checked (exit 1 when one fails); everything is cleaned up.
+drained with ``--now`` and the agent moves once more; the drain is undone. Then the
+daemon alone of the agent's host is SIGKILLed (its monitors live, tether's usual
+crash): the agent's monitor stops it at the lease file's deadline, before another host
+revives it, so it never runs twice. Last, PostgreSQL itself is stopped for two leases
+while a command ends: its exit code reaches the fleet when the database is back (the
+host's local journal is the outbox). Every step is the real CLI; every claim is
+checked (exit 1 when one fails); everything is cleaned up.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -28,8 +34,12 @@ LEASE = "3"
 ENV = {"TETHER_FLEET_LEASE": LEASE, "TETHER_FLEET_INTERVAL": "0.5",
        "TETHER_DEFAULT_RUNTIME": "process"}
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
+#: The agent: says where it works, appends "<CLOCK_MONOTONIC> <its lineage>" to the file
+#: named by $STARTS (one clock for every process of the machine), then sleeps.
 WORKER = [sys.executable, "-c", "import os, time; print('agent at work in', os.getcwd(), "
-          "flush=True); time.sleep(600)"]
+          "flush=True); f = open(os.environ['STARTS'], 'a'); "
+          "f.write(f'{time.monotonic()} {os.environ[\"TETHER_LINEAGE\"]}\\n'); f.close(); "
+          "time.sleep(600)"]
 
 
 def say(text: str) -> None:
@@ -77,8 +87,10 @@ def main() -> int:
         check(until(lambda: len(_hosts(url)) == 3, 15), "three hosts hold leases")
         tether(url, "hosts")
         say("an agent wherever there is room, and a command on build-1")
+        starts = Path(tempfile.mkdtemp(prefix="tether-demo-fleet-")) / "starts"
         agent = int(tether(url, "run", "--host", "auto", "--agent", "generic",
-                           "--crashed-after", "3600", "--", *WORKER).split()[0])
+                           "--crashed-after", "3600", "-e", f"STARTS={starts}",
+                           "--", *WORKER).split()[0])
         where = _work(url, agent)["host"]
         cmd = int(tether(url, "run", "--host", "build-1", "--", *SLEEP).split()[0])
         check(until(lambda: _work(url, agent)["state"] == _work(url, cmd)["state"] == "RUNNING",
@@ -108,6 +120,53 @@ def main() -> int:
                     and _work(url, agent)["state"] == "RUNNING", 20),
               f"the agent was handed over to {_work(url, agent)['host']}, once")
         tether(url, "hosts")
+        say(f"undrain {now_on}: it takes new work again")
+        tether(url, "undrain", now_on)
+        check(_host(url, now_on)["state"] == "ACTIVE", f"{now_on} is ACTIVE")
+
+        w = _work(url, agent)
+        host, lineage = str(w["host"]), str(w["local_id"])
+        say(f"{host}'s daemon alone gets SIGKILL: its monitors and the agent live on")
+        hosts[host].kill9()
+        t0 = time.monotonic()
+        gone: float | None = None
+        while len(_starts(starts)) < 4 and time.monotonic() - t0 < 30:
+            if gone is None and not _alive(lineage):
+                gone = time.monotonic()
+            time.sleep(0.01)
+        t_new = _starts(starts)[-1][0] if len(_starts(starts)) == 4 else None
+        check(gone is not None and t_new is not None and gone < t_new,
+              f"its monitor stopped the agent {(gone or t0) - t0:.1f} s after the crash, "
+              f"{(t_new or 0) - (gone or 0):.1f} s before another host revived it: "
+              "never two copies")
+        check(until(lambda: _work(url, agent)["state"] == "RUNNING"
+                    and _work(url, agent)["generation"] == 4, 20),
+              f"the agent runs on {_work(url, agent)['host']} (generation 4)")
+        hosts[host].start(pool=0, env=ENV, args=["--fleet", url, "--host-name", host])
+        check(until(lambda: bool(_host(url, host)["live"]), 20)
+              and _work(url, agent)["generation"] == 4 and not _alive(lineage),
+              f"{host}'s daemon is back and resumed nothing of its old lease")
+
+        say("PostgreSQL stops for two leases while a command on build-2 ends with code 7")
+        ended = int(tether(url, "run", "--host", "build-2", "--", "sh", "-c",
+                           "sleep 2; exit 7").split()[0])
+        check(until(lambda: _work(url, ended)["state"] == "RUNNING", 20), "it runs")
+        pg.stop("immediate")
+        print("$ tether --fleet $URL hosts   # while PostgreSQL is down", flush=True)
+        down = subprocess.run([*TETHER, "--fleet", url, "hosts"], capture_output=True,
+                              text=True, env={**os.environ, **ENV})
+        print(down.stderr, end="", flush=True)
+        time.sleep(float(LEASE) * 2)
+        pg.start()
+        check(down.returncode == 125, "the CLI says it cannot reach PostgreSQL (exit 125)")
+        check(until(lambda: _work(url, ended)["state"] == "ENDED", 30)
+              and _work(url, ended)["exit_code"] == 7,
+              "back: its exit code 7 reached the fleet from build-2's local journal")
+        check(until(lambda: _work(url, agent)["state"] == "RUNNING"
+                    and _work(url, agent)["generation"] == 5, 30),
+              f"the agent, stopped when every host fenced itself, runs again on "
+              f"{_work(url, agent)['host']} (generation {_work(url, agent)['generation']})")
+        tether(url, "ps", "-a")
         tether(url, "events")
         return 0
     finally:
@@ -115,6 +174,30 @@ def main() -> int:
             d.cleanup()
             remove_home(d.home)
         pg.destroy()
+
+
+def _starts(path: Path) -> list[tuple[float, str]]:
+    """The agent's starts, in order: (CLOCK_MONOTONIC, lineage)."""
+    if not path.exists():
+        return []
+    return [(float(t), lid) for t, lid in (ln.split() for ln in path.read_text().splitlines())]
+
+
+def _alive(lineage: str) -> bool:
+    """Whether a process of local lineage ``lineage`` runs on this machine (its daemon
+    may be dead: this reads /proc, not a daemon)."""
+    want = f"TETHER_LINEAGE={lineage}".encode()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if want in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _host(url: str, name: str) -> dict[str, object]:
+    return next(h for h in _hosts(url) if h["name"] == name)
 
 
 def _hosts(url: str) -> list[dict[str, object]]:

@@ -15,3 +15,20 @@ def test_make_demo_passes_every_check() -> None:
     out = p.stdout.decode(errors="replace")
     assert p.returncode == 0, out[-4000:] + p.stderr.decode(errors="replace")[-2000:]
     assert "checks passed" in out and "✘" not in out
+
+
+def test_make_demo_fleet_passes_every_check() -> None:
+    """The README's three-host walkthrough (``make demo-fleet``), on a real PostgreSQL."""
+    import os
+
+    import pytest
+
+    from tests.pg import bindir
+
+    if bindir() is None and os.environ.get("TETHER_REQUIRE_POSTGRES") != "1":
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql)")
+    p = subprocess.run([sys.executable, str(REPO / "demo" / "fleet.py")], cwd=REPO,
+                       capture_output=True, timeout=300)
+    out = p.stdout.decode(errors="replace")
+    assert p.returncode == 0, out[-4000:] + p.stderr.decode(errors="replace")[-2000:]
+    assert out.count("✓") >= 14 and "✗" not in out
