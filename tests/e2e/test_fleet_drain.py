@@ -8,10 +8,11 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.e2e.test_fleet import FAST, LEASE, SLEEPER, Fleet, fleet  # noqa: F401 (a fixture)
 from tests.e2e.test_fleet import pytestmark as fleet_marks
-from tests.harness import SCRIPTED_AGENT, kill_strays, wait_for
+from tests.harness import SCRIPTED_AGENT, DaemonProc, kill_strays, wait_for
 
 pytestmark = fleet_marks
 
@@ -100,10 +101,15 @@ def test_an_ask_placement_waits_for_a_human_then_runs_once(fleet: Fleet) -> None
     assert fleet.work(reap)["state"] == "REAPED" and fleet.live_copies(reap) == []
 
 
-def test_a_crash_between_stopping_and_moving_a_handed_over_agent_moves_it_once(
-        fleet: Fleet) -> None:
-    slow = {"TETHER_FLEET_LEASE": "15"}  # the restart comes back within the lease
-    h1 = fleet.add("h1", env={**slow, "TETHER_FAULT": "fleet.after_handover_stop"})
+#: a lease long enough for a restart to come back within it
+SLOW = {"TETHER_FLEET_LEASE": "15"}
+
+
+def stopped_for_hand_over(fleet: Fleet) -> tuple[DaemonProc, int, dict[str, Any]]:
+    """h1 (a long lease) and h2; an agent on h1; ``drain --now h1`` kills h1 at the
+    fault point after it stopped its copy, before the placement moved. Returns h1 (to
+    start again with ``SLOW``), the placement and its first row."""
+    h1 = fleet.add("h1", env={**SLOW, "TETHER_FAULT": "fleet.after_handover_stop"})
     fleet.add("h2")
     wait_for(lambda: len(fleet.hosts_rows()) == 2, 15, what="two hosts")
     agent = fleet.place("--host", "h1", "--agent", "generic", "--crashed-after", "3600",
@@ -113,9 +119,15 @@ def test_a_crash_between_stopping_and_moving_a_handed_over_agent_moves_it_once(
     fleet.cli("drain", "--now", "h1")
     assert h1.proc is not None
     h1.proc.wait(20)  # the fault point killed it: its copy stopped, the row still h1's
+    return h1, agent, first
+
+
+def test_a_crash_between_stopping_and_moving_a_handed_over_agent_moves_it_once(
+        fleet: Fleet) -> None:
+    h1, agent, first = stopped_for_hand_over(fleet)
     assert fleet.work(agent)["host"] == "h1" and fleet.work(agent)["state"] == "RUNNING"
     assert fleet.live_copies(agent) == []
-    h1.start(pool=0, env={**FAST, **slow}, args=["--fleet", fleet.url, "--host-name", "h1"])
+    h1.start(pool=0, env={**FAST, **SLOW}, args=["--fleet", fleet.url, "--host-name", "h1"])
     w = wait_for(lambda: (fleet.work(agent)["generation"] == 2
                           and fleet.work(agent)["state"] == "RUNNING" and fleet.work(agent)),
                  20, what="handed over after the restart")

@@ -14,6 +14,7 @@ import httpx
 
 from tests.e2e.test_fleet import FAST, LEASE, SLEEPER, Fleet, fleet  # noqa: F401 (a fixture)
 from tests.e2e.test_fleet import pytestmark as fleet_marks
+from tests.e2e.test_fleet_drain import SLOW, stopped_for_hand_over
 from tests.e2e.test_fleet_worktree import _git, _place, _repo
 from tests.harness import TETHER, kill_strays, wait_for
 
@@ -218,18 +219,9 @@ def test_an_agent_stopped_for_a_hand_over_still_moves_when_the_drain_is_undone(
         fleet: Fleet) -> None:
     """Undrain between a draining host's stop of its agent and the move (a crash there):
     the stopped copy is not left RUNNING nowhere; it moves once, as the drain began."""
-    slow = {"TETHER_FLEET_LEASE": "15"}  # the restart comes back within the lease
-    h1 = fleet.add("h1", env={**slow, "TETHER_FAULT": "fleet.after_handover_stop"})
-    fleet.add("h2")
-    wait_for(lambda: len(fleet.hosts_rows()) == 2, 15, what="two hosts")
-    agent = fleet.place("--host", "h1", "--agent", "generic", "--crashed-after", "3600",
-                        "--stale-after", "3600", "--", *SLEEPER)
-    wait_for(lambda: fleet.work(agent)["state"] == "RUNNING", 20, what="running on h1")
-    fleet.cli("drain", "--now", "h1")
-    assert h1.proc is not None
-    h1.proc.wait(20)  # the fault point killed it: its copy stopped, the row still h1's
+    h1, agent, _ = stopped_for_hand_over(fleet)
     fleet.cli("undrain", "h1")
-    h1.start(pool=0, env={**FAST, **slow}, args=["--fleet", fleet.url, "--host-name", "h1"])
+    h1.start(pool=0, env={**FAST, **SLOW}, args=["--fleet", fleet.url, "--host-name", "h1"])
     w = wait_for(lambda: (fleet.work(agent)["generation"] == 2
                           and fleet.work(agent)["state"] == "RUNNING" and fleet.work(agent)),
                  20, what="moved after the restart")
