@@ -330,19 +330,26 @@ def secret(conn: Any) -> str:
     return str(row["token"])
 
 
-def endpoint(conn: Any, host: str) -> str:
-    """Where ``host``'s daemon serves the host-to-host API (raises ``NoHost`` saying why
-    it cannot be reached)."""
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a host's daemon serves the host-to-host API, as it last recorded it."""
+
+    api: str
+    #: It holds a live lease. Without one its daemon may still serve (partitioned from
+    #: PostgreSQL, not down): worth a try, with a short connect timeout.
+    live: bool
+
+
+def endpoint(conn: Any, host: str) -> Endpoint:
+    """``host``'s API (raises ``NoHost`` saying why it has none to try)."""
     row = conn.execute("SELECT api, state, lease_expires > now() AS live FROM hosts "
                        "WHERE name = %s", (host,)).fetchone()
     if row is None:
-        raise NoHost(f"no host named {host!r} in the fleet")
+        raise NoHost(f"no host named {host!r} in the fleet (forgotten, or never joined): "
+                     "`tether --fleet URL hosts` lists them")
     if not row["api"]:
         raise NoHost(f"host {host} advertises no API (its tether predates it): upgrade it")
-    if not row["live"] or row["state"] == "DEAD":
-        raise NoHost(f"host {host} has no live lease (its daemon is down or partitioned): "
-                     "its logs and events are on its disk until it comes back")
-    return str(row["api"])
+    return Endpoint(str(row["api"]), bool(row["live"]) and row["state"] != "DEAD")
 
 
 def drain_now(conn: Any, name: str) -> bool:
