@@ -158,8 +158,36 @@ def test_attach_to_a_session_on_another_host(fleet: Fleet) -> None:
     err = down.stderr.decode()
     assert "cannot reach host h2" in err or "no live lease" in err
     wait_for(lambda: not fleet.hosts_rows()["h2"]["live"], LEASE * 3, what="lease gone")
-    gone = fleet.cli("logs", str(ident), check=False)
-    assert gone.returncode == 1 and "has no live lease" in gone.stderr.decode()
+    api = fleet.hosts_rows()["h2"]["api"]
+    for cmd, tail in ((("logs", str(ident)), "its logs are on its disk"),
+                      (("events", "--work", str(ident)), "its events are on its disk"),
+                      (("attach", str(ident)), "its sessions cannot be attached")):
+        gone = fleet.cli(*cmd, check=False)
+        assert gone.returncode == 1, gone.stderr
+        assert gone.stderr.decode().splitlines()[0] == (
+            f"tether: host h2 has no live lease and does not answer at {api}: {tail} "
+            "until it comes back")
+
+
+def test_a_partitioned_host_still_serves_its_logs_through_the_fleet(fleet: Fleet) -> None:
+    """h2 reaches no PostgreSQL (its lease is gone, it is swept DEAD) but its daemon and
+    API are up: the fleet CLI still gets its ended exec's output and its events."""
+    fleet.add("h1")
+    h2 = fleet.add("h2", env={"TETHER_FAULT": "fleet.partition"})
+    wait_for(lambda: len(fleet.hosts_rows()) == 2
+             and all(r["api"] for r in fleet.hosts_rows().values()), 15, what="two hosts")
+    ident = fleet.place("--host", "h2", "--", sys.executable, "-c", "print('said on h2')")
+    wait_for(lambda: fleet.work(ident)["state"] == "ENDED", 20, what="ended on h2")
+    (h2.home / "fleet.partition").touch()
+    wait_for(lambda: fleet.hosts_rows()["h2"]["state"] == "DEAD", LEASE * 4,
+             what="h2 swept DEAD")
+    logs = fleet.cli("logs", str(ident))
+    assert logs.stdout == b"said on h2\n" and logs.stderr == b""
+    evs = [json.loads(x) for x in
+           fleet.cli("events", "--work", str(ident), "--json").stdout.splitlines()]
+    assert "FINISHED" in {e["state"] for e in evs if e["type"] == "exec.state"}
+    assert h2.proc is not None and h2.proc.poll() is None
+    assert not fleet.hosts_rows()["h2"]["live"]  # still partitioned throughout
 
 
 def test_a_host_refuses_a_fleet_schema_older_than_its_own(pg: PgCluster) -> None:

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import os
+from typing import TYPE_CHECKING
+
 import pytest
 
+from tests.pg import bindir
 from tether.fleet import states
 from tether.model.states import IllegalTransition
+
+if TYPE_CHECKING:
+    from tests.pg import PgCluster
+
+needs_pg = pytest.mark.skipif(bindir() is None
+                              and os.environ.get("TETHER_REQUIRE_POSTGRES") != "1",
+                              reason="PostgreSQL is not installed (apt-get install postgresql)")
 
 
 def test_every_state_has_a_row_and_the_ended_ones_are_final() -> None:
@@ -27,3 +38,71 @@ def test_a_lost_exec_may_only_end_late() -> None:
 def test_an_ended_placement_never_moves_again() -> None:
     with pytest.raises(IllegalTransition):
         states.check(7, "ENDED", "RUNNING")
+
+
+def test_the_sources_of_a_state_are_read_off_the_table() -> None:
+    """What a one-statement ``UPDATE … WHERE state IN (…)`` may move, narrowed to the
+    writer's precondition: a host ends only its live work (a LOST exec ends late, through
+    the relay)."""
+    assert states.sources("RUNNING") == {"PLACED"}
+    assert states.sources("ENDED") == {"PLACED", "RUNNING", "LOST"}
+    assert states.sources("ENDED", states.LIVE) == states.LIVE
+    assert states.sources("PLACED") == {"PLACED", "RUNNING", "ASK"}
+    assert states.sources("LOST") == states.LIVE
+    assert states.INITIAL == "PLACED" and states.INITIAL in states.WORK_TRANSITIONS
+    assert states.sql(states.sources("RUNNING")) == "('PLACED')"
+    assert states.sql(states.LIVE) == "('PLACED', 'RUNNING')"
+    for bad in ([], ["PLACED", "GONE"], ["x'); DROP TABLE work; --"]):
+        with pytest.raises(ValueError, match="not a set of placement states"):
+            states.sql(bad)
+
+
+def test_the_fleet_store_names_no_placement_state_of_its_own() -> None:
+    """Every placement state the store's SQL reads or writes comes from ``states`` (its
+    constants, ``sources``, ``sql``): a quoted state name in its source would be a
+    ``WHERE state IN (…)`` free to drift from the table."""
+    import re
+    from pathlib import Path
+
+    from tether.fleet import store
+
+    text = Path(store.__file__).read_text()
+    names = "|".join(states.WORK_TRANSITIONS)
+    quoted = re.findall(rf"""['"]({names})['"]""", text)
+    assert quoted == []
+
+
+def _host_db(pg: PgCluster, name: str) -> str:
+    from tether.fleet import schema
+    from tether.fleet import store as fs
+
+    url = pg.new_db(f"{name}_{os.getpid()}")
+    with fs.connect(url) as c:
+        schema.migrate(c)
+    return url
+
+
+@needs_pg
+def test_a_host_state_this_tether_does_not_know_refuses_the_lease(pg: PgCluster) -> None:
+    """A host row left in a state no move of ``hoststates`` leads from (a newer tether's)
+    is refused with what to do, and nothing is written: no token, no journal row."""
+    from tether.fleet import store as fs
+
+    url = _host_db(pg, "unknown_state")
+    with fs.connect(url) as c:
+        first = fs.acquire(c, "h1", capacity=1, labels={}, version="t", home="/h", ttl=5)
+        c.execute("ALTER TABLE hosts DROP CONSTRAINT hosts_state_check")
+        c.execute("UPDATE hosts SET state = 'RETIRED' WHERE name = 'h1'")
+        seq = c.execute("SELECT last_value FROM fleet_token").fetchone()["last_value"]
+        journal = len(fs.journal(c))
+        with pytest.raises(fs.NoHost, match=r"host h1 is RETIRED in the fleet database.*"
+                                             r"upgrade tether on this host"):
+            fs.acquire(c, "h1", capacity=1, labels={}, version="t", home="/h", ttl=5)
+        assert c.execute("SELECT last_value FROM fleet_token").fetchone()["last_value"] == seq
+        assert len(fs.journal(c)) == journal
+        row = c.execute("SELECT state, token FROM hosts WHERE name = 'h1'").fetchone()
+        assert (row["state"], row["token"]) == ("RETIRED", first.token)
+        # The known states still take it: DEAD (its lease swept) comes back ACTIVE.
+        c.execute("UPDATE hosts SET state = 'DEAD' WHERE name = 'h1'")
+        again = fs.acquire(c, "h1", capacity=1, labels={}, version="t", home="/h", ttl=5)
+        assert again.state == "ACTIVE" and again.token > first.token

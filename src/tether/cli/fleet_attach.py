@@ -26,9 +26,11 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def attach(api: str, token: str, query: dict[str, str], *, what: str, again: str,
-           keys: bytes, read_only: bool) -> int:
+           keys: bytes, read_only: bool, gone: str | None = None) -> int:
     """Attach until detached, ended or disconnected; the CLI's exit code. ``what``
-    names the session in messages, ``again`` is the command that re-attaches."""
+    names the session in messages, ``again`` is the command that re-attaches. ``gone``:
+    the host has no live lease (it may still answer, partitioned from PostgreSQL):
+    connect with a short timeout, and say this line (exit 1) when nothing answers."""
     from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
     from websockets.sync.client import connect
 
@@ -38,8 +40,11 @@ def attach(api: str, token: str, query: dict[str, str], *, what: str, again: str
            urlencode({**query, "rows": rows, "cols": cols, "ro": int(read_only)}))
     try:
         ws = connect(url, additional_headers={"Authorization": f"Bearer {token}"},
-                     open_timeout=10, max_size=None)
+                     open_timeout=10 if gone is None else 2, max_size=None)
     except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as e:
+        if gone is not None and isinstance(e, ConnectionError | TimeoutError):
+            sys.stderr.write(f"tether: {gone}\n")
+            return 1
         sys.stderr.write(f"tether: cannot reach {what}'s host API at {api}: {e}\n")
         return 125
     ended: dict[str, Any] = {}

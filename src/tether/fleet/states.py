@@ -7,6 +7,8 @@ here is refused where it would be written.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from tether.model.states import IllegalTransition, can_transition
 
 PLACED, RUNNING, ENDED, LOST, REAPED, ASK = (
@@ -25,9 +27,28 @@ WORK_TRANSITIONS: dict[str, frozenset[str]] = {
     REAPED: frozenset(),
 }
 LIVE = frozenset({PLACED, RUNNING})
+#: A placement is born PLACED (``store.place``): no edge leads there from nothing.
+INITIAL = PLACED
 
 
 def check(work: int, current: str, wanted: str) -> None:
     """The guard: raise ``IllegalTransition`` unless ``current -> wanted`` is an edge."""
     if not can_transition(WORK_TRANSITIONS, current, wanted):
         raise IllegalTransition("placement", str(work), current, wanted)
+
+
+def sources(wanted: str, among: Iterable[str] = WORK_TRANSITIONS) -> frozenset[str]:
+    """The states of ``among`` with an edge to ``wanted``: what a one-statement
+    ``UPDATE … WHERE state IN (…)`` may move (``among`` narrows it to the writer's own
+    precondition, e.g. ``LIVE`` for a host ending its own work)."""
+    return frozenset(s for s in among if can_transition(WORK_TRANSITIONS, s, wanted))
+
+
+def sql(names: Iterable[str]) -> str:
+    """``names`` as an SQL list of literals, e.g. ``('PLACED', 'RUNNING')``, spliced into
+    a statement's text rather than bound: the text stays constant, so PostgreSQL proves
+    it implies the partial index ``work_live`` in every plan, generic ones included."""
+    got = sorted(names)
+    if not got or any(n not in WORK_TRANSITIONS for n in got):
+        raise ValueError(f"not a set of placement states: {got}")
+    return "(" + ", ".join(f"'{n}'" for n in got) + ")"

@@ -6,6 +6,11 @@ PostgreSQL's own clock (``now()``), so hosts' clocks never need to agree. Placem
 picks a host with ``SELECT … FOR UPDATE SKIP LOCKED`` by free capacity and labels;
 an orphan (work whose host lost its lease) changes hands in one conditional
 transaction, so it is revived on exactly one host.
+
+Every placement state written here is an edge of ``states.WORK_TRANSITIONS``: a
+writer holding the row locked asks ``states.check``; the one-statement hot paths
+(``mark_running``, ``mark_ended``) take their ``WHERE state IN (…)`` from
+``states.sources``, so their SQL cannot drift from the table.
 """
 
 from __future__ import annotations
@@ -18,12 +23,17 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from tether.fleet import hoststates
+from tether.fleet import hoststates, states
 
 #: Serialises fleet journal appends, so its sequence has no gap (a bigserial would
 #: leave one at every rolled-back transaction).
 JOURNAL_LOCK = 0x7E7E_10C4
-LIVE = ("PLACED", "RUNNING")
+LIVE = tuple(sorted(states.LIVE))
+_IN_LIVE = states.sql(states.LIVE)
+#: What a host's own pass may move: PLACED → RUNNING, and its live work → ENDED (a
+#: LOST one ends only late, through ``relay``, which checks its generation and exec).
+_TO_RUNNING = states.sql(states.sources(states.RUNNING))
+_TO_ENDED = states.sql(states.sources(states.ENDED, states.LIVE))
 CHANNEL = "tether_work"
 
 
@@ -43,8 +53,7 @@ class Lease:
 
 
 _LIVE_HOST = "h.state <> 'DEAD' AND h.lease_expires > now()"
-_LOAD = ("(SELECT count(*) FROM work w WHERE w.host = h.name "
-         "AND w.state IN ('PLACED', 'RUNNING'))")
+_LOAD = f"(SELECT count(*) FROM work w WHERE w.host = h.name AND w.state IN {_IN_LIVE})"
 
 
 def connect(url: str, *, timeout: float = 5.0) -> psycopg.Connection[dict[str, Any]]:
@@ -80,9 +89,13 @@ def acquire(conn: Any, name: str, *, capacity: int, labels: dict[str, str], vers
     with conn.transaction():
         old = conn.execute("SELECT token, state, lease_expires > now() AS live FROM hosts "
                            "WHERE name = %s FOR UPDATE", (name,)).fetchone()
-        token = conn.execute("SELECT nextval('fleet_token') AS t").fetchone()["t"]
         state = "DRAINING" if old and old["state"] == "DRAINING" else "ACTIVE"
-        assert old is None or hoststates.allowed(old["state"], state, "acquire")
+        if old is not None and not hoststates.allowed(old["state"], state, "acquire"):
+            raise NoHost(f"host {name} is {old['state']} in the fleet database, a state "
+                         "this tether cannot take a lease from (a newer tether's?): "
+                         "upgrade tether on this host, or `tether --fleet URL forget "
+                         f"{name}` once no work is placed on it")
+        token = conn.execute("SELECT nextval('fleet_token') AS t").fetchone()["t"]
         conn.execute(
             "INSERT INTO hosts (name, capacity, labels, state, token, lease_expires, "
             "renewed_at, version, home, api) VALUES (%s, %s, %s, %s, %s, "
@@ -96,14 +109,14 @@ def acquire(conn: Any, name: str, *, capacity: int, labels: dict[str, str], vers
         if old and old["live"]:
             carried = conn.execute(
                 "UPDATE work SET token = %s, updated_at = now() WHERE host = %s AND "
-                "token = %s AND state IN ('PLACED', 'RUNNING')",
+                f"token = %s AND state IN {_IN_LIVE}",
                 (token, name, old["token"])).rowcount
         elif old:
             # Its plain execs still live here are its own even after the lease expired
             # (an exec is never run elsewhere): they run on, and end with a real result.
             carried = conn.execute(
                 "UPDATE work SET token = %s, updated_at = now() WHERE host = %s AND "
-                "kind = 'exec' AND state IN ('PLACED', 'RUNNING')", (token, name)).rowcount
+                f"kind = 'exec' AND state IN {_IN_LIVE}", (token, name)).rowcount
         _journal(conn, "host.acquired", host=name, token=token, capacity=capacity,
                  labels=labels, carried=carried, previous=old["token"] if old else None)
     return Lease(token=token, carried=carried, state=state)
@@ -121,21 +134,22 @@ def renew(conn: Any, name: str, token: int, ttl: float) -> str | None:
 def placed_for(conn: Any, name: str, token: int) -> list[dict[str, Any]]:
     return list(conn.execute(
         "SELECT id, kind, spec, generation FROM work WHERE host = %s AND token = %s "
-        "AND state = 'PLACED' ORDER BY id", (name, token)))
+        "AND state = %s ORDER BY id", (name, token, states.PLACED)))
 
 
 def running_on(conn: Any, name: str, token: int) -> list[dict[str, Any]]:
     return list(conn.execute(
         "SELECT id, kind, local_id, generation, spec, labels FROM work WHERE host = %s AND "
-        "token = %s AND state = 'RUNNING'", (name, token)))
+        "token = %s AND state = %s", (name, token, states.RUNNING)))
 
 
 def mark_running(conn: Any, work: int, name: str, token: int, local_id: str) -> None:
+    """PLACED → RUNNING, fenced; a row already moved on (swept, ended) is left alone."""
     with conn.transaction():
         _guard(conn, name, token)
-        cur = conn.execute("UPDATE work SET state = 'RUNNING', local_id = %s, "
-                           "updated_at = now() WHERE id = %s AND host = %s AND token = %s "
-                           "AND state = 'PLACED'", (local_id, work, name, token))
+        cur = conn.execute("UPDATE work SET state = %s, local_id = %s, updated_at = now() "
+                           "WHERE id = %s AND host = %s AND token = %s AND state IN "
+                           f"{_TO_RUNNING}", (states.RUNNING, local_id, work, name, token))
         if cur.rowcount:
             _journal(conn, "work.running", host=name, token=token, work=work,
                      local_id=local_id)
@@ -143,12 +157,13 @@ def mark_running(conn: Any, work: int, name: str, token: int, local_id: str) -> 
 
 def mark_ended(conn: Any, work: int, name: str, token: int, *, exit_code: int | None,
                reason: str) -> None:
+    """This host's live work → ENDED, fenced; a row already moved on is left alone."""
     with conn.transaction():
         _guard(conn, name, token)
-        cur = conn.execute("UPDATE work SET state = 'ENDED', exit_code = %s, reason = %s, "
+        cur = conn.execute("UPDATE work SET state = %s, exit_code = %s, reason = %s, "
                            "updated_at = now() WHERE id = %s AND host = %s AND token = %s "
-                           "AND state IN ('PLACED', 'RUNNING')",
-                           (exit_code, reason, work, name, token))
+                           f"AND state IN {_TO_ENDED}",
+                           (states.ENDED, exit_code, reason, work, name, token))
         if cur.rowcount:
             _journal(conn, "work.ended", host=name, token=token, work=work,
                      exit_code=exit_code, reason=reason)
@@ -176,37 +191,37 @@ def sweep_orphans(conn: Any, name: str, token: int, lease: float = 10.0,
         for row in dead:
             _journal(conn, "host.dead", host=row["name"], by=name)
         orphans = conn.execute(
-            "SELECT w.id, w.kind, w.host, w.revival, w.generation, w.labels FROM work w "
-            "JOIN hosts h ON h.name = w.host WHERE w.state IN ('PLACED', 'RUNNING') "
+            "SELECT w.id, w.state, w.kind, w.host, w.revival, w.generation, w.labels FROM "
+            f"work w JOIN hosts h ON h.name = w.host WHERE w.state IN {_IN_LIVE} "
             "AND (h.lease_expires <= now() OR h.token <> w.token) "
             "ORDER BY w.id FOR UPDATE OF w SKIP LOCKED").fetchall()
         for w in orphans:
             why = f"host {w['host']} lost its lease"
             if w["kind"] == "exec" or w["revival"] == "reap":
-                state = "LOST" if w["kind"] == "exec" else "REAPED"
+                state = states.LOST if w["kind"] == "exec" else states.REAPED
+                states.check(w["id"], w["state"], state)
                 conn.execute("UPDATE work SET state = %s, reason = %s, updated_at = now() "
                              "WHERE id = %s", (state, why, w["id"]))
                 _journal(conn, f"work.{state.lower()}", host=w["host"], work=w["id"],
                          reason=why, by=name)
                 done.append({"id": w["id"], "state": state})
             elif w["revival"] == "ask":
-                conn.execute("UPDATE work SET state = 'ASK', reason = %s, updated_at = now() "
-                             "WHERE id = %s", (why + ": waiting for a human", w["id"]))
+                states.check(w["id"], w["state"], states.ASK)
+                conn.execute("UPDATE work SET state = %s, reason = %s, updated_at = now() "
+                             "WHERE id = %s", (states.ASK, why + ": waiting for a human",
+                                               w["id"]))
                 _journal(conn, "work.ask", host=w["host"], work=w["id"], reason=why, by=name)
-                done.append({"id": w["id"], "state": "ASK"})
+                done.append({"id": w["id"], "state": states.ASK})
             else:
                 target = _pick(conn, w["labels"], None, exclude=w["host"])
                 if target is None:
                     continue  # no live host with room: the next sweep tries again
-                conn.execute("UPDATE work SET host = %s, token = %s, generation = "
-                             "generation + 1, state = 'PLACED', local_id = NULL, reason = %s, "
-                             "updated_at = now() WHERE id = %s",
-                             (target["name"], target["token"], why + ": revived", w["id"]))
+                _place_again(conn, w, target, why + ": revived")
                 _journal(conn, "work.revived", host=target["name"], token=target["token"],
                          work=w["id"], previous=w["host"], generation=w["generation"] + 1,
                          by=name)
                 conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, target["name"]))
-                done.append({"id": w["id"], "state": "PLACED", "host": target["name"]})
+                done.append({"id": w["id"], "state": states.PLACED, "host": target["name"]})
     return done
 
 
@@ -247,9 +262,9 @@ def place(conn: Any, kind: str, spec: dict[str, Any], *, labels: dict[str, str],
             raise NoHost(_why_no_host(conn, labels, host))
         row = conn.execute(
             "INSERT INTO work (kind, spec, labels, want_host, revival, host, token, state, "
-            "request_key) VALUES (%s, %s, %s, %s, %s, %s, %s, 'PLACED', %s) RETURNING *",
+            "request_key) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) RETURNING *",
             (kind, json.dumps(spec), json.dumps(labels), host, revival, target["name"],
-             target["token"], request_key)).fetchone()
+             target["token"], states.INITIAL, request_key)).fetchone()
         _journal(conn, "work.placed", host=target["name"], token=target["token"],
                  work=row["id"], kind=kind)
         conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, target["name"]))
@@ -286,7 +301,7 @@ def hosts(conn: Any) -> list[dict[str, Any]]:
 
 
 def work(conn: Any, *, all_: bool = False) -> list[dict[str, Any]]:
-    where = "" if all_ else "WHERE state IN ('PLACED', 'RUNNING', 'ASK')"
+    where = "" if all_ else f"WHERE state IN {states.sql({*states.LIVE, states.ASK})}"
     return [dict(r) for r in conn.execute(
         "SELECT id, kind, host, state, generation, local_id, exit_code, reason, "
         f"spec->'argv' AS argv, created_at FROM work {where} ORDER BY id")]
@@ -315,19 +330,26 @@ def secret(conn: Any) -> str:
     return str(row["token"])
 
 
-def endpoint(conn: Any, host: str) -> str:
-    """Where ``host``'s daemon serves the host-to-host API (raises ``NoHost`` saying why
-    it cannot be reached)."""
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a host's daemon serves the host-to-host API, as it last recorded it."""
+
+    api: str
+    #: It holds a live lease. Without one its daemon may still serve (partitioned from
+    #: PostgreSQL, not down): worth a try, with a short connect timeout.
+    live: bool
+
+
+def endpoint(conn: Any, host: str) -> Endpoint:
+    """``host``'s API (raises ``NoHost`` saying why it has none to try)."""
     row = conn.execute("SELECT api, state, lease_expires > now() AS live FROM hosts "
                        "WHERE name = %s", (host,)).fetchone()
     if row is None:
-        raise NoHost(f"no host named {host!r} in the fleet")
+        raise NoHost(f"no host named {host!r} in the fleet (forgotten, or never joined): "
+                     "`tether --fleet URL hosts` lists them")
     if not row["api"]:
         raise NoHost(f"host {host} advertises no API (its tether predates it): upgrade it")
-    if not row["live"] or row["state"] == "DEAD":
-        raise NoHost(f"host {host} has no live lease (its daemon is down or partitioned): "
-                     "its logs and events are on its disk until it comes back")
-    return str(row["api"])
+    return Endpoint(str(row["api"]), bool(row["live"]) and row["state"] != "DEAD")
 
 
 def drain_now(conn: Any, name: str) -> bool:
@@ -348,18 +370,15 @@ def hand_over(conn: Any, work: int, name: str, token: int) -> dict[str, Any] | N
     row stays this host's: try again later). Fenced like every host write."""
     with conn.transaction():
         _guard(conn, name, token)
-        w = conn.execute("SELECT id, labels, generation FROM work WHERE id = %s AND "
-                         "host = %s AND token = %s AND state IN ('PLACED', 'RUNNING') "
-                         "FOR UPDATE", (work, name, token)).fetchone()
+        w = conn.execute("SELECT id, state, labels, generation FROM work WHERE id = %s AND "
+                         f"host = %s AND token = %s AND state IN {_IN_LIVE} FOR UPDATE",
+                         (work, name, token)).fetchone()
         if w is None:
             return None
         target = _pick(conn, w["labels"], None, exclude=name)
         if target is None:
             return None
-        why = f"host {name} is draining: handed over"
-        conn.execute("UPDATE work SET host = %s, token = %s, generation = generation + 1, "
-                     "state = 'PLACED', local_id = NULL, reason = %s, updated_at = now() "
-                     "WHERE id = %s", (target["name"], target["token"], why, work))
+        _place_again(conn, w, target, f"host {name} is draining: handed over")
         _journal(conn, "work.handed_over", host=target["name"], token=target["token"],
                  work=work, previous=name, generation=w["generation"] + 1)
         conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, target["name"]))
@@ -375,23 +394,30 @@ def resolve_ask(conn: Any, work: int, action: str) -> dict[str, Any]:
                          "FOR UPDATE", (work,)).fetchone()
         if w is None:
             raise NoHost(f"no placement {work} in the fleet")
-        if w["state"] != "ASK":
+        if w["state"] != states.ASK:
             raise NoHost(f"placement {work} is {w['state']}, not waiting for an answer")
         if action == "reap":
-            conn.execute("UPDATE work SET state = 'REAPED', reason = 'reaped by a human', "
-                         "updated_at = now() WHERE id = %s", (work,))
+            states.check(work, w["state"], states.REAPED)
+            conn.execute("UPDATE work SET state = %s, reason = 'reaped by a human', "
+                         "updated_at = now() WHERE id = %s", (states.REAPED, work))
             _journal(conn, "work.reaped", host=w["host"], work=work, by="human")
-            return {"id": work, "state": "REAPED", "host": w["host"]}
+            return {"id": work, "state": states.REAPED, "host": w["host"]}
         target = _pick(conn, w["labels"], None)
         if target is None:
             raise NoHost(f"no live host with free capacity can revive placement {work} now: "
                          "wait for room, or add capacity")
-        conn.execute("UPDATE work SET host = %s, token = %s, generation = generation + 1, "
-                     "state = 'PLACED', local_id = NULL, reason = 'revived by a human', "
-                     "updated_at = now() WHERE id = %s",
-                     (target["name"], target["token"], work))
+        _place_again(conn, w, target, "revived by a human")
         _journal(conn, "work.revived", host=target["name"], token=target["token"], work=work,
                  previous=w["host"], generation=w["generation"] + 1, by="human")
         conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, target["name"]))
-    return {"id": work, "state": "PLACED", "host": target["name"],
+    return {"id": work, "state": states.PLACED, "host": target["name"],
             "generation": w["generation"] + 1}
+
+
+def _place_again(conn: Any, w: dict[str, Any], target: dict[str, Any], why: str) -> None:
+    """Row ``w`` (read ``FOR UPDATE`` with its state) placed on ``target`` as its next
+    generation: a revival, a hand-over or a human's answer."""
+    states.check(w["id"], w["state"], states.PLACED)
+    conn.execute("UPDATE work SET host = %s, token = %s, generation = generation + 1, "
+                 "state = %s, local_id = NULL, reason = %s, updated_at = now() WHERE id = %s",
+                 (target["name"], target["token"], states.PLACED, why, w["id"]))

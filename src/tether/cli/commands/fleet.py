@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
@@ -190,9 +190,37 @@ def place_run(ctx: click.Context, kind: str, params: dict[str, Any], host: str |
     click.echo(f"{row['id']}  placed on {row['host']}")
 
 
-def _remote(ctx: click.Context, work_ref: str) -> tuple[str, str, dict[str, str], str]:
-    """(api URL, fleet token, query naming the local exec or lineage, host) of placement
-    ``work_ref``: where its logs and events live."""
+#: Seconds to wait for a host without a live lease to accept a connection: partitioned
+#: from PostgreSQL it may still serve; down, it should not hold the command long.
+GONE_CONNECT = 2.0
+
+
+class Remote(NamedTuple):
+    """Where a placement's (or a host's) logs and events are served, and how to ask."""
+
+    api: str
+    token: str  # the fleet's API token
+    query: dict[str, str]  # names the local exec or lineage
+    host: str
+    live: bool  # the host holds a live lease (else: tried with a short connect timeout)
+
+
+def gone(host: str, api: str, what: str) -> str:
+    """The one line for a host without a live lease that does not answer either."""
+    return (f"host {host} has no live lease and does not answer at {api}: its {what} "
+            "until it comes back")
+
+
+def _unanswered(e: OSError) -> bool:
+    """Whether ``e`` means nothing answers at the address (not a refused certificate)."""
+    import errno
+
+    return isinstance(e, ConnectionError | TimeoutError) or e.errno in (
+        errno.EHOSTUNREACH, errno.ENETUNREACH)
+
+
+def _remote(ctx: click.Context, work_ref: str) -> Remote:
+    """Where placement ``work_ref``'s logs and events live."""
     from tether.fleet import store as fs
 
     if not work_ref.isdigit():
@@ -206,36 +234,50 @@ def _remote(ctx: click.Context, work_ref: str) -> tuple[str, str, dict[str, str]
         if not w["local_id"] or not w["host"]:
             die(f"placement {work_ref} has not started yet (it is {w['state']} on "
                 f"{w['host'] or 'no host'})", 1, hint="try again in a moment")
-        try:
-            api, token = fs.endpoint(conn, w["host"]), fs.secret(conn)
-        except fs.NoHost as e:
-            die(str(e), 1)
-    key = "lineage" if w["kind"] == "agent" else "exec"
-    return api, token, {key: w["local_id"]}, w["host"]
+        key = "lineage" if w["kind"] == "agent" else "exec"
+        return _where(conn, w["host"], {key: w["local_id"]})
 
 
-def _stream(api: str, token: str, path: str, query: dict[str, str], host: str) -> Any:
+def _where(conn: Any, host: str, query: dict[str, str]) -> Remote:
+    from tether.fleet import store as fs
+
+    try:
+        end, token = fs.endpoint(conn, host), fs.secret(conn)
+    except fs.NoHost as e:
+        die(str(e), 1)
+    return Remote(end.api, token, query, host, end.live)
+
+
+def _stream(at: Remote, path: str, query: dict[str, str], what: str) -> Any:
     """GET ``path`` on a host's API, streamed; yields the body's chunks. An error reply
-    or an unreachable host ends the command with what to do. The standard library's
-    ``http.client`` (not httpx): a CLI run pays ~100 ms less of imports."""
+    or an unreachable host ends the command with what to do (``what``: the
+    ``logs are on its disk``, for a host without a lease that does not answer). The standard
+    library's ``http.client`` (not httpx): a CLI run pays ~100 ms less of imports."""
     import http.client
     import json
     from urllib.parse import urlencode, urlsplit
 
+    api, host = at.api, at.host
     u = urlsplit(api)
     conn: http.client.HTTPConnection
+    wait = 10.0 if at.live else GONE_CONNECT
     try:
         if u.scheme == "https":
             import ssl
 
-            conn = http.client.HTTPSConnection(u.hostname or "", u.port, timeout=10,
+            conn = http.client.HTTPSConnection(u.hostname or "", u.port, timeout=wait,
                                                context=ssl.create_default_context())
         else:
-            conn = http.client.HTTPConnection(u.hostname or "", u.port, timeout=10)
+            conn = http.client.HTTPConnection(u.hostname or "", u.port, timeout=wait)
+        conn.connect()
+        if conn.sock is not None:
+            conn.sock.settimeout(10)
         conn.request("GET", f"{u.path.rstrip('/')}{path}?{urlencode(query)}",
-                     headers={"Authorization": f"Bearer {token}"})
+                     headers={"Authorization": f"Bearer {at.token}"})
         r = conn.getresponse()
     except (OSError, http.client.HTTPException) as e:
+        if not at.live and isinstance(e, OSError) and _unanswered(e):
+            die(gone(host, api, what), 1)
         die(f"cannot reach host {host}'s fleet API at {api}: {e}", 125,
             hint="is its daemon up, and TETHER_FLEET_LISTEN/ADVERTISE reachable from here?")
     try:
@@ -261,12 +303,12 @@ def fleet_logs(ctx: click.Context, work_ref: str, *, follow: bool, use_stderr: b
     """``logs`` with ``--fleet``: a placement's output, streamed from its host's daemon."""
     import sys
 
-    api, token, query, host = _remote(ctx, work_ref)
-    query = {**query, "offset": str(offset), "follow": "1" if follow else "0"}
+    at = _remote(ctx, work_ref)
+    query = {**at.query, "offset": str(offset), "follow": "1" if follow else "0"}
     if use_stderr:
         query["stream"] = "stderr"
     try:
-        for data in _stream(api, token, "/v1/logs", query, host):
+        for data in _stream(at, "/v1/logs", query, "logs are on its disk"):
             sys.stdout.buffer.write(data)
             sys.stdout.buffer.flush()
     except KeyboardInterrupt:
@@ -285,23 +327,19 @@ def fleet_events(ctx: click.Context, *, work_ref: str | None, host: str | None,
 
     if work_ref is not None or host is not None:
         if work_ref is not None:
-            api, token, query, where = _remote(ctx, work_ref)
+            at = _remote(ctx, work_ref)
         else:
             assert host is not None
             with _ready(_url(ctx)) as conn:
-                try:
-                    api, token, query, where = (fs.endpoint(conn, host), fs.secret(conn),
-                                                {}, host)
-                except fs.NoHost as err:
-                    die(str(err), 1)
-        query = {**query, "since": str(since), "follow": "1" if follow else "0"}
+                at = _where(conn, host, {})
+        query = {**at.query, "since": str(since), "follow": "1" if follow else "0"}
         buf = b""
         try:
-            for data in _stream(api, token, "/v1/events", query, where):
+            for data in _stream(at, "/v1/events", query, "events are on its disk"):
                 buf += data
                 *lines, buf = buf.split(b"\n")
                 for line in lines:
-                    _show_event(json.loads(line), where, as_json)
+                    _show_event(json.loads(line), at.host, as_json)
         except KeyboardInterrupt:
             pass
         return
@@ -316,8 +354,8 @@ def fleet_events(ctx: click.Context, *, work_ref: str | None, host: str | None,
                     else:
                         data = " ".join(f"{k}={v}" for k, v in row["data"].items())
                         if row.get("local_gseq") is not None:  # relayed from its host
-                            at = time.strftime("%H:%M:%S", time.localtime(row["local_at"]))
-                            data = f"local={row['local_gseq']}@{at} {data}"
+                            t = time.strftime("%H:%M:%S", time.localtime(row["local_at"]))
+                            data = f"local={row['local_gseq']}@{t} {data}"
                         click.echo(f"{row['gseq']:>6} {row['type']:<16} "
                                    f"{row['host'] or '-':<12} work={row['work'] or '-'} {data}")
                     sys.stdout.flush()
@@ -366,10 +404,11 @@ def fleet_attach(ctx: click.Context, work_ref: str, keys: bytes, read_only: bool
     """``attach`` with ``--fleet``: a placement's session, proxied by its host."""
     from tether.cli import fleet_attach as fa
 
-    api, token, query, host = _remote(ctx, work_ref)
-    return fa.attach(api, token, query, what=f"placement {work_ref} on {host}",
+    at = _remote(ctx, work_ref)
+    return fa.attach(at.api, at.token, at.query, what=f"placement {work_ref} on {at.host}",
                      again=f"tether --fleet URL attach {work_ref}", keys=keys,
-                     read_only=read_only)
+                     read_only=read_only,
+                     gone=None if at.live else gone(at.host, at.api, "sessions cannot be attached"))
 
 
 def fleet_resolve(ctx: click.Context, work_ref: str, action: str) -> None:
