@@ -1,0 +1,53 @@
+"""The fleet as a newcomer meets it from the command line: two daemons given one host
+name, malformed URLs and options, each answered with a precise error and exit code
+(1 failure, 2 usage, 125 cannot reach) against a real PostgreSQL and real daemons."""
+
+# ruff: noqa: F811 (the fleet fixtures are imported from test_fleet and used as params)
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.e2e.test_fleet import FAST, Fleet, fleet  # noqa: F401 (a fixture)
+from tests.e2e.test_fleet import pytestmark as fleet_marks
+from tests.harness import DaemonProc, new_home, remove_home, wait_for
+
+pytestmark = fleet_marks
+
+
+def test_a_second_daemon_with_a_taken_host_name_is_refused_and_the_first_keeps_it(
+        fleet: Fleet) -> None:
+    fleet.add("h1")
+    wait_for(lambda: "h1" in fleet.hosts_rows(), 10, what="h1's lease")
+    token = fleet.hosts_rows()["h1"]["token"]
+    twin = DaemonProc(new_home(), env=FAST)
+    try:
+        proc = twin.start(wait=False, pool=0, args=["--fleet", fleet.url, "--host-name", "h1"])
+        assert proc.wait(timeout=30) == 1
+        log = twin.log_text()
+        assert "host name 'h1' is held by another daemon" in log, log
+        assert "--host-name" in log and str(fleet.hosts["h1"].home) in log, log
+        time.sleep(2)  # the first one renews on, never fenced
+        row = fleet.hosts_rows()["h1"]
+        assert row["live"] and row["token"] == token
+        assert "fenced" not in fleet.hosts["h1"].log_text()
+    finally:
+        twin.cleanup()
+        remove_home(twin.home)
+
+
+def test_a_taken_host_name_is_refused_by_the_acquisition_itself(fleet: Fleet) -> None:
+    """Two daemons past their start checks at once: the lease's own transaction refuses
+    the second while the first's lease is live, and lets it in once that expired."""
+    from tether.fleet import identity
+    from tether.fleet import store as fs
+
+    kw = {"capacity": 1, "labels": {}, "version": "t", "home": "/h", "ttl": 1.0}
+    with fleet.db() as c:
+        first = fs.acquire(c, "twin", instance="one", **kw)
+        assert fs.acquire(c, "twin", instance="one", **kw).token > first.token  # a restart
+        with pytest.raises(identity.HostTaken, match="held by another daemon"):
+            fs.acquire(c, "twin", instance="two", **kw)
+        wait_for(lambda: not fleet.hosts_rows()["twin"]["live"], 10, what="lease expired")
+        assert fs.acquire(c, "twin", instance="two", **kw).token > first.token
