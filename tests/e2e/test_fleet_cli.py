@@ -51,3 +51,49 @@ def test_a_taken_host_name_is_refused_by_the_acquisition_itself(fleet: Fleet) ->
             fs.acquire(c, "twin", instance="two", **kw)
         wait_for(lambda: not fleet.hosts_rows()["twin"]["live"], 10, what="lease expired")
         assert fs.acquire(c, "twin", instance="two", **kw).token > first.token
+
+
+@pytest.mark.parametrize("url", ["notaurl", "postgres:/nope", "http://db/tether",
+                                 "postgresql://a b@/x"])
+def test_a_malformed_fleet_url_is_a_usage_error_not_an_unreachable_database(
+        fleet: Fleet, url: str) -> None:
+    home = new_home()
+    try:
+        d = DaemonProc(home)
+        for args in (("--fleet", url, "hosts"), ("fleet", "init", url),
+                     ("--fleet", url, "daemon", "--host-name", "h1")):
+            r = d.cli(*args, timeout=30)
+            assert r.returncode == 2, (args, r.returncode, r.stderr)
+            assert b"is not a PostgreSQL URL" in r.stderr and b"postgresql://USER@HOST" \
+                in r.stderr, r.stderr
+    finally:
+        remove_home(home)
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--host-name", "a b'\"; DROP"), b"is not a host name"),
+    (("--host-name", "x" * 1000), b"1000 characters"),
+    (("--host-name", "\u00fcn\u00ef-\u2603"), b"is not a host name"),
+    (("--label", "gpu"), b"'gpu' is not KEY=VALUE"),
+])
+def test_bad_fleet_host_options_are_refused_before_the_daemon_starts(
+        fleet: Fleet, args: tuple[str, ...], says: bytes) -> None:
+    home = new_home()
+    try:
+        r = DaemonProc(home).cli("daemon", "--fleet", fleet.url, *args, timeout=30)
+        assert r.returncode == 2 and says in r.stderr, (r.returncode, r.stderr)
+        assert fleet.hosts_rows() == {}
+    finally:
+        remove_home(home)
+
+
+def test_fleet_host_options_without_fleet_are_a_usage_error(tmp_path: object) -> None:
+    home = new_home()
+    try:
+        r = DaemonProc(home).cli("daemon", "--host-name", "h1", "--capacity", "2",
+                                 timeout=30)
+        assert r.returncode == 2, (r.returncode, r.stderr)
+        assert b"--host-name, --capacity only apply to a fleet host: add --fleet URL" \
+            in r.stderr, r.stderr
+    finally:
+        remove_home(home)

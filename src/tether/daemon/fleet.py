@@ -97,17 +97,20 @@ class FleetService:
         self._clones = Clones(home / "fleet" / "worktrees", store, journal, REQUEST_PREFIX)
 
     def check_schema(self) -> str | None:
-        """At start: why this host cannot join (the database is not initialised, is
-        older or newer than this tether, another daemon holds this host name's live
-        lease, or the API's address cannot be bound), else
+        """At start: why this host cannot join (a malformed URL or host name, the
+        database is not initialised, is older or newer than this tether, another daemon
+        holds this host name's live lease, or the API's address cannot be bound), else
         None. An unreachable database is no reason: the host starts, supervises locally
         and joins when PostgreSQL answers."""
         import psycopg
 
         from tether.daemon import fleet_http
-        from tether.fleet import identity, schema
+        from tether.fleet import identity, names, schema
         from tether.fleet import store as fs
 
+        for bad in (names.url_error(self.cfg.url), names.host_name_error(self.cfg.host)):
+            if bad:
+                return bad
         try:
             self._sock = fleet_http.bind(self.cfg.listen)
         except ValueError as e:
