@@ -97,3 +97,16 @@ def test_fleet_host_options_without_fleet_are_a_usage_error(tmp_path: object) ->
             in r.stderr, r.stderr
     finally:
         remove_home(home)
+
+
+def test_run_options_a_placement_would_drop_are_refused(fleet: Fleet) -> None:
+    fleet.add("h1")
+    wait_for(lambda: "h1" in fleet.hosts_rows(), 10, what="h1's lease")
+    for args, says in ((("--sandbox", "only-here"), b"--sandbox:"),
+                       (("--timeout", "5", "--budget", "1"), b"--timeout, --budget:")):
+        r = fleet.cli("run", "--host", "auto", *args, "--", "true", check=False)
+        assert r.returncode == 2 and says in r.stderr, (r.returncode, r.stderr)
+        assert b"does not carry" in r.stderr
+    with fleet.db() as c:
+        assert c.execute("SELECT count(*) AS n FROM work").fetchone()["n"] == 0
+    assert fleet.cli("run", "--host", "auto", "-d", "-e", "A=1", "--", "true").returncode == 0
