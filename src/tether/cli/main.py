@@ -81,7 +81,8 @@ class TetherGroup(click.Group):
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="tether home (default: $TETHER_HOME or ~/.local/state/tether)")
 @click.option("--fleet", default=None, metavar="URL",
-              help="the fleet's PostgreSQL: ps, hosts, drain and run act on every host")
+              help="the fleet's PostgreSQL (postgresql://USER@HOST/DB): ps, run, hosts, drain, "
+              "logs, events, attach and lineage resolve act on every host")
 @click.version_option(__version__, prog_name="tether")
 @click.pass_context
 def cli(ctx: click.Context, home: Path | None, fleet: str | None) -> None:

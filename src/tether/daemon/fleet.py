@@ -97,16 +97,20 @@ class FleetService:
         self._clones = Clones(home / "fleet" / "worktrees", store, journal, REQUEST_PREFIX)
 
     def check_schema(self) -> str | None:
-        """At start: why this host cannot join (the database is not initialised, is
-        older or newer than this tether, or the API's address cannot be bound), else
+        """At start: why this host cannot join (a malformed URL or host name, the
+        database is not initialised, is older or newer than this tether, another daemon
+        holds this host name's live lease, or the API's address cannot be bound), else
         None. An unreachable database is no reason: the host starts, supervises locally
         and joins when PostgreSQL answers."""
         import psycopg
 
         from tether.daemon import fleet_http
-        from tether.fleet import schema
+        from tether.fleet import identity, names, schema
         from tether.fleet import store as fs
 
+        for bad in (names.url_error(self.cfg.url), names.host_name_error(self.cfg.host)):
+            if bad:
+                return bad
         try:
             self._sock = fleet_http.bind(self.cfg.listen)
         except ValueError as e:
@@ -129,7 +133,11 @@ class FleetService:
         if have > schema.LATEST:
             return (f"the fleet database is at schema {have}, newer than this tether's "
                     f"{schema.LATEST}: upgrade tether on this host")
-        return None
+        try:  # a race past this check is refused by the acquisition itself
+            with fs.connect(self.cfg.url) as conn:
+                return identity.holder(conn, self.cfg.host, self.store.epoch)
+        except psycopg.Error:
+            return None
 
     # ------------------------------------------------------------------ plumbing
     def partitioned(self) -> bool:
@@ -218,7 +226,8 @@ class FleetService:
                     lease = await self._call("lease", fs.acquire, cfg.host,
                                              capacity=cfg.capacity, labels=cfg.labels,
                                              version=__version__, home=str(self.home),
-                                             ttl=cfg.lease, api=self.api_url)
+                                             ttl=cfg.lease, api=self.api_url,
+                                             instance=self.store.epoch)
                     if self._api is not None:
                         self._api.set_tokens(*await self._call("lease", admin.api_tokens))
                     self.token, self.state = lease.token, lease.state

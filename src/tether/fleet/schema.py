@@ -83,6 +83,11 @@ ALTER TABLE fleet_secret ADD COLUMN previous text;
 ALTER TABLE fleet_secret ADD COLUMN previous_until timestamptz;
 ALTER TABLE work DROP CONSTRAINT IF EXISTS work_host_fkey;
 """),
+    # Which daemon holds a host name's lease (fleet/identity.py): its home store's epoch,
+    # so a second daemon given the same --host-name is refused instead of fencing the first.
+    (5, """
+ALTER TABLE hosts ADD COLUMN instance text;
+"""),
 ]
 
 LATEST = max(v for v, _ in MIGRATIONS)

@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from tether.fleet import hoststates, states
+from tether.fleet import hoststates, identity, states
 
 #: Serialises fleet journal appends, so its sequence has no gap (a bigserial would
 #: leave one at every rolled-back transaction).
@@ -81,14 +81,18 @@ def _guard(conn: Any, host: str, token: int) -> None:
 
 # ---------------------------------------------------------------------- host side
 def acquire(conn: Any, name: str, *, capacity: int, labels: dict[str, str], version: str,
-            home: str, ttl: float, api: str | None = None) -> Lease:
+            home: str, ttl: float, api: str | None = None, instance: str | None = None) -> Lease:
     """Take (or take again) ``name``'s lease with a new, larger fencing token. Work of
     a lease still live (a daemon restarted within it) moves to the new token; of an
     expired one, only its plain execs not yet swept do (they never run elsewhere), its
-    agents stay orphans for the others to revive."""
+    agents stay orphans for the others to revive. Raises ``identity.HostTaken`` while
+    another daemon (``instance``) holds the name's live lease."""
     with conn.transaction():
-        old = conn.execute("SELECT token, state, lease_expires > now() AS live FROM hosts "
-                           "WHERE name = %s FOR UPDATE", (name,)).fetchone()
+        old = conn.execute("SELECT token, state, lease_expires > now() AS live, "
+                           f"{identity.COLUMNS} FROM hosts h WHERE name = %s FOR UPDATE",
+                           (name,)).fetchone()
+        if instance is not None and (why := identity.taken_by(old, name, instance)):
+            raise identity.HostTaken(why)
         state = "DRAINING" if old and old["state"] == "DRAINING" else "ACTIVE"
         if old is not None and not hoststates.allowed(old["state"], state, "acquire"):
             raise NoHost(f"host {name} is {old['state']} in the fleet database, a state "
@@ -98,13 +102,14 @@ def acquire(conn: Any, name: str, *, capacity: int, labels: dict[str, str], vers
         token = conn.execute("SELECT nextval('fleet_token') AS t").fetchone()["t"]
         conn.execute(
             "INSERT INTO hosts (name, capacity, labels, state, token, lease_expires, "
-            "renewed_at, version, home, api) VALUES (%s, %s, %s, %s, %s, "
-            "now() + make_interval(secs => %s), now(), %s, %s, %s) ON CONFLICT (name) DO "
+            "renewed_at, version, home, api, instance) VALUES (%s, %s, %s, %s, %s, "
+            "now() + make_interval(secs => %s), now(), %s, %s, %s, %s) ON CONFLICT (name) DO "
             "UPDATE SET capacity = EXCLUDED.capacity, labels = EXCLUDED.labels, state = %s, "
             "token = EXCLUDED.token, lease_expires = EXCLUDED.lease_expires, "
             "renewed_at = now(), version = EXCLUDED.version, home = EXCLUDED.home, "
-            "api = EXCLUDED.api",
-            (name, capacity, json.dumps(labels), state, token, ttl, version, home, api, state))
+            "api = EXCLUDED.api, instance = EXCLUDED.instance",
+            (name, capacity, json.dumps(labels), state, token, ttl, version, home, api,
+             instance, state))
         carried = 0
         if old and old["live"]:
             carried = conn.execute(

@@ -9,7 +9,7 @@ import sys
 import click
 
 from tether.cli import output as out
-from tether.cli.context import client, die
+from tether.cli.context import client, die, kv
 from tether.client import daemonctl
 
 
@@ -85,6 +85,7 @@ def daemon(ctx: click.Context, pool: int, default_runtime: str | None,
         if value is not None:
             argv += [flag, value]
     fleet_url = fleet_url or ctx.obj.fleet
+    _check_fleet_options(ctx, fleet_url, host_name, labels)
     if fleet_url:
         argv += ["--fleet", fleet_url, "--capacity", str(capacity)]
         argv += ["--host-name", host_name] if host_name else []
@@ -93,6 +94,25 @@ def daemon(ctx: click.Context, pool: int, default_runtime: str | None,
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, argv)
+
+
+def _check_fleet_options(ctx: click.Context, url: str | None, host_name: str | None,
+                         labels: tuple[str, ...]) -> None:
+    """Fleet options are usage errors to fix before a daemon starts (exit 2): given
+    without --fleet they would be ignored, and a bad one would only show in its log."""
+    given = [f"--{p.replace('_', '-')}" for p in ("host_name", "capacity", "labels")
+             if ctx.get_parameter_source(p) is not click.core.ParameterSource.DEFAULT]
+    if not url:
+        if given:
+            raise click.UsageError(f"{', '.join(given).replace('--labels', '--label')} "
+                                   "only apply to a fleet host: add --fleet URL")
+        return
+    from tether.fleet import names
+
+    for bad in (names.url_error(url), host_name and names.host_name_error(host_name)):
+        if bad:
+            raise click.UsageError(bad)
+    kv(labels, "label")
 
 
 @daemon.command("stop")

@@ -126,6 +126,13 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
     provider = agent_provider or (auto.name if auto is not None else None)
     if ctx.obj.fleet or fleet_host or fleet_labels:
         from tether.cli.commands.fleet import place_run
+        from tether.cli.fleet_run import uncarried
+
+        if dropped := uncarried(ctx):
+            die(f"{', '.join(dropped)}: a fleet placement does not carry "
+                f"{'this option' if len(dropped) == 1 else 'these options'} to its host "
+                "(it runs there in the host's default sandbox with only -e variables)", 2,
+                hint="leave it out, or run on one host without --fleet")
 
         # Only -e variables travel: this shell's environment belongs to this machine.
         spec: dict[str, Any] = {"argv": list(argv), "env": kv(envs, "env"),

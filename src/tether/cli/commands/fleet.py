@@ -24,7 +24,11 @@ def _url(ctx: click.Context) -> str:
 def _connect(url: str) -> Any:
     import psycopg
 
+    from tether.fleet import names
     from tether.fleet import store as fs
+
+    if (bad := names.url_error(url)) is not None:
+        die(bad, 2)
 
     try:
         return fs.connect(url)
