@@ -267,13 +267,17 @@ def _local_starts(home: Path) -> dict[str, int]:
 
 
 def test_randomised_host_kills_keep_every_lineage_on_one_host(fleet: Fleet) -> None:
-    """Hosts die by SIGKILL at random (half the time the daemon alone: its monitors and
-    agents live on), coming back at once or after their lease; the checker: every
-    lineage on at most one host at a time (its records on live daemons, and its live
-    processes on every host, dead daemon or not), every
+    """Hosts die by SIGKILL at random, in three ways that every three rounds take in a
+    random order: the host dies (daemon, monitors and agents), back at once or after its
+    lease; the daemon alone dies and comes back at once (its lease carries its agents
+    over); the daemon alone dies and stays down until another host has revived the
+    agents it ran (their monitors must have fenced them: the round a missing fence
+    fails). The checker: every lineage on at most one host at a time (its records on
+    live daemons, and its live processes on every host, dead daemon or not), every
     acknowledged placement started exactly once per generation, a journal without gap
     or duplicate. TETHER_FLEET_CHAOS_ROUNDS=200 for the long version."""
     import random
+    import time
 
     rounds = int(os.environ.get("TETHER_FLEET_CHAOS_ROUNDS", "5"))
     seed = int(os.environ.get("TETHER_FLEET_CHAOS_SEED", str(random.randrange(1 << 30))))
@@ -292,23 +296,47 @@ def test_randomised_host_kills_keep_every_lineage_on_one_host(fleet: Fleet) -> N
             procs = fleet.agent_processes(a)
             assert len(procs) <= 1, f"seed {seed}: placement {a} has processes on {procs}"
 
+    def revived_elsewhere(a: int, victim: str) -> bool:
+        """Placement ``a`` runs on another host than ``victim``, its process there the
+        only one (checked in the same sample that sees it)."""
+        at_most_one_copy()
+        w = fleet.work(a)
+        procs = fleet.agent_processes(a)
+        return (w["state"] == "RUNNING" and w["host"] != victim
+                and [h for h, _ in procs] == [w["host"]])
+
+    modes: list[str] = []
     for _ in range(rounds):
+        if not modes:
+            modes = rng.sample(["host", "daemon", "daemon-down"], 3)
+        mode = modes.pop()
         agents.append(_agent(fleet, "auto"))
         acked += [agents[-1], fleet.place("--host", "auto", "--", *SLEEPER)]
         at_most_one_copy()
-        victim = fleet.hosts[rng.choice(names)]
+        if mode == "daemon-down":  # the host of a running agent: something to revive
+            wait_for(lambda: fleet.work(agents[-1])["state"] == "RUNNING", 20,
+                     what=f"placement {agents[-1]} running (seed {seed})")
+            name = rng.choice(sorted({fleet.work(a)["host"] for a in agents
+                                      if fleet.work(a)["state"] == "RUNNING"}))
+        else:
+            name = rng.choice(names)
+        victim = fleet.hosts[name]
+        on_victim = [a for a in agents if fleet.work(a)["host"] == name
+                     and fleet.work(a)["state"] == "RUNNING"]
         victim.kill9()
-        if rng.random() < 0.5:  # else the daemon alone died: its monitors live on
-            kill_strays(victim.home, wait=5)
-        if rng.random() < 0.5:
-            deadline = LEASE * (1 + rng.random())
-            t_end = __import__("time").monotonic() + deadline
-            while __import__("time").monotonic() < t_end:
-                at_most_one_copy()
+        if mode == "host":
+            kill_strays(victim.home, wait=5)  # the host died: its monitors and agents too
+            if rng.random() < 0.5:
+                t_end = time.monotonic() + LEASE * (1 + rng.random())
+                while time.monotonic() < t_end:
+                    at_most_one_copy()
+        elif mode == "daemon-down":  # its monitors and agents live on, unsupervised
+            wait_for(lambda v=name, ov=on_victim: all(revived_elsewhere(a, v) for a in ov),
+                     LEASE * 8, interval=0.05,
+                     what=f"{name}'s agents {on_victim} revived elsewhere (seed {seed})")
         at_most_one_copy()
-        victim.start(pool=0, env=FAST, args=["--fleet", fleet.url, "--host-name",
-                                             next(n for n, d in fleet.hosts.items()
-                                                  if d is victim), "--capacity", "1000"])
+        victim.start(pool=0, env=FAST, args=["--fleet", fleet.url, "--host-name", name,
+                                             "--capacity", "1000"])
         at_most_one_copy()
 
     def settled() -> bool:
