@@ -81,53 +81,70 @@ class Fleet:
     def live_copies(self, ident: int) -> list[tuple[str, str]]:
         """(host, lineage) of every local lineage of placement ``ident`` whose exec runs
         (or is starting), on every host still up: the at-most-one-host check."""
-        found = []
+        return self.all_live_copies().get(ident, [])
+
+    def all_live_copies(self) -> dict[int, list[tuple[str, str]]]:
+        """:meth:`live_copies` of every placement, each host's database read once."""
+        found: dict[int, list[tuple[str, str]]] = {}
         for name, d in self.hosts.items():
             if d.proc is None or d.proc.poll() is not None:
                 continue
             db = sqlite3.connect(f"file:{d.home / 'tether.db'}?mode=ro", uri=True)
             try:
                 rows = db.execute(
-                    "SELECT l.id FROM lineages l JOIN execs x ON x.id = "
-                    "json_extract(l.record, '$.exec_id') WHERE json_extract(l.record, "
-                    "'$.request_key') LIKE ? AND l.status IN ('ACTIVE', 'REVIVING') "
-                    "AND x.state IN ('PENDING', 'RUNNING')",
-                    (f"fleet-{ident}-%",)).fetchall()
+                    "SELECT l.id, json_extract(l.record, '$.request_key') FROM lineages l "
+                    "JOIN execs x ON x.id = json_extract(l.record, '$.exec_id') WHERE "
+                    "json_extract(l.record, '$.request_key') LIKE 'fleet-%' AND l.status "
+                    "IN ('ACTIVE', 'REVIVING') AND x.state IN ('PENDING', 'RUNNING')",
+                    ).fetchall()
             finally:
                 db.close()
-            found += [(name, r[0]) for r in rows]
+            for lid, key in rows:
+                found.setdefault(_placement(key), []).append((name, lid))
         return found
 
     def agent_processes(self, ident: int) -> list[tuple[str, str]]:
         """(host, lineage) of every local lineage of placement ``ident`` that has a live
         process on this machine, on every host, its daemon up or not (its monitors and
         agents may outlive it): the at-most-one-copy check at the level of processes."""
-        mine: dict[tuple[str, str], str] = {}
+        return self.all_agent_processes().get(ident, [])
+
+    def all_agent_processes(self) -> dict[int, list[tuple[str, str]]]:
+        """:meth:`agent_processes` of every placement, ``/proc`` scanned once (the long
+        chaos run checks hundreds of placements many times a second)."""
+        mine: dict[tuple[str, str], tuple[str, int]] = {}
         for name, d in self.hosts.items():
             db = sqlite3.connect(f"file:{d.home / 'tether.db'}?mode=ro", uri=True)
             try:
-                rows = db.execute("SELECT id FROM lineages WHERE json_extract(record, "
-                                  "'$.request_key') LIKE ?", (f"fleet-{ident}-%",)).fetchall()
+                rows = db.execute("SELECT id, json_extract(record, '$.request_key') FROM "
+                                  "lineages WHERE json_extract(record, '$.request_key') "
+                                  "LIKE 'fleet-%'").fetchall()
             finally:
                 db.close()
-            mine.update({(os.path.realpath(d.home), r[0]): name for r in rows})
-        found: set[tuple[str, str]] = set()
+            home = os.path.realpath(d.home)
+            mine.update({(home, lid): (name, _placement(key)) for lid, key in rows})
+        found: dict[int, set[tuple[str, str]]] = {}
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
                 env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except OSError:
                 continue  # gone, or not ours
             var = dict(v.decode(errors="replace").split("=", 1) for v in env if b"=" in v)
-            host = mine.get((os.path.realpath(var.get("TETHER_HOME", "/")),
-                             var.get("TETHER_LINEAGE", "")))
-            if host is not None:
-                found.add((host, var["TETHER_LINEAGE"]))
-        return sorted(found)
+            hit = mine.get((os.path.realpath(var.get("TETHER_HOME", "/")),
+                            var.get("TETHER_LINEAGE", "")))
+            if hit is not None:
+                found.setdefault(hit[1], set()).add((hit[0], var["TETHER_LINEAGE"]))
+        return {ident: sorted(procs) for ident, procs in found.items()}
 
     def cleanup(self) -> None:
         for d in self.hosts.values():
             d.cleanup()
             remove_home(d.home)
+
+
+def _placement(request_key: str) -> int:
+    """The placement id of a local request key ``fleet-<id>-<generation>``."""
+    return int(request_key.split("-")[1])
 
 
 @pytest.fixture
@@ -267,13 +284,17 @@ def _local_starts(home: Path) -> dict[str, int]:
 
 
 def test_randomised_host_kills_keep_every_lineage_on_one_host(fleet: Fleet) -> None:
-    """Hosts die by SIGKILL at random (half the time the daemon alone: its monitors and
-    agents live on), coming back at once or after their lease; the checker: every
-    lineage on at most one host at a time (its records on live daemons, and its live
-    processes on every host, dead daemon or not), every
+    """Hosts die by SIGKILL at random, in three ways that every three rounds take in a
+    random order: the host dies (daemon, monitors and agents), back at once or after its
+    lease; the daemon alone dies and comes back at once (its lease carries its agents
+    over); the daemon alone dies and stays down until another host has revived the
+    agents it ran (their monitors must have fenced them: the round a missing fence
+    fails). The checker: every lineage on at most one host at a time (its records on
+    live daemons, and its live processes on every host, dead daemon or not), every
     acknowledged placement started exactly once per generation, a journal without gap
     or duplicate. TETHER_FLEET_CHAOS_ROUNDS=200 for the long version."""
     import random
+    import time
 
     rounds = int(os.environ.get("TETHER_FLEET_CHAOS_ROUNDS", "5"))
     seed = int(os.environ.get("TETHER_FLEET_CHAOS_SEED", str(random.randrange(1 << 30))))
@@ -285,37 +306,66 @@ def test_randomised_host_kills_keep_every_lineage_on_one_host(fleet: Fleet) -> N
     agents: list[int] = []
     acked: list[int] = []
 
-    def at_most_one_copy() -> None:
+    def at_most_one_copy() -> dict[int, list[tuple[str, str]]]:
+        """Check every placement once; its live processes, for the caller to look at."""
+        copies, procs = fleet.all_live_copies(), fleet.all_agent_processes()
         for a in agents:
-            copies = fleet.live_copies(a)
-            assert len(copies) <= 1, f"seed {seed}: placement {a} runs on {copies}"
-            procs = fleet.agent_processes(a)
-            assert len(procs) <= 1, f"seed {seed}: placement {a} has processes on {procs}"
+            assert len(copies.get(a, [])) <= 1, f"seed {seed}: placement {a} runs on {copies[a]}"
+            assert len(procs.get(a, [])) <= 1, (
+                f"seed {seed}: placement {a} has processes on {procs[a]}")
+        return procs
 
+    def revived_elsewhere(ids: list[int], victim: str) -> bool:
+        """Placements ``ids`` run on other hosts than ``victim``, each one's process there
+        its only one (checked in the same sample that sees them)."""
+        procs = at_most_one_copy()
+        for a in ids:
+            w = fleet.work(a)
+            if not (w["state"] == "RUNNING" and w["host"] != victim
+                    and [h for h, _ in procs.get(a, [])] == [w["host"]]):
+                return False
+        return True
+
+    modes: list[str] = []
     for _ in range(rounds):
+        if not modes:
+            modes = rng.sample(["host", "daemon", "daemon-down"], 3)
+        mode = modes.pop()
         agents.append(_agent(fleet, "auto"))
         acked += [agents[-1], fleet.place("--host", "auto", "--", *SLEEPER)]
         at_most_one_copy()
-        victim = fleet.hosts[rng.choice(names)]
+        if mode == "daemon-down":  # the host of a running agent: something to revive
+            wait_for(lambda: fleet.work(agents[-1])["state"] == "RUNNING", 20,
+                     what=f"placement {agents[-1]} running (seed {seed})")
+            name = rng.choice(sorted({fleet.work(a)["host"] for a in agents
+                                      if fleet.work(a)["state"] == "RUNNING"}))
+        else:
+            name = rng.choice(names)
+        victim = fleet.hosts[name]
+        on_victim = [a for a in agents if fleet.work(a)["host"] == name
+                     and fleet.work(a)["state"] == "RUNNING"]
         victim.kill9()
-        if rng.random() < 0.5:  # else the daemon alone died: its monitors live on
-            kill_strays(victim.home, wait=5)
-        if rng.random() < 0.5:
-            deadline = LEASE * (1 + rng.random())
-            t_end = __import__("time").monotonic() + deadline
-            while __import__("time").monotonic() < t_end:
-                at_most_one_copy()
+        if mode == "host":
+            kill_strays(victim.home, wait=5)  # the host died: its monitors and agents too
+            if rng.random() < 0.5:
+                t_end = time.monotonic() + LEASE * (1 + rng.random())
+                while time.monotonic() < t_end:
+                    at_most_one_copy()
+        elif mode == "daemon-down":  # its monitors and agents live on, unsupervised
+            wait_for(lambda v=name, ov=on_victim: revived_elsewhere(ov, v),
+                     LEASE * 8, interval=0.05,
+                     what=f"{name}'s agents {on_victim} revived elsewhere (seed {seed})")
         at_most_one_copy()
-        victim.start(pool=0, env=FAST, args=["--fleet", fleet.url, "--host-name",
-                                             next(n for n, d in fleet.hosts.items()
-                                                  if d is victim), "--capacity", "1000"])
+        victim.start(pool=0, env=FAST, args=["--fleet", fleet.url, "--host-name", name,
+                                             "--capacity", "1000"])
         at_most_one_copy()
 
     def settled() -> bool:
-        rows = [fleet.work(i) for i in acked]
-        return all(r["state"] != "PLACED" for r in rows) and all(
-            len(fleet.live_copies(a)) == 1 and fleet.agent_processes(a) == fleet.live_copies(a)
-            for a in agents if fleet.work(a)["state"] == "RUNNING")
+        rows = {i: fleet.work(i) for i in acked}
+        copies, procs = fleet.all_live_copies(), fleet.all_agent_processes()
+        return all(r["state"] != "PLACED" for r in rows.values()) and all(
+            len(copies.get(a, [])) == 1 and procs.get(a) == copies[a]
+            for a in agents if rows[a]["state"] == "RUNNING")
     wait_for(settled, LEASE * 8, interval=0.2, what=f"the fleet to settle (seed {seed})")
     at_most_one_copy()
     starts: dict[str, int] = {}

@@ -5,13 +5,15 @@ a daemon back within its lease keeps its agents; plain fleet execs are never fen
 # ruff: noqa: F811 (the fleet fixtures are imported from test_fleet and used as params)
 from __future__ import annotations
 
+import json
 import os
+import signal
 import sqlite3
 import sys
 import time
 from pathlib import Path
 
-from tests.e2e.test_fleet import FAST, LEASE, SLEEPER, Fleet, fleet  # noqa: F401 (a fixture)
+from tests.e2e.test_fleet import FAST, LEASE, SLEEPER, Fleet, _local_starts, fleet  # noqa: F401
 from tests.e2e.test_fleet import pytestmark as fleet_marks
 from tests.harness import wait_for
 
@@ -25,9 +27,9 @@ STAND_IN = ("import os, sys, time\n"
             "time.sleep(600)\n")
 
 
-def _place_stand_in(fleet: Fleet, host: str, starts: Path) -> int:
+def _place_stand_in(fleet: Fleet, host: str, starts: Path, *more: str) -> int:
     return fleet.place("--host", host, "--agent", "generic", "--crashed-after", "3600",
-                       "--stale-after", "3600", "-e", f"PATH={os.environ['PATH']}", "--",
+                       "--stale-after", "3600", *more, "-e", f"PATH={os.environ['PATH']}", "--",
                        sys.executable, "-c", STAND_IN, str(starts))
 
 
@@ -47,6 +49,17 @@ def _lineage_exec(home: Path, lineage: str) -> tuple[str, str | None]:
     finally:
         db.close()
     return status, exec_id
+
+
+def _recent_starts(home: Path, lineage: str) -> list[float]:
+    """A lineage's ``recent_starts`` (the crash-loop window), from the host's database."""
+    db = sqlite3.connect(f"file:{home / 'tether.db'}?mode=ro", uri=True)
+    try:
+        [raw] = db.execute("SELECT json_extract(record, '$.recent_starts') FROM lineages "
+                           "WHERE id = ?", (lineage,)).fetchone()
+    finally:
+        db.close()
+    return list(json.loads(raw))
 
 
 def test_a_dead_daemon_monitor_kills_its_agent_before_another_host_revives_it(
@@ -132,3 +145,54 @@ def test_a_plain_fleet_exec_outlives_its_dead_daemon_lease(fleet: Fleet) -> None
     time.sleep(LEASE)  # well past the lease file's deadline
     os.kill(child, 0)  # not fenced: it runs on (raises if it is gone)
     assert Path(f"/proc/{child}/stat").read_text().split()[2] != "Z"
+
+
+def test_a_daemon_back_between_its_fence_and_its_expiry_resumes_its_agent_for_free(
+        fleet: Fleet, tmp_path: Path) -> None:
+    """The narrow window: the monitor fenced at the lease file's deadline, the daemon is
+    back before PostgreSQL's expiry (1/6 of the lease later), so its lease carries the
+    placement over and the lineage resumes here, once: that revival is the fence's, not
+    the agent's failure, so it spends no revival and starts the crash-loop window over."""
+    lease = 24.0  # a window of 4 s between the fence point and the expiry
+    slow = {"TETHER_FLEET_LEASE": str(lease)}
+    h1 = fleet.add("h1", env=slow)
+    h2 = fleet.add("h2")  # a live host that would revive it, were the lease expired
+    wait_for(lambda: len(fleet.hosts_rows()) == 2, 15, what="two hosts")
+    starts = tmp_path / "starts"
+    agent = _place_stand_in(fleet, "h1", starts, "--max-revivals", "1")
+    w = wait_for(lambda: fleet.work(agent)["state"] == "RUNNING" and fleet.work(agent), 20,
+                 what="running on h1")
+    lid = w["local_id"]
+    wait_for(lambda: fleet.agent_processes(agent) == [("h1", lid)], 10, what="its process")
+    lease_file = h1.home / "fleet" / "lease"
+    renewed = json.loads(lease_file.read_bytes())["deadline"]
+    wait_for(lambda: json.loads(lease_file.read_bytes())["deadline"] != renewed, lease,
+             what="a renewal")
+    time.sleep(lease / 3 - 1)  # killed a second before the next one: fenced sooner
+    h1.kill9()
+    deadline = json.loads(lease_file.read_bytes())["deadline"]
+    wait_for(lambda: not fleet.agent_processes(agent), lease, interval=0.01,
+             what="the monitor fences its agent")
+    fenced_at = time.monotonic()
+    assert fenced_at >= deadline - 0.05, (fenced_at, deadline)
+    h1.start(pool=0, env={**FAST, **slow}, args=["--fleet", fleet.url, "--host-name", "h1"])
+    with h1.client() as c:
+        rec = wait_for(lambda: (c.lineage_get(lid).status == "ACTIVE"
+                                and c.lineage_get(lid).attempt == 2 and c.lineage_get(lid)),
+                       20, what="the lineage resumed on h1")
+    assert fleet.work(agent)["host"] == "h1" and fleet.work(agent)["generation"] == 1
+    assert rec.revivals == 0 and rec.fenced_exits == 1, rec
+    assert len(_recent_starts(h1.home, lid)) == 1  # the crash-loop window starts over
+    wait_for(lambda: len(_starts(starts)) == 2, 10, what="the second attempt's start")
+    assert [lineage for _, lineage in _starts(starts)] == [lid, lid]
+    assert fleet.agent_processes(agent) == [("h1", lid)]
+    assert not _local_starts(h2.home)  # h2 never started a copy
+    # The budget is intact: with max_revivals 1, a real crash now is still revived.
+    assert rec.exec is not None
+    os.kill(h1.handles(rec.exec)["child"]["pid"], signal.SIGKILL)
+    with h1.client() as c:
+        rec = wait_for(lambda: (c.lineage_get(lid).attempt == 3
+                                and c.lineage_get(lid).status == "ACTIVE"
+                                and c.lineage_get(lid)), 20, what="revived after a crash")
+    assert rec.revivals == 1 and rec.fenced_exits == 1
+    assert fleet.work(agent)["host"] == "h1" and fleet.work(agent)["state"] == "RUNNING"

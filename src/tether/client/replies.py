@@ -134,6 +134,7 @@ class LineageView(_Reply):
     revive_at: float | None = None  # ORPHANED: revival due; WAITING_LIMIT: the reset time
     exit_reason: str | None = None  # why the last attempt ended (tether.agent.exits)
     limit_waits: int = 0  # attempts that ended usage-limited (not revivals)
+    fenced_exits: int = 0  # attempts its monitor fenced: its host lost its fleet lease
     has_handoff: bool = False
     snapshot: str | None = None
     worktree: str | None = None

@@ -266,7 +266,8 @@ class LineageRecord(msgspec.Struct, kw_only=True):
     status: str = "ACTIVE"
     lifecycle: str = "HEALTHY"
     exec_id: str | None = None
-    attempt: int = 0  # attempts begun so far; revivals = attempt - 1 - limit_waits
+    # Attempts begun so far; revivals = attempt - 1 - limit_waits - fenced_exits.
+    attempt: int = 0
     # The current attempt's TETHER_TOKEN is never stored (tether.db is readable by every
     # process of its user, a process-runtime agent's too): only its SHA-256, hex.
     token_sha256: str = ""
@@ -285,8 +286,10 @@ class LineageRecord(msgspec.Struct, kw_only=True):
     revive_at: float | None = None
     # Why the last attempt ended (tether.agent.exits.ExitReason), None while it runs.
     exit_reason: str | None = None
-    # Attempts that ended usage-limited: not revivals (revivals = attempt - 1 - these).
+    # Attempts that ended usage-limited: not revivals (see `attempt`).
     limit_waits: int = 0
+    # Attempts its monitor fenced (its host lost its fleet lease): not revivals either.
+    fenced_exits: int = 0
     recent_starts: list[float] = msgspec.field(default_factory=list)
     created_at: float = 0.0
     updated_at: float = 0.0

@@ -51,8 +51,9 @@ def attempt_key(rec: LineageRecord) -> str:
 
 def revivals(rec: LineageRecord) -> int:
     """Revivals spent from the budget: attempts after the first, less those that
-    followed a usage limit (a limit is the provider's, not the agent's failure)."""
-    return max(0, rec.attempt - 1 - rec.limit_waits)
+    followed a usage limit or a fleet fence (the provider's or the host's lease's
+    doing, not the agent's failure)."""
+    return max(0, rec.attempt - 1 - rec.limit_waits - rec.fenced_exits)
 
 
 def backoff(attempt: int) -> float:
@@ -312,13 +313,15 @@ class Attempts:
 
     def fenced(self, rec: LineageRecord, x: ExecRecord) -> None:
         """Its monitor killed it: this host's fleet lease ran out (``MonitorFence``).
-        Not the agent's failure: no revival policy, budget or crash-loop check. ORPHANED
-        and due at once, so the revival gate decides: revived here only if this host's
-        lease owns its placement again (taken back before it expired), else withdrawn
-        by fleet mode (it runs on another host)."""
+        Not the agent's failure: no revival policy check, and like a usage limit it
+        spends no revival (``fenced_exits`` + 1) and starts the crash-loop window over.
+        ORPHANED and due at once, so the revival gate decides: revived here only if this
+        host's lease owns its placement again (taken back before it expired), else
+        withdrawn by fleet mode (it runs on another host)."""
         self.core.commit(self.core.store.update_lineage(
             rec.id, status=LineageStatus.ORPHANED, reason=x.reason or "fenced",
             exit_reason=str(ExitReason.FENCED), revive_at=time.time(),
+            fenced_exits=rec.fenced_exits + 1, recent_starts=[],
             data={"exit_reason": str(ExitReason.FENCED)}))
         self.core.wake.set()
 

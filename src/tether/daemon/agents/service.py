@@ -96,6 +96,7 @@ class AgentService:
             "status": rec.status, "lifecycle": rec.lifecycle, "exec": rec.exec_id,
             "attempt": rec.attempt, "revivals": revivals(rec), "turns": rec.turns,
             "exit_reason": rec.exit_reason, "limit_waits": rec.limit_waits,
+            "fenced_exits": rec.fenced_exits,
             "context_pct": rec.context_pct, "model": rec.model, "usage": rec.usage,
             "provider_session_id": rec.provider_session_id, "reason": rec.reason,
             "revival": rec.config.revival, "heartbeat": self.heartbeat_class(rec),
