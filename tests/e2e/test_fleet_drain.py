@@ -17,15 +17,17 @@ from tests.harness import SCRIPTED_AGENT, DaemonProc, kill_strays, wait_for
 pytestmark = fleet_marks
 
 
-def _two_hosts(fleet: Fleet) -> None:
-    fleet.add("h1")
-    fleet.add("h2")
+def _two_hosts(fleet: Fleet, env: dict[str, str] | None = None) -> None:
+    fleet.add("h1", env=env)
+    fleet.add("h2", env=env)
     wait_for(lambda: len(fleet.hosts_rows()) == 2, 15, what="two hosts")
 
 
 def test_drain_hands_an_agent_over_after_its_turn_exactly_once(
         fleet: Fleet, tmp_path: Path) -> None:
-    _two_hosts(fleet)
+    # Renewals every 3 s: the drain must reach h1 by its NOTIFY, not its next renewal
+    # (seen after the turn had ended, the drain waited for a turn that never came).
+    _two_hosts(fleet, env={"TETHER_FLEET_LEASE": "9"})
     gate, log = tmp_path / "turn", tmp_path / "agent.log"
     agent = fleet.place("--host", "h1", "--agent", "generic", "--crashed-after", "3600",
                         "--stale-after", "3600", "-e", f"PATH={os.environ['PATH']}", "--",

@@ -277,17 +277,23 @@ class FleetService:
 
     # ------------------------------------------------------------------ work
     async def _work_loop(self) -> None:
+        notified = False
         while True:
             self.wake.clear()
             try:
                 if self.live() and not self.partitioned():
+                    if notified:  # a placement, a drain or an undrain: read the state now
+                        from tether.fleet import admin
+
+                        self.state = await self._call("work", admin.host_state,
+                                                      self.cfg.host) or self.state
                     await self.pass_once()
             except Exception as e:
                 log.warning("fleet work pass: %s", e)
-            await self._wait()
+            notified = await self._wait()
 
-    async def _wait(self) -> None:
-        """Until a NOTIFY names this host, a lease change, or ``interval``."""
+    async def _wait(self) -> bool:
+        """Until a NOTIFY names this host (True), a lease change, or ``interval``."""
         def listen() -> bool:
             conn = self._db("listen")
             return any(n.payload == self.cfg.host
@@ -295,12 +301,13 @@ class FleetService:
         if not self.live() or self.partitioned():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.cfg.interval)
-            return
+            return False
         try:
-            await asyncio.wait_for(asyncio.to_thread(listen), self.cfg.interval + 5)
+            return await asyncio.wait_for(asyncio.to_thread(listen), self.cfg.interval + 5)
         except Exception:
             self._drop("listen")
             await asyncio.sleep(self.cfg.interval)
+            return False
 
     async def pass_once(self) -> None:
         from tether.fleet import store as fs

@@ -8,10 +8,10 @@ import secrets as _secrets
 from typing import Any
 
 from tether.fleet.hoststates import HOST_MOVES, allowed
-from tether.fleet.store import LIVE, NoHost, _journal, renew
+from tether.fleet.store import CHANNEL, LIVE, NoHost, _journal, renew
 
 __all__ = ["GRACE", "HOST_MOVES", "BadMove", "NoHost", "allowed", "api_tokens", "drain",
-           "forget", "renew_reading_tokens", "rotate_token", "undrain"]
+           "forget", "host_state", "renew_reading_tokens", "rotate_token", "undrain"]
 Tokens = tuple[str, str | None, float]
 
 #: Seconds the previous API token stays accepted after a rotation (by default).
@@ -49,6 +49,7 @@ def drain(conn: Any, name: str, *, now: bool = False) -> bool:
         conn.execute("UPDATE hosts SET state = 'DRAINING', drain_now = drain_now OR %s "
                      "WHERE name = %s", (now, name))
         _journal(conn, "host.draining", host=name, now=now)
+        conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, name))  # it acts at once
     return True
 
 
@@ -60,6 +61,14 @@ def undrain(conn: Any, name: str) -> None:
         conn.execute("UPDATE hosts SET state = 'ACTIVE', drain_now = false WHERE name = %s",
                      (name,))
         _journal(conn, "host.activated", host=name, by="undrain")
+        conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, name))
+
+
+def host_state(conn: Any, name: str) -> str | None:
+    """``name``'s state (ACTIVE, DRAINING, DEAD), or None without a row: what a host
+    reads when a NOTIFY names it, so a drain takes effect before its next renewal."""
+    row = conn.execute("SELECT state FROM hosts WHERE name = %s", (name,)).fetchone()
+    return None if row is None else str(row["state"])
 
 
 def forget(conn: Any, name: str) -> int:
