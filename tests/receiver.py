@@ -51,7 +51,11 @@ class Receiver:
             protocol_version = "HTTP/1.1"
 
             def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                length = int(self.headers.get("Content-Length", 0))
+                body = self.rfile.read(length)
+                if len(body) < length:  # the sender died mid-body: no request, as for
+                    self.close_connection = True  # any server that reads the length
+                    return
                 with receiver._lock:
                     receiver.held += 1
                 receiver._open.wait()
