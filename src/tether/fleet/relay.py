@@ -15,12 +15,11 @@ cut off (``ENDED`` reported late: the exec ran on and its result is real).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from tether.fleet import states
-from tether.fleet.store import JOURNAL_LOCK, Fenced
+from tether.fleet.store import Fenced, _journal
 
 
 @dataclass(frozen=True)
@@ -67,13 +66,8 @@ def relay(conn: Any, host: str, token: int, epoch: str, items: list[Item]) -> Re
         done = int(row["relayed"]) if row["relay_epoch"] == epoch else 0
         fresh = [i for i in items if i.local_gseq > done]
         for it in fresh:
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (JOURNAL_LOCK,))
-            conn.execute(
-                "INSERT INTO journal (gseq, host, token, work, type, data, local_epoch, "
-                "local_gseq, local_at) SELECT coalesce(max(gseq), 0) + 1, %s, %s, %s, %s, "
-                "%s, %s, %s, to_timestamp(%s) FROM journal",
-                (host, token, it.work, it.type, json.dumps(it.data), epoch, it.local_gseq,
-                 it.local_at))
+            _journal(conn, it.type, host=host, token=token, work=it.work,
+                     origin_=(epoch, it.local_gseq, it.local_at), data_=it.data)
             if it.end is not None and it.work is not None:
                 got = _settle(conn, it.work, host, token, it.end)
                 if got is not None:
@@ -104,9 +98,6 @@ def _settle(conn: Any, work: int, host: str, token: int,
     conn.execute("UPDATE work SET state = 'ENDED', exit_code = %s, reason = %s, token = %s, "
                  "local_id = %s, updated_at = now() WHERE id = %s",
                  (exit_code, reason, token, local_id, work))
-    conn.execute("SELECT pg_advisory_xact_lock(%s)", (JOURNAL_LOCK,))
-    conn.execute("INSERT INTO journal (gseq, host, token, work, type, data) "
-                 "SELECT coalesce(max(gseq), 0) + 1, %s, %s, %s, 'work.ended', %s FROM journal",
-                 (host, token, work, json.dumps({"exit_code": exit_code, "reason": reason,
-                                                 "late": late})))
+    _journal(conn, "work.ended", host=host, token=token, work=work, exit_code=exit_code,
+             reason=reason, late=late)
     return {"id": work, "exit_code": exit_code, "late": late}

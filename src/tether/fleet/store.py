@@ -63,11 +63,18 @@ def connect(url: str, *, timeout: float = 5.0) -> psycopg.Connection[dict[str, A
 
 
 def _journal(conn: Any, type_: str, *, host: str | None = None, token: int | None = None,
-             work: int | None = None, **data: Any) -> None:
+             work: int | None = None, origin_: tuple[str, int, float] | None = None,
+             data_: dict[str, Any] | None = None, **data: Any) -> None:
+    """Append one fleet journal row, gap-free (under ``JOURNAL_LOCK``). ``origin_``: a
+    row relayed from a host's local journal, (its store epoch, local gseq, local time);
+    ``data_``: a relayed event's data as is (its keys may be ``host`` or ``work``)."""
+    epoch, local_gseq, local_at = origin_ or (None, None, None)
     conn.execute("SELECT pg_advisory_xact_lock(%s)", (JOURNAL_LOCK,))
-    conn.execute("INSERT INTO journal (gseq, host, token, work, type, data) "
-                 "SELECT coalesce(max(gseq), 0) + 1, %s, %s, %s, %s, %s FROM journal",
-                 (host, token, work, type_, json.dumps(data)))
+    conn.execute("INSERT INTO journal (gseq, host, token, work, type, data, local_epoch, "
+                 "local_gseq, local_at) SELECT coalesce(max(gseq), 0) + 1, %s, %s, %s, %s, "
+                 "%s, %s, %s, to_timestamp(%s) FROM journal",
+                 (host, token, work, type_, json.dumps({**(data_ or {}), **data}), epoch,
+                  local_gseq, local_at))
 
 
 def _guard(conn: Any, host: str, token: int) -> None:
