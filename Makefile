@@ -6,7 +6,7 @@ BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo demo-fleet test test-fast lint typecheck unit bench chaos clean
+.PHONY: demo demo-fleet test test-fast lint typecheck unit bench chaos agents test-agents clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "tether needs Python 3.11+"'
@@ -45,6 +45,25 @@ chaos: $(STAMP)
 	TETHER_FLEET_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(if $(CHAOS_SEED),TETHER_FLEET_CHAOS_SEED=$(CHAOS_SEED)) \
 	    $(BIN)/pytest -q --timeout 3600 \
 	    tests/e2e/test_fleet.py::test_randomised_host_kills_keep_every_lineage_on_one_host
+
+# The real agent CLIs (Claude Code, Codex, Gemini CLI, Aider), pinned in .ci/agents.sh, into
+# $(AGENTS_DIR); `make test` runs their tests (tests/realcli) when they are there.
+# `make test-agents LATEST=1` installs each CLI's newest release into a scratch directory
+# and runs the same tests against it, so a release that breaks tether is seen the day it ships.
+AGENTS_DIR ?= $(or $(TETHER_AGENTS_DIR),/opt/tether-agents)
+agents:
+	bash .ci/agents.sh $(AGENTS_DIR)
+
+test-agents: $(STAMP)
+ifeq ($(LATEST),1)
+	$(eval SCRATCH := $(shell mktemp -d /tmp/tether-agents-latest.XXXXXX))
+	bash .ci/agents.sh --latest $(SCRATCH)
+	@cat $(SCRATCH)/npm/node_modules/@anthropic-ai/claude-code/package.json $(SCRATCH)/npm/node_modules/@openai/codex/package.json $(SCRATCH)/npm/node_modules/@google/gemini-cli/package.json | grep '"version"'
+	TETHER_AGENTS_DIR=$(SCRATCH) TETHER_REQUIRE_AGENTS=1 $(BIN)/pytest -n 2 --dist loadgroup tests/realcli $(PYTEST_ARGS)
+else
+	bash .ci/agents.sh $(AGENTS_DIR)
+	TETHER_AGENTS_DIR=$(AGENTS_DIR) TETHER_REQUIRE_AGENTS=1 $(BIN)/pytest -n 2 --dist loadgroup tests/realcli $(PYTEST_ARGS)
+endif
 
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)

@@ -3,7 +3,8 @@
 # container registry): bubblewrap, tmux (bench baseline), systemd-analyze, chromium (the
 # dashboard's browser tests), postgresql (the fleet tests: a throw-away cluster per run,
 # tests/pg.py), and a Docker engine with a small local busybox image (docker.io's dockerd
-# started by hand; `docker import`).
+# started by hand; `docker import`), and the real agent CLIs (.ci/agents.sh: claude-code,
+# codex, gemini-cli from npm, aider-chat from PyPI).
 set -eu
 IMAGE=${TETHER_TEST_IMAGE:-tether-test:busybox}
 export DEBIAN_FRONTEND=noninteractive
@@ -33,3 +34,6 @@ if ! "$DOCKER" image inspect "$IMAGE" >/dev/null 2>&1; then
   tar -C "$root" -c . | "$DOCKER" import -c 'CMD ["/bin/sh"]' -c 'ENV PATH=/bin' - "$IMAGE" >/dev/null
   rm -rf "$root"
 fi
+# The real agent CLIs, pinned (tests/realcli): Claude Code, Codex, Gemini CLI, Aider.
+command -v npm >/dev/null || { apt-get update -qq; apt-get install -y -qq nodejs npm >/dev/null; }
+bash "$(dirname "$0")/agents.sh"
