@@ -254,7 +254,8 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         sb = sandboxes.resolve(p.sandbox)
         spec = msgspec.convert(p, ExecSpec, from_attributes=True)  # the params are one
         spec.stdin = p.stdin or p.tty
-        return xview(await execs.start(sb, spec, p.request_key))
+        return xview(await execs.start(sb, spec, p.request_key,
+                                       unconfined_ok=p.unconfined_ok))
 
     async def exec_get(p: m.ExecRef, c: Connection) -> Any:
         return xview(execs.resolve(p.exec))

@@ -116,6 +116,9 @@ class ExecStart(_P, ExecSpec, kw_only=True):
     cols: Annotated[int, Meta(ge=1, le=10000)] | None = None
     sandbox: NonEmpty = DEFAULT_SANDBOX
     request_key: RequestKey | None = None
+    #: Where the ``auto`` default sandbox cannot confine the command (a system or home
+    #: cwd), run it unsandboxed with a notice instead of refusing: ``tether run`` only.
+    unconfined_ok: bool = False
 
 
 class ExecRef(_P):
@@ -342,6 +345,7 @@ class ScheduleAdd(_P):
     max_concurrent: Annotated[int, Meta(ge=1, le=10000)] | None = None
     jitter: Seconds = 0.0
     missed: Literal["skip", "run-once"] = "skip"
+    unconfined_ok: bool = False  # as exec.start's: each run's
 
 
 class ScheduleRef(_P):
