@@ -159,6 +159,17 @@ class _Api:
                        lambda x: x.execs)
 
     @rpc
+    def exec_page(self, *, sandbox: str | None = None, states: Sequence[str] | None = None,
+                  query: str | None = None, limit: int = 50, offset: int = 0,
+                  newest_first: bool = True) -> Request[r.ExecList]:
+        """One page of execs (``execs``) and how many match (``total``): by sandbox,
+        states (default: every state), and a text in the id, name or command line."""
+        return Request("exec.list", {
+            "sandbox": sandbox, "all": True, "states": list(states) if states else None,
+            "query": query or None, "limit": limit, "offset": offset,
+            "newest_first": newest_first}, r.ExecList)
+
+    @rpc
     def exec_wait(self, exec: str, *, timeout: float | None = None) -> Request[r.ExecView]:
         """The exec once it has ended, or as it is after ``timeout`` seconds."""
         return Request("exec.wait", {"exec": exec, "timeout": timeout}, r.ExecView)
@@ -198,9 +209,11 @@ class _Api:
     @rpc
     def events_list(self, *, since: int = 0, sandbox: str | None = None,
                     limit: int | None = None, epoch: str | None = None,
-                    ) -> Request[r.EventPage]:
+                    last: bool = False) -> Request[r.EventPage]:
+        """Events after ``since``, oldest first; ``last``: the newest ``limit`` of them
+        (still oldest first), e.g. to show recent events and follow from ``next``."""
         return Request("events.list", {"since": since, "sandbox": sandbox, "limit": limit,
-                                       "epoch": epoch}, r.EventPage)
+                                       "epoch": epoch, "last": last or None}, r.EventPage)
 
     # agents: supervising them
     @rpc
@@ -238,6 +251,17 @@ class _Api:
     @rpc
     def lineage_list(self, *, all: bool = False) -> Request[list[r.LineageView]]:
         return Request("lineage.list", {"all": all}, r.LineageList, lambda x: x.lineages)
+
+    @rpc
+    def lineage_page(self, *, statuses: Sequence[str] | None = None,
+                     query: str | None = None, limit: int = 50, offset: int = 0,
+                     newest_first: bool = True) -> Request[r.LineageList]:
+        """One page of lineages (``lineages``) and how many match (``total``): by status
+        (default: every status) and a text in the id, name, provider or worktree."""
+        return Request("lineage.list", {
+            "all": True, "statuses": list(statuses) if statuses else None,
+            "query": query or None, "limit": limit, "offset": offset,
+            "newest_first": newest_first}, r.LineageList)
 
     @rpc
     def lineage_get(self, lineage: str) -> Request[r.LineageView]:

@@ -125,9 +125,22 @@ class ExecRef(_P):
     exec: NonEmpty
 
 
+ExecStateName = Literal["PENDING", "RUNNING", "FINISHED", "FAILED", "CANCELLED"]
+LineageStatusName = Literal["ACTIVE", "ORPHANED", "ASK_PENDING", "REVIVING", "WAITING_LIMIT",
+                            "FINISHED", "REAPED", "FAILED"]
+PageLimit = Annotated[int, Meta(ge=1, le=1000)]
+Query = Annotated[str, Meta(max_length=256, pattern=r"^[^\x00]*\Z")]
+
+
 class ExecList(_P):
     sandbox: str | None = None
     all: bool = False
+    #: Only these states (instead of what ``all`` says).
+    states: Annotated[list[ExecStateName], Meta(min_length=1, max_length=5)] | None = None
+    query: Query | None = None  # in the id, name or command line, ignoring ASCII case
+    limit: PageLimit | None = None  # a page of at most this many (None: every match)
+    offset: Annotated[int, Meta(ge=0, le=2**31)] = 0
+    newest_first: bool = False
 
 
 class ExecWait(_P):
@@ -166,6 +179,8 @@ class EventsList(_P):
     sandbox: NonEmpty | None = None
     epoch: NonEmpty | None = None  # the journal epoch ``since`` was read in
     limit: Annotated[int, Meta(gt=0, le=10000)] = 1000
+    #: The newest ``limit`` events after ``since`` (still in cursor order), not the oldest.
+    last: bool = False
 
 
 class EventsSubscribe(_P):
@@ -248,6 +263,12 @@ class LineageRef(_P):
 
 class LineageList(_P):
     all: bool = False
+    #: Only these statuses (instead of what ``all`` says).
+    statuses: Annotated[list[LineageStatusName], Meta(min_length=1, max_length=8)] | None = None
+    query: Query | None = None  # in the id, name, provider or worktree
+    limit: PageLimit | None = None
+    offset: Annotated[int, Meta(ge=0, le=2**31)] = 0
+    newest_first: bool = False
 
 
 class LineageFinish(_P):
