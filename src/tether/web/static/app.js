@@ -83,6 +83,7 @@ const shell = {
   unreachable(e) {
     const pill = $("#daemon");
     if (e && e.status === 401) return;
+    this.daemonText = null;                      // its pid may change: asked again later
     pill.textContent = e && e.status === 503 ? "daemon unreachable — retrying" : `error: ${e ? e.message : "?"}`;
     pill.className = "pill bad";
   },

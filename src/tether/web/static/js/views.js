@@ -84,7 +84,7 @@ function agentRows(lineages) {
     stateCell("td", l.status, l.status === "WAITING_LIMIT" && l.revive_at ? el("span", {class: "muted"}, ` until ${localTime(l.revive_at)}`) : null),
     el("td", {class: `lc-${l.lifecycle}`}, l.lifecycle),
     el("td", {}, bar(l.context_pct, l.lifecycle)),
-    el("td", {class: `hb-${l.heartbeat || ""}`}, l.waiting ? "waiting for you" : (l.heartbeat || "")),
+    el("td", {class: l.waiting ? "hb-WAITING" : `hb-${l.heartbeat || ""}`}, l.waiting ? "waiting for you" : (l.heartbeat || "")),
     el("td", {class: "num"}, l.turns),
     el("td", {class: "num"}, l.revivals),
     el("td", {}, costCell(l)),
@@ -343,8 +343,11 @@ function chart(points, attempts) {
     box.append(svg("text", {x: L + 10, y: H / 2, class: "axis"}, "no turn has reported its context yet"));
     return box;
   }
-  const t0 = Math.min(pts[0].time, ...attempts.map((a) => a.created_at).filter(Boolean));
-  const t1 = Math.max(pts[pts.length - 1].time, t0 + 1);
+  // From the first attempt's start to the last thing known (now, while one runs).
+  const times = attempts.flatMap((a) => [a.created_at, a.ended_at]).filter(Boolean);
+  if (attempts.some((a) => a.state === "RUNNING")) times.push(Date.now() / 1000);
+  const t0 = Math.min(pts[0].time, ...times);
+  const t1 = Math.max(pts[pts.length - 1].time, ...times, t0 + 1);
   const x = (t) => L + (W - L - 6) * (t - t0) / (t1 - t0);
   const y = (p) => (H - B) - (H - B - 6) * p / 100;
   for (const a of attempts) {
@@ -411,7 +414,7 @@ export class Lineage extends View {
       el("dl", {class: "facts", dataset: {lineage: l.id}},
         el("dt", {}, "provider"), el("dd", {}, l.provider, l.model ? ` · ${l.model}` : ""),
         el("dt", {}, "context"), el("dd", {}, bar(l.context_pct, l.lifecycle)),
-        el("dt", {}, "heartbeat"), el("dd", {class: `hb-${l.heartbeat || ""}`}, l.waiting ? `waiting for you: ${l.waiting.reason}` : l.heartbeat || "-"),
+        el("dt", {}, "heartbeat"), el("dd", {class: l.waiting ? "hb-WAITING" : `hb-${l.heartbeat || ""}`}, l.waiting ? `waiting for you: ${l.waiting.reason}` : l.heartbeat || "-"),
         el("dt", {}, "turns"), el("dd", {}, l.turns, ` · ${l.revivals} revival${l.revivals === 1 ? "" : "s"} (policy ${l.revival})`),
         el("dt", {}, "started"), el("dd", {}, stamp(l.created_at)),
         el("dt", {}, "worktree"), el("dd", {id: "worktree"}, l.worktree || "-"),
