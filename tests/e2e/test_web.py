@@ -110,6 +110,45 @@ def test_a_started_exec_appears_at_once_and_its_view_follows_stdout_beside_stder
     page.wait_for_selector(".card .state-CANCELLED", timeout=10000)
 
 
+def test_a_hidden_tab_lets_its_streams_go_and_resumes_them_without_a_gap_or_a_repeat(
+        d: DaemonProc, page: Any, web: Web) -> None:
+    """A browser holds six connections to a host across its tabs: a tab hidden for 3 s
+    closes its streams (stdout and stderr share one), and once shown again both logs go
+    on from the offsets they had reached (the stream's Last-Event-ID), every line once."""
+    c = d.client()
+    x = c.exec_start(["sh", "-c", "for i in $(seq 1 400); do echo out$i; echo err$i >&2; "
+                      "sleep 0.05; done; sleep 60"], name="chatty")
+    page.goto(f"{web.base}/exec/{x.id}")
+    wait_text(page, "#stderr", "err5\n")
+    page.evaluate("""() => { Object.defineProperty(document, 'hidden', {value: true,
+        configurable: true}); document.dispatchEvent(new Event('visibilitychange')); }""")
+    time.sleep(3.5)
+    frozen = page.text_content("#logs")
+    time.sleep(1.0)
+    assert page.text_content("#logs") == frozen, "a hidden tab kept its stream"
+    page.evaluate("""() => { Object.defineProperty(document, 'hidden', {value: false,
+        configurable: true}); document.dispatchEvent(new Event('visibilitychange')); }""")
+    wait_text(page, "#logs", "out400\n", timeout=30000)
+    wait_text(page, "#stderr", "err400\n", timeout=30000)
+    assert page.text_content("#logs") == "".join(f"out{i}\n" for i in range(1, 401))
+    assert page.text_content("#stderr") == "".join(f"err{i}\n" for i in range(1, 401))
+
+
+def test_a_long_log_opens_at_its_end(d: DaemonProc, page: Any, web: Web) -> None:
+    """A page shows the last 256 KiB of a log and says how much it left out."""
+    c = d.client()
+    x = c.exec_start(["sh", "-c", "seq 1 200000; echo the-last-line"], name="long")
+    c.exec_wait(x.id, timeout=30)
+    page.goto(f"{web.base}/exec/{x.id}")
+    page.wait_for_selector(".log-pane[data-stream=stdout][data-ended]", timeout=15000)
+    text = page.text_content("#logs")
+    assert text.endswith("199999\n200000\nthe-last-line\n") and len(text) <= 256 * 1024
+    size = len(b"".join(c.read_logs(x.id)))
+    skipped = size - 256 * 1024
+    assert f"the first {skipped:,} bytes are not shown" in page.text_content(
+        ".log-pane[data-stream=stdout] .pane-head")
+
+
 def test_execs_are_filtered_searched_and_paged_by_name_not_id(
         d: DaemonProc, page: Any, web: Web, tmp_path: Path) -> None:
     c = d.client()

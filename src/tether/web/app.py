@@ -151,14 +151,15 @@ def create_app(home: Path, token: str, *, read_only: bool = False,
                                  headers=streams.HEADERS)
 
     async def logs(request: Request) -> Response:
-        stream = request.query_params.get("stream", "stdout")
-        if stream not in ("stdout", "stderr", "pty"):
-            return _refused("INVALID_PARAMS", "stream is stdout, stderr or pty")
-        last = request.headers.get("last-event-id") or request.query_params.get("offset")
-        offset = int(last) if last is not None and last.isdigit() else None
-        tail = views.ints(request.query_params.get("tail"), 256 * 1024, 1 << 30)
+        q = request.query_params
+        names = (q.get("streams") or q.get("stream") or "stdout").split(",")
+        if not all(n in streams.LOGS for n in names) or len(set(names)) != len(names):
+            return _refused("INVALID_PARAMS", "streams is a list of stdout, stderr and pty")
+        last = request.headers.get("last-event-id") or q.get("offset")
+        offsets = streams.parse_offsets(names, last)
+        tail = views.ints(q.get("tail"), 256 * 1024, 1 << 30)
         return StreamingResponse(
-            streams.logs(home, request.path_params["exec"], stream, offset, tail),
+            streams.logs(home, request.path_params["exec"], names, offsets, tail),
             media_type="text/event-stream", headers=streams.HEADERS)
 
     async def action(request: Request) -> Response:

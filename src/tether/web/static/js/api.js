@@ -75,6 +75,18 @@ export async function post(action, body) {
   return reply;
 }
 
+// A browser holds six HTTP/1.1 connections to a host across all its tabs, streams
+// included: a tab hidden for a while lets its streams go, and takes them up again (from
+// where they were) when it is shown.
+const HIDDEN_GRACE = 3000;
+const streams = new Set();
+let hiddenTimer = null;
+document.addEventListener("visibilitychange", () => {
+  clearTimeout(hiddenTimer);
+  if (document.hidden) hiddenTimer = setTimeout(() => { for (const s of streams) s.suspend(); }, HIDDEN_GRACE);
+  else for (const s of streams) s.wake();
+});
+
 // A server-sent event stream that resumes from the last id it saw (Last-Event-ID), with
 // the key in its headers. on: {message(data, id), <event name>(data), open(), error()}.
 export class Stream {
@@ -84,17 +96,35 @@ export class Stream {
     this.lastId = null;
     this.retry = 1000;
     this.closed = false;
+    this.suspended = false;
+    this.waker = null;
     this.ctl = null;
-    this.run();
+    streams.add(this);
+    this.run().finally(() => streams.delete(this));
   }
 
   close() {
     this.closed = true;
     if (this.ctl) this.ctl.abort();
+    this.wake();
+  }
+
+  suspend() {
+    this.suspended = true;
+    if (this.ctl) this.ctl.abort();
+  }
+
+  wake() {
+    this.suspended = false;
+    if (this.waker) { this.waker(); this.waker = null; }
   }
 
   async run() {
     while (!this.closed) {
+      if (this.suspended) {
+        await new Promise((ok) => { this.waker = ok; });
+        continue;
+      }
       this.ctl = new AbortController();
       let ended = false;
       try {
@@ -110,10 +140,10 @@ export class Stream {
         ended = await this.read(r.body.getReader());
       } catch (e) {
         if (this.closed) return;
-        if (this.on.error) this.on.error(e);
+        if (!this.suspended && this.on.error) this.on.error(e);
       }
       if (ended || this.closed) return;
-      await new Promise((ok) => setTimeout(ok, this.retry));
+      if (!this.suspended) await new Promise((ok) => setTimeout(ok, this.retry));
     }
   }
 

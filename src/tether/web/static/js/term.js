@@ -4,10 +4,10 @@
 import {Stream, key} from "./api.js";
 import {el, toast} from "./dom.js";
 
-// ---------------------------------------------------------------- a log, followed
+// ---------------------------------------------------------------- logs, followed
+// One pane per log; the end stays in view unless its reader scrolls up.
 export class LogPane {
-  // stream: stdout | stderr | pty. The pane shows the log's last `tail` bytes, then follows.
-  constructor(execId, stream, {title, tail = 256 * 1024, id} = {}) {
+  constructor(stream, {title, id} = {}) {
     this.pre = el("pre", {class: "log", id: id || `log-${stream}`, dataset: {stream}});
     this.follow = el("input", {type: "checkbox", checked: true, title: "keep the end in view"});
     this.status = el("span", {class: "muted small"}, "");
@@ -25,12 +25,6 @@ export class LogPane {
       this.autoscrolling = false;
     });
     this.follow.addEventListener("change", () => { if (this.follow.checked) this.toEnd(); });
-    this.stream = new Stream(`/api/logs/${encodeURIComponent(execId)}?stream=${stream}&tail=${tail}`, {
-      message: (data) => this.add(JSON.parse(data)),
-      skipped: (data) => { this.status.textContent = ` · the first ${Number(data).toLocaleString()} bytes are not shown`; },
-      end: () => { this.status.textContent += " · ended"; this.root.dataset.ended = "1"; },
-      failure: (data) => { this.status.textContent = ` · ${JSON.parse(data).message}`; },
-    });
   }
 
   add(text) {
@@ -48,6 +42,26 @@ export class LogPane {
     this.autoscrolling = true;
     this.pre.scrollTop = this.pre.scrollHeight;
   }
+}
+
+// An exec's logs on one stream (stdout and stderr side by side take one connection):
+// each pane shows its log's last `tail` bytes, then follows.
+export class Logs {
+  constructor(execId, names, {titles = {}, ids = {}, tail = 256 * 1024} = {}) {
+    this.panes = new Map(names.map((n) => [n, new LogPane(n, {title: titles[n], id: ids[n]})]));
+    const on = {
+      skipped: (data) => {
+        const [name, offset] = JSON.parse(data);
+        this.panes.get(name).status.textContent = ` · the first ${Number(offset).toLocaleString()} bytes are not shown`;
+      },
+      end: () => { for (const p of this.panes.values()) { p.status.textContent += " · ended"; p.root.dataset.ended = "1"; } },
+      failure: (data) => { for (const p of this.panes.values()) p.status.textContent = ` · ${JSON.parse(data).message}`; },
+    };
+    for (const [n, pane] of this.panes) on[n] = (data) => pane.add(JSON.parse(data));
+    this.stream = new Stream(`/api/logs/${encodeURIComponent(execId)}?streams=${names.join(",")}&tail=${tail}`, on);
+  }
+
+  get roots() { return [...this.panes.values()].map((p) => p.root); }
 
   close() { this.stream.close(); }
 }

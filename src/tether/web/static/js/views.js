@@ -5,7 +5,7 @@
 import {get, post} from "./api.js";
 import {$, ago, bar, costCell, duration, el, exitText, link, localTime, replace, short,
         span, stamp, stateCell, svg, table, tick, toast, usd} from "./dom.js";
-import {LogPane, TermPane} from "./term.js";
+import {Logs, TermPane} from "./term.js";
 
 let app = null;                       // the shell (app.js): journal, status, navigation
 export const bind = (shell) => { app = shell; };
@@ -312,12 +312,12 @@ export class Exec extends View {
         this.open = [t];
         replace(this.panes, t.root);
         t.start();
-      } else if (kind === "pty") {
-        this.open = [new LogPane(x.id, "pty", {title: "terminal output", id: "logs"})];
-        replace(this.panes, this.open[0].root);
       } else {
-        this.open = [new LogPane(x.id, "stdout", {id: "logs"}), new LogPane(x.id, "stderr", {id: "stderr"})];
-        replace(this.panes, this.open.map((p) => p.root));
+        const logs = kind === "pty"
+          ? new Logs(x.id, ["pty"], {titles: {pty: "terminal output"}, ids: {pty: "logs"}})
+          : new Logs(x.id, ["stdout", "stderr"], {ids: {stdout: "logs", stderr: "stderr"}});
+        this.open = [logs];
+        replace(this.panes, logs.roots);
       }
     }
   }
@@ -455,12 +455,14 @@ export class Lineage extends View {
       this.open = [t];
       replace(this.panes, t.root);
       t.start();
-    } else if (xv.tty) {
-      this.open = [new LogPane(execId, "pty", {title: `attempt #${attempt ? attempt.n : "?"}: terminal output`, id: "logs"})];
-      replace(this.panes, this.open[0].root);
     } else {
-      this.open = [new LogPane(execId, "stdout", {id: "logs"}), new LogPane(execId, "stderr", {id: "stderr"})];
-      replace(this.panes, this.open.map((p) => p.root));
+      const n = attempt ? attempt.n : "?";
+      const logs = xv.tty
+        ? new Logs(execId, ["pty"], {titles: {pty: `attempt #${n}: terminal output`}, ids: {pty: "logs"}})
+        : new Logs(execId, ["stdout", "stderr"], {titles: {stdout: `attempt #${n}: stdout`, stderr: "stderr"},
+                                                   ids: {stdout: "logs", stderr: "stderr"}});
+      this.open = [logs];
+      replace(this.panes, logs.roots);
     }
   }
 
