@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.sync_api import Error as PlaywrightError
 
 from tests.harness import TETHER, DaemonProc, RawConn, new_home, remove_home, wait_for
 from tests.webpage import Web, chromium, need_browser, open_page
@@ -421,7 +422,7 @@ def attempt(what, path, method="GET", headers=None):
     except OSError as e:
         results.append([what, path, f"unreachable: {e}"])
 
-deadline = time.time() + 60
+deadline = time.time() + 20  # then attack with whatever it has (nothing, if unvisited)
 while not seen and time.time() < deadline:
     time.sleep(0.1)
 time.sleep(1)
@@ -468,14 +469,19 @@ def test_an_agent_in_a_bwrap_sandbox_gets_nothing_from_the_dashboard(
             page = open_page(ctx, w.url)
             key = page.evaluate("() => localStorage.getItem('tether.session')")
             visit = ctx.new_page()
-            visit.goto(f"http://127.0.0.1:{port}/")
+            try:
+                visit.goto(f"http://127.0.0.1:{port}/", timeout=10000)
+                visited = True
+            except PlaywrightError:  # the agent has a network of its own: unreachable too
+                visited = False
             report = json.loads(wait_for(lambda: (work / "attack.json").exists() and
                                          (work / "attack.json").read_text(), 60,
                                          what="the agent's report"))
             page.reload()
             page.wait_for_selector("#daemon.ok")
         blob = json.dumps(report["seen"])
-        assert report["seen"] and w.token not in blob and key not in blob, report["seen"]
+        assert report["seen"] or not visited, "the browser's visit did not reach the agent"
+        assert w.token not in blob and key not in blob, report["seen"]
         statuses = [res[2] for res in report["results"] if res[1]]
         assert statuses and all(s in (401, 403) or str(s).startswith("unreachable")
                                 for s in statuses), report["results"]
