@@ -6,7 +6,7 @@ BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo demo-fleet test test-fast lint typecheck unit bench chaos agents test-agents clean
+.PHONY: demo demo-fleet test test-fast lint typecheck unit bench chaos agents test-agents screenshots clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "tether needs Python 3.11+"'
@@ -64,6 +64,10 @@ else
 	bash .ci/agents.sh $(AGENTS_DIR)
 	TETHER_AGENTS_DIR=$(AGENTS_DIR) TETHER_REQUIRE_AGENTS=1 $(BIN)/pytest -n 2 --dist loadgroup tests/realcli $(PYTEST_ARGS)
 endif
+
+# docs/screenshots/*.png: the dashboard's views as its browser tests leave them (chromium).
+screenshots: $(STAMP)
+	TETHER_SCREENSHOTS=docs/screenshots $(BIN)/pytest -q tests/e2e/test_web.py
 
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)

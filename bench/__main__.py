@@ -33,6 +33,7 @@ from bench import (
     store_check,
     terminal,
     web,
+    web_scale,
 )
 from bench.harness import (
     BenchResult,
@@ -63,6 +64,7 @@ BENCHMARKS: dict[str, Runner] = {
     "cost": lambda o, c: cost.run(o),
     "outbox": lambda o, c: outbox.run(o),
     "web": lambda o, c: web.run(o),
+    "web_scale": lambda o, c: web_scale.run(o),
     "scheduler": lambda o, c: scheduler.run(o),
     "retention": lambda o, c: retention.run(o),
     "fleet": lambda o, c: fleet.run(o),
@@ -73,7 +75,8 @@ ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "
            "sandbox": "sandboxes", "docker": "sandboxes", "flood": "floods",
            "quick_check": "store_check", "store": "store_check",
            "startup": "cli", "hook": "cli", "rollup": "digest", "webhooks": "outbox",
-           "webhook": "outbox", "dashboard": "web", "schedule": "scheduler",
+           "webhook": "outbox", "dashboard": "web", "dashboard_scale": "web_scale",
+           "schedule": "scheduler",
            "cron": "scheduler", "prune": "retention", "pgstore": "store_backends",
            "postgres": "store_backends"}
 

@@ -3,11 +3,12 @@ keystroke through its terminal bridge beside ``tether attach``'s SDK path.
 
 * RPC: ``daemon.health`` round trips/s on one raw connection for a few seconds, while
   execs are started at ~20/s, without and then with ``tether web`` running, a
-  server-sent-event stream of the journal open and consumed, and ``/api/state``
-  fetched every second (what an open page does).
-* Events to browser: headless chromium (Debian's) on the page; an ``EventSource`` on
-  ``/api/events`` records when each event arrives; latency = arrival minus the moment
-  ``exec.start`` was sent (one clock).
+  server-sent-event stream of the journal open and consumed, and ``/api/overview``
+  fetched every second (more than an open page does: it asks only after a change).
+* Events to browser: headless chromium (Debian's) on the page; a ``fetch`` stream of
+  ``/api/events`` (with the page's key, as the page reads it) records when each event
+  arrives; latency = arrival minus the moment ``exec.start`` was sent (one clock).
+  ``bench/web_scale.py`` measures the views themselves with 10,000 execs.
 * Keystroke echo: one byte into ``cat`` on a terminal and its echo back, through the
   WebSocket bridge (``/api/term``) and through the SDK's ``Attachment`` (the same
   monitor protocol ``tether attach`` speaks), alternating. The browser's own rendering
@@ -73,7 +74,7 @@ def _page_reader(base: str, token: str, stop: threading.Event) -> None:
                 pass
     threading.Thread(target=stream, daemon=True).start()
     while not stop.is_set():
-        with urllib.request.urlopen(urllib.request.Request(base + "/api/state",
+        with urllib.request.urlopen(urllib.request.Request(base + "/api/overview",
                                                            headers=hdr)) as r:
             r.read()
         stop.wait(1.0)
@@ -90,11 +91,19 @@ def _browser_latency(base_url: str, c: Client, n: int) -> list[float]:
         pg.goto(base_url)
         pg.wait_for_selector("#daemon.ok", timeout=30000)
         last = max((e.gseq for e in c.events_list(since=0, limit=1000).events), default=0)
-        pg.evaluate("""(since) => { window.__arrivals = {};
-            const es = new EventSource('/api/events?since=' + since);
-            es.onmessage = (m) => { const ev = JSON.parse(m.data);
-              if (ev.type === 'exec.state' && ev.state === 'PENDING')
-                window.__arrivals[ev.exec] = Date.now(); }; }""", last)
+        pg.evaluate("""async (since) => { window.__arrivals = {};
+            const key = localStorage.getItem('tether.session');
+            const r = await fetch('/api/events?since=' + since,
+                                  {headers: {Authorization: 'Bearer ' + key}});
+            const reader = r.body.getReader(); const dec = new TextDecoder(); let buf = '';
+            (async () => { for (;;) { const {value, done} = await reader.read(); if (done) return;
+              buf += dec.decode(value, {stream: true}); let i;
+              while ((i = buf.indexOf('\\n\\n')) >= 0) { const block = buf.slice(0, i);
+                buf = buf.slice(i + 2);
+                for (const line of block.split('\\n')) if (line.startsWith('data: ')) {
+                  const ev = JSON.parse(line.slice(6));
+                  if (ev.type === 'exec.state' && ev.state === 'PENDING')
+                    window.__arrivals[ev.exec] = Date.now(); } } } })(); }""", last)
         for _ in range(n):
             t0 = time.time() * 1000
             x = c.exec_start(["true"])
@@ -178,7 +187,7 @@ def run(opts: Options) -> BenchResult:
             if shutil.which("chromium"):
                 lat = summarize_ms(_browser_latency(url, c, samples))
                 data["events_to_browser_ms"] = lat
-                rows.append(Row("web", "event to the browser (exec.start → EventSource) p50",
+                rows.append(Row("web", "event to the browser (exec.start → the page's stream) p50",
                                 fmt_ms(float(lat["p50"])), ""))
                 rows.append(Row("web", "  p99", fmt_ms(float(lat["p99"])), ""))
             else:

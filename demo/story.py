@@ -640,7 +640,9 @@ class Story:
         self.chapter(
             "A dashboard in the browser",
             "`tether web` serves the same state live on 127.0.0.1, behind a token kept 0600 "
-            "in the home: agents and their context, what needs you, logs, a terminal.")
+            "in the home (traded for a session key, never a cookie): what needs you, agents "
+            "and their attempts, execs with filters and paging, stdout beside stderr, a "
+            "terminal — each view at its own URL.")
         proc = subprocess.Popen([*TETHER, "web", "--port", "0"], cwd=self.work, env=self.env,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 start_new_session=True)
@@ -651,12 +653,13 @@ class Story:
             self.say(line)
             url = line.split(" ", 2)[-1]
             base, token = url.split("/?token=")
-            req = urllib.request.Request(base + "/api/state",
+            req = urllib.request.Request(base + "/api/execs?limit=500",
                                          headers={"Authorization": f"Bearer {token}"})
             with urllib.request.urlopen(req, timeout=10) as r:
-                state = json.loads(r.read())
-            self.check({x["id"] for x in state["execs"]} >= set(self.ids.values()),
-                       "the dashboard's /api/state lists every exec of this story")
+                page = json.loads(r.read())
+            self.check({x["id"] for x in page["execs"]} >= set(self.ids.values()),
+                       f"the dashboard's execs view lists every exec of this story "
+                       f"({page['total']} in all)")
             if os.environ.get("TETHER_DEMO_SERVE") == "1":
                 self.say(f"Open {url} — serving until Ctrl-C (TETHER_DEMO_SERVE=1).")
                 with contextlib.suppress(KeyboardInterrupt):

@@ -313,3 +313,33 @@ def test_very_long_timeouts_and_graces_are_fine(daemon: DaemonProc) -> None:
     c.exec_cancel(x.id, signal="INT", grace=3e6)  # sleep dies of SIGINT at once
     done = c.exec_wait(x.id, timeout=10)
     assert (done.state, done.signal) == ("CANCELLED", signal.SIGINT)
+
+
+def test_lists_page_and_filter_over_the_socket(daemon: DaemonProc, tmp_path: Path) -> None:
+    """``exec.list``, ``lineage.list`` and ``events.list`` as a dashboard pages them: a
+    page of the newest, how many match, by state, sandbox and text; the newest events."""
+    from tests.harness import RawConn
+
+    c = daemon.client()
+    ids = [c.exec_start(["echo", f"word{i}"], name=f"pager-{i}").id for i in range(6)]
+    for x in ids:
+        c.exec_wait(x, timeout=20)
+    live = c.exec_start(["sleep", "30"], name="sleeper")
+    page = c.exec_page(limit=4, offset=1)
+    assert [x.id for x in page.execs] == [*ids[::-1][:4]] and page.total == 7
+    assert c.exec_page(states=["RUNNING"]).execs[0].id == live.id
+    assert [x.id for x in c.exec_page(query="word3").execs] == [ids[3]]
+    assert c.exec_page(query="PAGER-", sandbox="default").total == 6
+    assert [x.id for x in c.exec_list()] == [live.id]  # without paging: as before
+    assert c.lineage_page(statuses=["ACTIVE"]).total == 0
+    with RawConn(daemon.socket) as conn:
+        for bad in ({"limit": 0}, {"limit": 1001}, {"offset": -1}, {"states": ["DONE"]},
+                    {"query": "x" * 257}):
+            reply = conn.call("exec.list", bad)
+            assert reply["error"]["data"]["code"] == "INVALID_PARAMS", (bad, reply)
+        reply = conn.call("events.list", {"last": True, "sandbox": "default"})
+        assert reply["error"]["data"]["code"] == "INVALID_PARAMS"
+    every = c.events_list(since=0, limit=1000).events
+    newest = c.events_list(last=True, limit=3)
+    assert newest.events == every[-3:] and newest.next == every[-1].gseq
+    assert c.events_list(last=True, limit=3, since=every[-2].gseq).events == every[-1:]

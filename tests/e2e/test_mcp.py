@@ -19,10 +19,12 @@ from tests.harness import DaemonProc, wait_for
 pytestmark = pytest.mark.timeout(90)
 
 
-def _session(daemon: DaemonProc, body: Callable[[ClientSession], Awaitable[None]]) -> None:
+def _session(daemon: DaemonProc, body: Callable[[ClientSession], Awaitable[None]],
+             cwd: Path | None = None) -> None:
+    """``cwd``: where the MCP client starts ``tether mcp`` (its project, for Claude Code)."""
     params = StdioServerParameters(
         command=sys.executable, args=["-m", "tether.cli.main", "--home", str(daemon.home),
-                                      "mcp"], env=dict(daemon.env))
+                                      "mcp"], env=dict(daemon.env), cwd=cwd)
 
     async def run() -> None:
         with open(daemon.home / "mcp-stderr.log", "w") as errlog:
@@ -154,3 +156,58 @@ def test_schedule_cost_digest_and_finish_tools(daemon: DaemonProc, tmp_path: Pat
         assert again.is_error and again.structured_content["error"]["code"] == "LINEAGE_NOT_FOUND"  # type: ignore[index]
 
     _session(daemon, body)
+
+
+def test_commands_run_sandboxed_in_the_project_or_are_refused_never_unsandboxed(
+        tmp_path: Path) -> None:
+    """Under the product's default sandbox (``auto``: bwrap), with the official client:
+    started from its client's project directory, ``exec_start`` (no cwd) runs sandboxed
+    there; from a home directory, or with ``cwd`` ``/``, it is refused with a tool error,
+    and a scheduled job there fails its runs: nothing runs unsandboxed."""
+    import shutil
+    import uuid
+
+    from tests.harness import new_home, remove_home
+    from tether.runtime import bwrap
+
+    probe = bwrap.probe()
+    if not probe.available:
+        pytest.skip(f"bwrap: {probe.reason}")
+    user_home = Path(f"/home/tethermcp-{uuid.uuid4().hex[:8]}")
+    (user_home / ".ssh").mkdir(parents=True)
+    (user_home / ".ssh" / "id_ed25519").write_text("key")
+    project = user_home / "src" / "app"
+    project.mkdir(parents=True)
+    d = DaemonProc(new_home(), env={"TETHER_DEFAULT_RUNTIME": "auto", "HOME": str(user_home)})
+    d.start()
+    probe_cmd = (f"pwd; test -e {user_home}/.ssh/id_ed25519 && echo sees-ssh; "
+                 f"test -S {d.home}/tether.sock && echo sees-tether; echo done")
+
+    async def in_project(session: ClientSession) -> None:
+        started = await _call(session, "exec_start", argv=["sh", "-c", probe_cmd])
+        assert started["exec"]["notice"] is None
+        done = await _call(session, "exec_wait", exec=started["exec"]["id"], timeout=30)
+        assert done["exec"]["exit_code"] == 0
+        logs = await _call(session, "exec_logs", exec=started["exec"]["id"])
+        assert logs["text"] == f"{project}\ndone\n"  # sandboxed: no ssh key, no tether home
+
+    async def in_home(session: ClientSession) -> None:
+        for args in ({"argv": ["sh", "-c", "id"]}, {"argv": ["id"], "cwd": "/"}):
+            refused = await session.call_tool("exec_start", args)
+            assert refused.is_error, refused
+            err = refused.structured_content["error"]  # type: ignore[index]
+            assert err["code"] == "CANNOT_SANDBOX_HERE", err
+            assert "not run unsandboxed" in err["message"]
+        await _call(session, "schedule_add", name="rooted", argv=["id"], every=3600, cwd="/")
+        await _call(session, "schedule_run_now", job="rooted")
+        c = d.client()
+        wait_for(lambda: c.schedule_list()[0].last_state == "FAILED", 20, what="the run")
+        assert [x for x in c.exec_list(all=True) if x.notice] == []
+
+    try:
+        _session(d, in_project, cwd=project)
+        _session(d, in_home, cwd=user_home)
+    finally:
+        d.cleanup()
+        remove_home(d.home)
+        shutil.rmtree(user_home, ignore_errors=True)

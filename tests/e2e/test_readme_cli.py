@@ -64,19 +64,26 @@ def test_messages_are_printed_as_written(daemon: DaemonProc, tmp_path: Path) -> 
     assert b"add a [[price]] for it to" in r.stderr, r.stderr
 
 
-def test_the_readmes_socket_example_runs_without_a_cwd(stopped_daemon: DaemonProc) -> None:
-    # README, "Any language": exec.start with only argv. Where bwrap works the default
-    # sandbox runs it unsandboxed (from /) and says so, as from any non-project directory.
+def test_the_readmes_socket_example_runs_in_its_project_directory(
+        stopped_daemon: DaemonProc, tmp_path: Path) -> None:
+    # README, "Any language": exec.start with argv and cwd runs there, sandboxed where
+    # bwrap works; without a cwd the default sandbox has no project directory to give it,
+    # and a raw caller is refused rather than run unsandboxed.
     daemon = stopped_daemon
     daemon.start(env={"TETHER_DEFAULT_RUNTIME": "auto"})
+    app = tmp_path / "app"
+    app.mkdir()
     with RawConn(daemon.socket) as conn:
-        x = conn.result("exec.start", {"argv": ["pwd"]})
+        x = conn.result("exec.start", {"argv": ["pwd"], "cwd": str(app)})
+        bare = conn.call("exec.start", {"argv": ["pwd"]})
     with daemon.client() as c:
         assert c.exec_wait(x["id"]).exit_code == 0
-        assert b"".join(c.read_logs(x["id"])) == b"/\n"
-        notice = c.exec_get(x["id"]).notice
-    if c.status().runtimes["bwrap"].available:
-        assert notice is not None and "no working directory" in notice, notice
+        assert b"".join(c.read_logs(x["id"])) == f"{app}\n".encode()
+        assert c.exec_get(x["id"]).notice is None
+        bwrap = c.status().runtimes["bwrap"].available
+    if bwrap:
+        assert bare["error"]["data"]["code"] == "CANNOT_SANDBOX_HERE", bare
+        assert "give cwd: a project directory" in bare["error"]["message"], bare
 
 
 def test_hook_add_says_what_is_wrong_with_a_url(daemon: DaemonProc) -> None:

@@ -33,7 +33,7 @@ from tether.model.states import (
     can_transition,
 )
 from tether.store import SchemaTooNew, Store, StoreCorrupt
-from tether.store.base import CoreStore
+from tether.store.base import CoreStore, Page
 
 REQUIRE_PG = os.environ.get("TETHER_REQUIRE_POSTGRES") == "1"
 _db = itertools.count()
@@ -298,6 +298,49 @@ def test_sandboxes_execs_and_lineages_round_trip(backend: Backend) -> None:
     s.transition_sandbox(sb.id, SandboxState.DELETED)
     assert s.find_sandboxes("box") == []
     assert [x.id for x in s.list_sandboxes(include_deleted=True)] == ["default", sb.id]
+
+
+def test_lists_are_filtered_searched_and_paged_newest_first(backend: Backend) -> None:
+    """``exec.list``/``lineage.list``'s paging: the same rows, count and order on both."""
+    s = backend.open()
+    made = []
+    for i in range(7):
+        rec = ExecRecord(id=s.reserve_id("exec"), sandbox="default", state="PENDING",
+                         name=f"Build-{i}" if i % 2 else None,
+                         spec=ExecSpec(argv=["make", f"target{i}", "-j4"]))
+        s.create_exec(rec)
+        made.append(rec.id)
+    s.transition_exec(made[3], ExecState.RUNNING)
+    every, total = s.page_execs(Page())
+    assert [x.id for x in every] == made and total == 7
+    page, total = s.page_execs(Page(limit=3, offset=2, newest_first=True))
+    assert [x.id for x in page] == made[::-1][2:5] and total == 7
+    hits, total = s.page_execs(Page(query="BUILD-"))  # names, ignoring ASCII case
+    assert [x.id for x in hits] == made[1::2] and total == 3
+    hits, total = s.page_execs(Page(query="target5 -j"))  # the command line
+    assert [x.id for x in hits] == [made[5]] and total == 1
+    hits, total = s.page_execs(Page(query=made[6][:8]))  # the id
+    assert [x.id for x in hits] == [made[6]]
+    hits, total = s.page_execs(Page(limit=10), states=("RUNNING",), sandbox="default")
+    assert [x.id for x in hits] == [made[3]] and total == 1
+    assert s.page_execs(Page(query="50%_'\\"))[1] == 0  # no wildcard, no quoting
+    assert s.page_execs(Page(limit=5, offset=100)) == ([], 7)
+    lins = []
+    for name, provider in (("fixer", "claude"), ("writer", "codex"), (None, "generic")):
+        lin = LineageRecord(id=s.reserve_id("lineage"), name=name,
+                            config=AgentConfig(argv=[provider], provider=provider,
+                                               worktree=f"/src/{name or 'x'}-tree"))
+        s.create_lineage(lin)
+        lins.append(lin.id)
+    s.update_lineage(lins[1], status=LineageStatus.ORPHANED, reason="died")
+    got, total = s.page_lineages(Page(limit=2, newest_first=True))
+    assert [x.id for x in got] == lins[::-1][:2] and total == 3
+    got, total = s.page_lineages(Page(query="CODEX"))
+    assert [x.id for x in got] == [lins[1]] and total == 1
+    got, total = s.page_lineages(Page(query="x-tree"))
+    assert [x.id for x in got] == [lins[2]]
+    got, total = s.page_lineages(Page(), statuses=("ACTIVE",))
+    assert [x.id for x in got] == [lins[0], lins[2]] and total == 2
 
 
 def test_concurrent_writers_number_the_journal_without_gaps(backend: Backend) -> None:

@@ -131,18 +131,22 @@ class _Api:
                    timeout: float | None = None, name: str | None = None,
                    kill_grace: float | None = None, request_key: str | None = None,
                    tty: bool = False, stdin: bool = False, rows: int | None = None,
-                   cols: int | None = None) -> Request[r.ExecView]:
+                   cols: int | None = None, unconfined_ok: bool = False,
+                   ) -> Request[r.ExecView]:
         """Start ``argv``. A request key makes retries (after a reconnect) start it once.
 
         ``tty`` gives it a terminal (attach with ``Client.attach``); ``stdin`` keeps
-        its input open for attached clients.
+        its input open for attached clients. In the default sandbox, ``cwd`` should be a
+        project directory (the sandbox's writable place): where the sandbox cannot confine
+        the command the daemon refuses (``CANNOT_SANDBOX_HERE``), unless
+        ``unconfined_ok`` asks it to run unsandboxed with a notice, as ``tether run`` does.
         """
         return Request("exec.start", {
             "argv": list(argv), "sandbox": sandbox, "env": env, "cwd": cwd,
             "timeout": timeout, "name": name, "kill_grace": kill_grace,
             "request_key": request_key or _request_key(),
-            "tty": tty or None, "stdin": stdin or None, "rows": rows, "cols": cols},
-            r.ExecView)
+            "tty": tty or None, "stdin": stdin or None, "rows": rows, "cols": cols,
+            "unconfined_ok": unconfined_ok or None}, r.ExecView)
 
     @rpc
     def exec_get(self, exec: str) -> Request[r.ExecView]:
@@ -153,6 +157,17 @@ class _Api:
                   all: bool = False) -> Request[list[r.ExecView]]:
         return Request("exec.list", {"sandbox": sandbox, "all": all}, r.ExecList,
                        lambda x: x.execs)
+
+    @rpc
+    def exec_page(self, *, sandbox: str | None = None, states: Sequence[str] | None = None,
+                  query: str | None = None, limit: int = 50, offset: int = 0,
+                  newest_first: bool = True) -> Request[r.ExecList]:
+        """One page of execs (``execs``) and how many match (``total``): by sandbox,
+        states (default: every state), and a text in the id, name or command line."""
+        return Request("exec.list", {
+            "sandbox": sandbox, "all": True, "states": list(states) if states else None,
+            "query": query or None, "limit": limit, "offset": offset,
+            "newest_first": newest_first}, r.ExecList)
 
     @rpc
     def exec_wait(self, exec: str, *, timeout: float | None = None) -> Request[r.ExecView]:
@@ -194,9 +209,11 @@ class _Api:
     @rpc
     def events_list(self, *, since: int = 0, sandbox: str | None = None,
                     limit: int | None = None, epoch: str | None = None,
-                    ) -> Request[r.EventPage]:
+                    last: bool = False) -> Request[r.EventPage]:
+        """Events after ``since``, oldest first; ``last``: the newest ``limit`` of them
+        (still oldest first), e.g. to show recent events and follow from ``next``."""
         return Request("events.list", {"since": since, "sandbox": sandbox, "limit": limit,
-                                       "epoch": epoch}, r.EventPage)
+                                       "epoch": epoch, "last": last or None}, r.EventPage)
 
     # agents: supervising them
     @rpc
@@ -234,6 +251,17 @@ class _Api:
     @rpc
     def lineage_list(self, *, all: bool = False) -> Request[list[r.LineageView]]:
         return Request("lineage.list", {"all": all}, r.LineageList, lambda x: x.lineages)
+
+    @rpc
+    def lineage_page(self, *, statuses: Sequence[str] | None = None,
+                     query: str | None = None, limit: int = 50, offset: int = 0,
+                     newest_first: bool = True) -> Request[r.LineageList]:
+        """One page of lineages (``lineages``) and how many match (``total``): by status
+        (default: every status) and a text in the id, name, provider or worktree."""
+        return Request("lineage.list", {
+            "all": True, "statuses": list(statuses) if statuses else None,
+            "query": query or None, "limit": limit, "offset": offset,
+            "newest_first": newest_first}, r.LineageList)
 
     @rpc
     def lineage_get(self, lineage: str) -> Request[r.LineageView]:
@@ -374,14 +402,16 @@ class _Api:
                      queue: int | None = None, max_concurrent: int | None = None,
                      jitter: float | None = None,
                      missed: Literal["skip", "run-once"] | None = None,
-                     ) -> Request[r.JobView]:
+                     unconfined_ok: bool = False) -> Request[r.JobView]:
         """A job whose runs are execs of ``argv``: at each ``cron`` time (in ``tz``), or
-        every ``every`` seconds. Each fire time runs once, across daemon crashes."""
+        every ``every`` seconds. Each fire time runs once, across daemon crashes.
+        ``unconfined_ok``: as for :meth:`exec_start`, for each run."""
         return Request("schedule.add", {
             "name": name, "argv": list(argv), "cron": cron, "every": every, "tz": tz,
             "sandbox": sandbox, "env": env, "cwd": cwd, "timeout": timeout,
             "overlap": overlap, "queue": queue, "max_concurrent": max_concurrent,
-            "jitter": jitter, "missed": missed}, r.JobView)
+            "jitter": jitter, "missed": missed, "unconfined_ok": unconfined_ok or None},
+            r.JobView)
 
     @rpc
     def schedule_list(self, *, all: bool = False) -> Request[list[r.JobView]]:

@@ -248,6 +248,7 @@ class DiskUsage(_Reply):
 
 class ExecList(_Reply):
     execs: list[ExecView]
+    total: int | None = None  # how many match in all (a page holds some of them)
 
 
 class SandboxList(_Reply):
@@ -256,6 +257,7 @@ class SandboxList(_Reply):
 
 class LineageList(_Reply):
     lineages: list[LineageView]
+    total: int | None = None
 
 
 class DigestBuilt(_Reply):

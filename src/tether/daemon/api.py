@@ -46,6 +46,7 @@ from tether.rpc import messages as m
 from tether.rpc.server import Connection, Handler, Router
 from tether.runtime.registry import Runtimes
 from tether.store import Store
+from tether.store.base import Page
 
 
 class Daemon(Protocol):
@@ -254,15 +255,18 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         sb = sandboxes.resolve(p.sandbox)
         spec = msgspec.convert(p, ExecSpec, from_attributes=True)  # the params are one
         spec.stdin = p.stdin or p.tty
-        return xview(await execs.start(sb, spec, p.request_key))
+        return xview(await execs.start(sb, spec, p.request_key,
+                                       unconfined_ok=p.unconfined_ok))
 
     async def exec_get(p: m.ExecRef, c: Connection) -> Any:
         return xview(execs.resolve(p.exec))
 
     async def exec_list(p: m.ExecList, c: Connection) -> Any:
         sb = sandboxes.resolve(p.sandbox).id if p.sandbox else None
-        states = None if p.all else ("PENDING", "RUNNING")
-        return {"execs": [xview(x) for x in store.list_execs(sandbox=sb, states=states)]}
+        states = tuple(p.states) if p.states else None if p.all else ("PENDING", "RUNNING")
+        rows, total = store.page_execs(
+            Page(p.limit, p.offset, p.newest_first, p.query), sandbox=sb, states=states)
+        return {"execs": [xview(x) for x in rows], "total": total}
 
     async def exec_wait(p: m.ExecWait, c: Connection) -> Any:
         return xview(await execs.wait(execs.resolve(p.exec), p.timeout))
@@ -311,9 +315,17 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         _same_epoch(p.epoch, p.since)
         sb = _stream(p.sandbox)
         _not_purged(sb, p.sandbox is not None, p.since)
-        evs = store.events_since(since=p.since, sandbox=sb, per_sandbox=p.sandbox is not None,
+        since = p.since
+        if p.last:
+            if p.sandbox is not None:
+                raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
+                                  "last reads the whole journal's newest events; it does not "
+                                  "combine with sandbox")
+            # gseq has no gaps above the floor: the newest `limit` are the last numbers.
+            since = max(since, store.last_gseq() - p.limit, d.retention.rs.floor_of(None))
+        evs = store.events_since(since=since, sandbox=sb, per_sandbox=p.sandbox is not None,
                                  limit=p.limit)
-        nxt = (evs[-1].seq if p.sandbox is not None else evs[-1].gseq) if evs else p.since
+        nxt = (evs[-1].seq if p.sandbox is not None else evs[-1].gseq) if evs else since
         return {"events": to_builtins(evs), "next": nxt, "epoch": store.epoch}
 
     def _stream(ref: str | None) -> str | None:
@@ -401,8 +413,11 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         return agents.reap()
 
     async def lineage_list(p: m.LineageList, c: Connection) -> Any:
-        statuses = None if p.all else tuple(LINEAGE_LIVE)
-        return {"lineages": [agents.view(x) for x in store.list_lineages(statuses)]}
+        statuses = (tuple(p.statuses) if p.statuses else None if p.all
+                    else tuple(LINEAGE_LIVE))
+        rows, total = store.page_lineages(Page(p.limit, p.offset, p.newest_first, p.query),
+                                          statuses=statuses)
+        return {"lineages": [agents.view(x) for x in rows], "total": total}
 
     async def lineage_get(p: m.LineageRef, c: Connection) -> Any:
         return agents.view(agents.resolve(p.lineage))

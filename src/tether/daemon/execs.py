@@ -66,6 +66,18 @@ def unsandboxed(problem: str) -> str:
             "refuse, or run unsandboxed without this notice")
 
 
+def not_confinable(problem: str, cwd: str | None) -> TetherError:
+    """Why an exec the default sandbox cannot confine is refused: only a caller that asked
+    for the fallback (``unconfined_ok``: ``tether run`` at its user's terminal) gets one.
+    The dashboard, MCP tools, the SDK and raw callers never run a command unsandboxed."""
+    hint = ("give cwd: a project directory, which becomes the sandbox's writable workspace"
+            if cwd is None else "start it from a project directory instead")
+    return TetherError(RpcCode.INVALID_PARAMS, CANNOT_CONFINE,
+                       f"the default sandbox cannot confine this command: {problem}; {hint} "
+                       "(or use a sandbox with a workspace); it is not run unsandboxed",
+                       {"problem": problem, "cwd": cwd})
+
+
 @dataclass
 class _Watch:
     pidfd: int | None  # None: no usable handles; the sweep loop polls it instead
@@ -150,7 +162,11 @@ class ExecService:
     # ------------------------------------------------------------------ start
     async def start(self, sandbox: SandboxRecord, spec: ExecSpec, request_key: str | None,
                     *, lineage: str | None = None, agent_view: AgentView | None = None,
-                    fence: MonitorFence | None = None) -> ExecRecord:
+                    fence: MonitorFence | None = None,
+                    unconfined_ok: bool = False) -> ExecRecord:
+        """Start ``spec`` in ``sandbox``. ``unconfined_ok``: where the ``auto`` default
+        sandbox cannot confine it (a system or home cwd), run it with the process runtime
+        and a notice instead of refusing — for ``tether run`` only; never without a cwd."""
         t0 = time.monotonic()
         if request_key:
             existing = self.store.exec_by_request_key(request_key)
@@ -176,14 +192,25 @@ class ExecService:
         req = ExecRequest(sandbox=sandbox, spec=spec, cwd=cwd, agent=agent_view,
                           tether_home=os.path.realpath(self.layout.root))
         notice = None
+        runtime = self.runtimes.get(sandbox.spec.runtime)
+        if (sandbox.id == DEFAULT_SANDBOX and self.default_falls_back and agent_view is None
+                and not unconfined_ok and runtime is self.runtimes.unconfined()):
+            # ``auto`` found no confining runtime on this host: every default exec would
+            # run unsandboxed, which only ``tether run`` accepts (on purpose, with
+            # ``--default-runtime process``, it is the user's choice and not refused).
+            _ok, why = self.runtimes.get("bwrap").available()
+            raise not_confinable(f"runtime auto found no sandbox on this host ({why})", cwd)
         try:
-            plan = self.runtimes.get(sandbox.spec.runtime).prepare_exec(req)
+            plan = runtime.prepare_exec(req)
         except TetherError as e:
             if not (e.code == CANNOT_CONFINE and sandbox.id == DEFAULT_SANDBOX
                     and self.default_falls_back and agent_view is None):
                 raise
+            problem = str(e.data.get("problem", e.message))
+            if not unconfined_ok or cwd is None:
+                raise not_confinable(problem, cwd) from None
             plan = self.runtimes.unconfined().prepare_exec(req)
-            notice = unsandboxed(str(e.data.get("problem", e.message)))
+            notice = unsandboxed(problem)
         exec_id = self.store.reserve_id("exec")
         rec = ExecRecord(id=exec_id, sandbox=sandbox.id, state=ExecState.PENDING,
                          spec=spec.without_env_values(), name=spec.name,

@@ -10,6 +10,7 @@ out of the server.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -46,6 +47,8 @@ class ExecStartArgs(msgspec.Struct, forbid_unknown_fields=True):
     argv: list[str]
     sandbox: str = "default"
     env: dict[str, str] | None = None
+    # A project directory: the default sandbox's writable place (default: this server's
+    # working directory). A system or home directory is refused, never run unsandboxed.
     cwd: str | None = None
     timeout: float | None = None  # seconds before it is cancelled
     name: str | None = None
@@ -120,7 +123,7 @@ class ScheduleAddArgs(msgspec.Struct, forbid_unknown_fields=True):
     tz: str | None = None  # default UTC
     sandbox: str | None = None
     env: dict[str, str] | None = None
-    cwd: str | None = None
+    cwd: str | None = None  # as exec_start's (default: this server's working directory)
     timeout: float | None = None  # seconds per run
     overlap: Literal["skip", "concurrent", "queue"] | None = None
 
@@ -177,6 +180,14 @@ def _json(value: Any) -> Any:
     return msgspec.to_builtins(value)
 
 
+def _here() -> str:
+    """The server's working directory: the project its MCP client (Claude Code, Codex)
+    started it in. Commands started through a tool run in the default sandbox with it
+    as their workspace; where it cannot be one the daemon refuses, and nothing here
+    ever asks for an unsandboxed run (``unconfined_ok``)."""
+    return os.getcwd()
+
+
 class Tools:
     """The tool table bound to one daemon (``home``): what ``server.py`` serves."""
 
@@ -216,9 +227,9 @@ class Tools:
         return {"lineage": _json(await self.client.lineage_get(a.lineage))}
 
     async def exec_start(self, a: ExecStartArgs) -> dict[str, Any]:
-        view = await self.client.exec_start(a.argv, sandbox=a.sandbox, env=a.env, cwd=a.cwd,
-                                            timeout=a.timeout, name=a.name, tty=a.tty,
-                                            stdin=a.stdin)
+        view = await self.client.exec_start(a.argv, sandbox=a.sandbox, env=a.env,
+                                            cwd=a.cwd or _here(), timeout=a.timeout,
+                                            name=a.name, tty=a.tty, stdin=a.stdin)
         return {"exec": _json(view)}
 
     async def agent_start(self, a: AgentStartArgs) -> dict[str, Any]:
@@ -272,7 +283,7 @@ class Tools:
     async def schedule_add(self, a: ScheduleAddArgs) -> dict[str, Any]:
         job = await self.client.schedule_add(
             a.name, a.argv, cron=a.cron, every=a.every, tz=a.tz, sandbox=a.sandbox,
-            env=a.env, cwd=a.cwd, timeout=a.timeout, overlap=a.overlap)
+            env=a.env, cwd=a.cwd or _here(), timeout=a.timeout, overlap=a.overlap)
         return {"job": _json(job)}
 
     async def schedule_run_now(self, a: JobRef) -> dict[str, Any]:
@@ -322,8 +333,9 @@ TOOLS: dict[str, Tool] = {t.name: t for t in (
           "heartbeat, current exec."),
     _tool("exec_get", ExecRef, "One exec: state, exit code, pid, agent."),
     _tool("lineage_get", LineageRef, "One agent lineage."),
-    _tool("exec_start", ExecStartArgs, "Start a command under tether; returns the exec "
-          "(its id for exec_wait, exec_logs, exec_input, exec_kill)."),
+    _tool("exec_start", ExecStartArgs, "Start a command under tether, sandboxed, with cwd "
+          "(a project directory; default: this server's) as its writable place; returns "
+          "the exec (its id for exec_wait, exec_logs, exec_input, exec_kill)."),
     _tool("agent_start", AgentStartArgs, "Start a supervised sub-agent (a lineage that "
           "tether revives when its context fills or it dies), optionally in its own git "
           "worktree for an issue."),

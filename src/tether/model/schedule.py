@@ -74,6 +74,10 @@ class JobSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     max_concurrent: int | None = None  # None: 1, or unbounded with overlap=concurrent
     jitter: float = 0.0  # seconds; each fire time is delayed by a stable part of it
     missed: Missed = "skip"
+    #: Runs the ``auto`` default sandbox cannot confine run unsandboxed with a notice
+    #: instead of failing (``exec.start``'s ``unconfined_ok``): jobs ``tether schedule
+    #: add`` made from its user's terminal only.
+    unconfined_ok: bool = False
 
     def limit(self) -> int:
         if self.max_concurrent is not None:

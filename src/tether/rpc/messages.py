@@ -116,15 +116,31 @@ class ExecStart(_P, ExecSpec, kw_only=True):
     cols: Annotated[int, Meta(ge=1, le=10000)] | None = None
     sandbox: NonEmpty = DEFAULT_SANDBOX
     request_key: RequestKey | None = None
+    #: Where the ``auto`` default sandbox cannot confine the command (a system or home
+    #: cwd), run it unsandboxed with a notice instead of refusing: ``tether run`` only.
+    unconfined_ok: bool = False
 
 
 class ExecRef(_P):
     exec: NonEmpty
 
 
+ExecStateName = Literal["PENDING", "RUNNING", "FINISHED", "FAILED", "CANCELLED"]
+LineageStatusName = Literal["ACTIVE", "ORPHANED", "ASK_PENDING", "REVIVING", "WAITING_LIMIT",
+                            "FINISHED", "REAPED", "FAILED"]
+PageLimit = Annotated[int, Meta(ge=1, le=1000)]
+Query = Annotated[str, Meta(max_length=256, pattern=r"^[^\x00]*\Z")]
+
+
 class ExecList(_P):
     sandbox: str | None = None
     all: bool = False
+    #: Only these states (instead of what ``all`` says).
+    states: Annotated[list[ExecStateName], Meta(min_length=1, max_length=5)] | None = None
+    query: Query | None = None  # in the id, name or command line, ignoring ASCII case
+    limit: PageLimit | None = None  # a page of at most this many (None: every match)
+    offset: Annotated[int, Meta(ge=0, le=2**31)] = 0
+    newest_first: bool = False
 
 
 class ExecWait(_P):
@@ -163,6 +179,8 @@ class EventsList(_P):
     sandbox: NonEmpty | None = None
     epoch: NonEmpty | None = None  # the journal epoch ``since`` was read in
     limit: Annotated[int, Meta(gt=0, le=10000)] = 1000
+    #: The newest ``limit`` events after ``since`` (still in cursor order), not the oldest.
+    last: bool = False
 
 
 class EventsSubscribe(_P):
@@ -245,6 +263,12 @@ class LineageRef(_P):
 
 class LineageList(_P):
     all: bool = False
+    #: Only these statuses (instead of what ``all`` says).
+    statuses: Annotated[list[LineageStatusName], Meta(min_length=1, max_length=8)] | None = None
+    query: Query | None = None  # in the id, name, provider or worktree
+    limit: PageLimit | None = None
+    offset: Annotated[int, Meta(ge=0, le=2**31)] = 0
+    newest_first: bool = False
 
 
 class LineageFinish(_P):
@@ -342,6 +366,7 @@ class ScheduleAdd(_P):
     max_concurrent: Annotated[int, Meta(ge=1, le=10000)] | None = None
     jitter: Seconds = 0.0
     missed: Literal["skip", "run-once"] = "skip"
+    unconfined_ok: bool = False  # as exec.start's: each run's
 
 
 class ScheduleRef(_P):

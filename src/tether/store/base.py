@@ -14,6 +14,7 @@ of it: they are SQLite-only and reach the SQLite connection directly.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from tether.model.records import (
@@ -31,6 +32,19 @@ DAEMON_STREAM = ""
 
 class SchemaTooNew(Exception):
     """The database was migrated by a newer tether than this one."""
+
+
+@dataclass(frozen=True)
+class Page:
+    """Which rows of a filtered list to return (``exec.list``, ``lineage.list``): at most
+    ``limit`` (all when None) after skipping ``offset``, in creation order or newest
+    first. ``query`` keeps rows whose id, name or command (for a lineage: provider and
+    worktree) contain it, ignoring ASCII case."""
+
+    limit: int | None = None
+    offset: int = 0
+    newest_first: bool = False
+    query: str | None = None
 
 
 class CoreStore(Protocol):
@@ -99,6 +113,11 @@ class CoreStore(Protocol):
     def list_execs(self, *, sandbox: str | None = None,
                    states: tuple[str, ...] | None = None) -> list[ExecRecord]: ...
 
+    def page_execs(self, page: Page, *, sandbox: str | None = None,
+                   states: tuple[str, ...] | None = None) -> tuple[list[ExecRecord], int]:
+        """One page of the execs that match, and how many match in all."""
+        ...
+
     def count_execs(self) -> dict[str, int]: ...
 
     def transition_exec(self, ident: str, to: ExecState, *, reason: str | None = None,
@@ -116,6 +135,11 @@ class CoreStore(Protocol):
 
     def list_lineages(self, statuses: tuple[str, ...] | None = None,
                       ) -> list[LineageRecord]: ...
+
+    def page_lineages(self, page: Page, *, statuses: tuple[str, ...] | None = None,
+                      ) -> tuple[list[LineageRecord], int]:
+        """One page of the lineages that match, and how many match in all."""
+        ...
 
     def update_lineage(self, ident: str, *, status: LineageStatus | None = None,
                        event: str | None = None, reason: str | None = None,

@@ -32,7 +32,7 @@ from tether.model.records import (
     SandboxSpec,
 )
 from tether.model.states import ExecState, LineageStatus, SandboxState, check_transition
-from tether.store.base import DAEMON_STREAM, SchemaTooNew
+from tether.store.base import DAEMON_STREAM, Page, SchemaTooNew
 from tether.store.pg_migrations import LOCK_KEY, MIGRATIONS
 
 _enc = msgspec.json.Encoder()
@@ -40,6 +40,13 @@ _dec_sandbox = msgspec.json.Decoder(SandboxRecord)
 _dec_exec = msgspec.json.Decoder(ExecRecord)
 _dec_event = msgspec.json.Decoder(Event)
 _dec_lineage = msgspec.json.Decoder(LineageRecord)
+# As the SQLite store's: where a list's ``query`` is looked for (lower-cased).
+_EXEC_TEXT = ("strpos(lower(id || ' ' || COALESCE(name, '') || ' ' || COALESCE((SELECT "
+              "string_agg(v, ' ') FROM jsonb_array_elements_text(record->'spec'->'argv') v), "
+              "'')), %s) > 0")
+_LINEAGE_TEXT = ("strpos(lower(id || ' ' || COALESCE(name, '') || ' ' || COALESCE(record->"
+                 "'config'->>'provider', '') || ' ' || COALESCE(record->'config'->>'worktree', "
+                 "'')), %s) > 0")
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -359,6 +366,32 @@ class PgStore:
             args.append(list(states))
         return self._execs(sql + " ORDER BY n", tuple(args))
 
+    def page_execs(self, page: Page, *, sandbox: str | None = None,
+                   states: tuple[str, ...] | None = None) -> tuple[list[ExecRecord], int]:
+        where: list[str] = ["true"]
+        args: list[Any] = []
+        if sandbox is not None:
+            where.append("sandbox_id = %s")
+            args.append(sandbox)
+        if states:
+            where.append("state = ANY(%s)")
+            args.append(list(states))
+        if page.query:
+            where.append(_EXEC_TEXT)
+            args.append(page.query.lower())
+        rows, total = self._page("execs", " AND ".join(where), args, page)
+        return [_dec_exec.decode(r) for r in rows], total
+
+    def _page(self, table: str, where: str, args: list[Any], page: Page,
+              ) -> tuple[list[str], int]:
+        row = self._db.execute(f"SELECT COUNT(*) FROM {table} WHERE {where}",
+                               tuple(args)).fetchone()
+        total = int(row[0]) if row is not None else 0
+        sql = (f"SELECT record::text FROM {table} WHERE {where} ORDER BY n "
+               + ("DESC" if page.newest_first else "ASC") + " LIMIT %s OFFSET %s")
+        rows = self._db.execute(sql, (*args, page.limit, page.offset)).fetchall()
+        return [r[0] for r in rows], total
+
     def count_execs(self) -> dict[str, int]:
         rows = self._db.execute("SELECT state, COUNT(*) FROM execs GROUP BY state").fetchall()
         return {str(s): int(n) for s, n in rows}
@@ -420,6 +453,19 @@ class PgStore:
             return self._lineages("SELECT record::text FROM lineages WHERE status = ANY(%s) "
                                   "ORDER BY n", (list(statuses),))
         return self._lineages("SELECT record::text FROM lineages ORDER BY n", ())
+
+    def page_lineages(self, page: Page, *, statuses: tuple[str, ...] | None = None,
+                      ) -> tuple[list[LineageRecord], int]:
+        where: list[str] = ["true"]
+        args: list[Any] = []
+        if statuses:
+            where.append("status = ANY(%s)")
+            args.append(list(statuses))
+        if page.query:
+            where.append(_LINEAGE_TEXT)
+            args.append(page.query.lower())
+        rows, total = self._page("lineages", " AND ".join(where), args, page)
+        return [_dec_lineage.decode(r) for r in rows], total
 
     def update_lineage(self, ident: str, *, status: LineageStatus | None = None,
                        event: str | None = None, reason: str | None = None,

@@ -31,7 +31,7 @@ from tether.model.records import (
     SandboxSpec,
 )
 from tether.model.states import ExecState, LineageStatus, SandboxState, check_transition
-from tether.store.base import DAEMON_STREAM, SchemaTooNew
+from tether.store.base import DAEMON_STREAM, Page, SchemaTooNew
 from tether.store.migrations import MIGRATIONS
 from tether.store.ports import PortLeases
 from tether.store.schedules import ScheduleStore
@@ -41,6 +41,13 @@ _dec_sandbox = msgspec.json.Decoder(SandboxRecord)
 _dec_exec = msgspec.json.Decoder(ExecRecord)
 _dec_event = msgspec.json.Decoder(Event)
 _dec_lineage = msgspec.json.Decoder(LineageRecord)
+# What a list's ``query`` is looked for in (lower-cased, ASCII): an exec's id, name and
+# command line; a lineage's id, name, provider and worktree.
+_EXEC_TEXT = ("instr(lower(id || ' ' || COALESCE(name, '') || ' ' || COALESCE((SELECT "
+              "group_concat(value, ' ') FROM json_each(record, '$.spec.argv')), '')), ?) > 0")
+_LINEAGE_TEXT = ("instr(lower(id || ' ' || COALESCE(name, '') || ' ' || COALESCE(json_extract("
+                 "record, '$.config.provider'), '') || ' ' || COALESCE(json_extract(record, "
+                 "'$.config.worktree'), '')), ?) > 0")
 
 __all__ = ["DAEMON_STREAM", "SchemaTooNew", "Store", "StoreCorrupt"]
 
@@ -404,6 +411,33 @@ class Store:
         rows = self._db.execute(sql + " ORDER BY rowid", args).fetchall()
         return [_dec_exec.decode(r[0]) for r in rows]
 
+    def page_execs(self, page: Page, *, sandbox: str | None = None,
+                   states: tuple[str, ...] | None = None) -> tuple[list[ExecRecord], int]:
+        where: list[str] = ["1=1"]
+        args: list[Any] = []
+        if sandbox is not None:
+            where.append("sandbox_id = ?")
+            args.append(sandbox)
+        if states:
+            where.append(f"state IN ({','.join('?' * len(states))})")
+            args.extend(states)
+        if page.query:
+            where.append(_EXEC_TEXT)
+            args.append(page.query.lower())
+        rows, total = self._page("execs", " AND ".join(where), args, page)
+        return [_dec_exec.decode(r) for r in rows], total
+
+    def _page(self, table: str, where: str, args: list[Any], page: Page,
+              ) -> tuple[list[bytes], int]:
+        total = int(self._db.execute(f"SELECT COUNT(*) FROM {table} WHERE {where}",
+                                     args).fetchone()[0])
+        sql = (f"SELECT record FROM {table} WHERE {where} ORDER BY rowid "
+               + ("DESC" if page.newest_first else "ASC"))
+        if page.limit is not None or page.offset:
+            sql += " LIMIT ? OFFSET ?"
+            args = [*args, -1 if page.limit is None else page.limit, page.offset]
+        return [r[0] for r in self._db.execute(sql, args).fetchall()], total
+
     def count_execs(self) -> dict[str, int]:
         rows = self._db.execute("SELECT state, COUNT(*) FROM execs GROUP BY state").fetchall()
         return {str(s): int(n) for s, n in rows}
@@ -468,6 +502,19 @@ class Store:
             args.extend(statuses)
         rows = self._db.execute(sql + " ORDER BY rowid", args).fetchall()
         return [_dec_lineage.decode(r[0]) for r in rows]
+
+    def page_lineages(self, page: Page, *, statuses: tuple[str, ...] | None = None,
+                      ) -> tuple[list[LineageRecord], int]:
+        where: list[str] = ["1=1"]
+        args: list[Any] = []
+        if statuses:
+            where.append(f"status IN ({','.join('?' * len(statuses))})")
+            args.extend(statuses)
+        if page.query:
+            where.append(_LINEAGE_TEXT)
+            args.append(page.query.lower())
+        rows, total = self._page("lineages", " AND ".join(where), args, page)
+        return [_dec_lineage.decode(r) for r in rows], total
 
     def update_lineage(self, ident: str, *, status: LineageStatus | None = None,
                        event: str | None = None, reason: str | None = None,

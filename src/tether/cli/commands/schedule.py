@@ -117,7 +117,8 @@ def add(ctx: click.Context, name: str, cron: str | None, every: str | None, tz: 
         sandbox=sandbox, env=kv(envs, "env"), cwd=os.path.abspath(cwd or os.getcwd()),
         timeout=_duration(timeout, "--timeout"), overlap=overlap,  # type: ignore[arg-type]
         queue=queue_max, max_concurrent=max_concurrent,
-        jitter=_duration(jitter, "--jitter"), missed=missed)  # type: ignore[arg-type]
+        jitter=_duration(jitter, "--jitter"), missed=missed,  # type: ignore[arg-type]
+        unconfined_ok=True)
     if as_json:
         out.emit_json(job)
     else:

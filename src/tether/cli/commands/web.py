@@ -30,25 +30,21 @@ def _loopback(host: str) -> bool:
 @click.option("--read-only", is_flag=True, help="show everything, change nothing")
 @click.pass_obj
 def web(obj: Ctx, listen: str, port: int, unix_path: Path | None, read_only: bool) -> None:
-    """Serve the dashboard: sandboxes, execs, agents, a "needs you" list, live events,
-    logs and a terminal in the browser. Prints the URL with its token once."""
-    import uvicorn
-
-    from tether.web import auth
+    """Serve the dashboard: what needs you, agents with their timelines, execs with
+    filters and paging, logs (stdout beside stderr) and a terminal in the browser, live.
+    Prints the URL with its token once; the page swaps it for a session key."""
+    from tether.web import auth, server
     from tether.web.app import create_app
 
     obj.client().health()  # starts the daemon if none runs, as every command does
     token = auth.load_or_make(obj.home)
-    app = create_app(obj.home, token, read_only=read_only)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on",
-                            ws="websockets-sansio", proxy_headers=False)
-    server = uvicorn.Server(config)
     if unix_path is not None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         unix_path.unlink(missing_ok=True)
         sock.bind(str(unix_path))
         unix_path.chmod(0o600)
         where = f"unix:{unix_path} (send Authorization: Bearer <{obj.home / auth.TOKEN_FILE}>)"
+        loopback = False  # a reverse proxy in front says which Host it serves
     else:
         family = socket.AF_INET6 if ":" in listen else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -61,10 +57,12 @@ def web(obj: Ctx, listen: str, port: int, unix_path: Path | None, read_only: boo
         host, bound = sock.getsockname()[:2]
         shown = f"[{host}]" if family == socket.AF_INET6 else host
         where = f"http://{shown}:{bound}/?token={token}"
-        if not _loopback(listen):
+        loopback = _loopback(listen)
+        if not loopback:
             click.echo(f"tether web: warning: listening on {listen}, reachable from the "
                        "network; anyone with the URL's token can act on this home", err=True)
+    app = create_app(obj.home, token, read_only=read_only, loopback_only=loopback)
     sock.listen(128)
     click.echo(f"tether web: {where}" + (" (read-only)" if read_only else ""))
     sys.stdout.flush()
-    server.run(sockets=[sock])
+    server.serve(app, sock)

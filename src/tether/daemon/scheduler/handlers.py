@@ -21,7 +21,7 @@ def schedule_handlers(sched: Scheduler) -> dict[str, Handler]:
                        exec=ExecSpec(argv=p.argv, env=p.env, cwd=p.cwd, timeout=p.timeout,
                                      kill_grace=p.kill_grace),
                        overlap=p.overlap, queue=p.queue, max_concurrent=p.max_concurrent,
-                       jitter=p.jitter, missed=p.missed)
+                       jitter=p.jitter, missed=p.missed, unconfined_ok=p.unconfined_ok)
         return sched.view(sched.add(p.name, spec))
 
     async def list_(p: m.ScheduleList, c: Connection) -> Any:

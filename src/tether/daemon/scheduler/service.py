@@ -229,7 +229,8 @@ class Scheduler:
         try:
             sandbox = self.sandboxes.resolve(job.spec.sandbox)
             while True:
-                rec = await self.execs.start(sandbox, job.spec.exec, run.request_key())
+                rec = await self.execs.start(sandbox, job.spec.exec, run.request_key(),
+                                             unconfined_ok=job.spec.unconfined_ok)
                 if not (rec.state == ExecState.FAILED and rec.never_started):
                     break
                 if run.attempt + 1 >= MAX_ATTEMPTS:
