@@ -38,5 +38,11 @@ class AiderProvider(OutputProvider):
     resume_drop: Mapping[str, int] = {"-m": 1, "--message": 1, "--msg": 1,
                                              "-f": 1, "--message-file": 1,
                                              "--restore-chat-history": 0}
+    # Its state (analytics id, caches) and, read-only, its config and keys: the documented
+    # ``~/.aider.conf.yml``, ``~/.env``, ``~/.aider.model.settings.yml`` and
+    # ``~/.aider.model.metadata.json`` (https://aider.chat/docs/config.html).
+    home_config = (".aider",)
+    home_config_read_only = (".aider.conf.yml", ".env", ".aider.model.settings.yml",
+                             ".aider.model.metadata.json")
     notes = ("output heuristics: turns (prompt after 3 s of quiet), tokens from its usage "
              "line; resume by --restore-chat-history (documented)")

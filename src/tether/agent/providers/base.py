@@ -109,6 +109,11 @@ class Provider:
     usage_pattern: str | None = None
     # Where this profile comes from and how deep it goes (``tether`` docs, README).
     notes = ""
+    # What of the user's home a sandboxed session of this CLI sees besides every agent's
+    # config (``confinement.AGENT_CONFIG_PATHS``), relative to the home: read-write (its
+    # state), and read-only when they exist (its config and keys: Aider's ``~/.env``).
+    home_config: tuple[str, ...] = ()
+    home_config_read_only: tuple[str, ...] = ()
 
     def launch(self, argv: list[str], ctx: SessionContext) -> LaunchPlan:
         raise NotImplementedError
