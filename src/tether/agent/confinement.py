@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 
 import tether
-from tether.hostio.paths import is_within
-from tether.hostio.untrusted import NotRegular, open_regular
 from tether.agent.providers import get as get_provider
 from tether.agent.providers.base import Provider
+from tether.hostio.paths import is_within
+from tether.hostio.untrusted import NotRegular, open_regular
 from tether.model.records import AgentConfig
 from tether.runtime import bwrap as bwrap_runtime
 

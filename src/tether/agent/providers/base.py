@@ -54,7 +54,8 @@ class HookEvent:
     """One hook call, normalized.
 
     ``kind`` is one of: ``session_start`` (carries ``provider_session_id``),
-    ``turn_end`` (a completed turn), ``tool_request`` (asks whether a tool call
+    ``turn_start`` (the user or a prompt started a turn), ``turn_end`` (a completed
+    turn), ``tool_request`` (asks whether a tool call
     is allowed: ``tool_name``, ``tool_input``), ``pre_compact``, ``session_end``,
     ``waiting`` (the agent needs its user: journaled as ``agent.waiting``),
     ``other`` (refreshes the heartbeat only).
@@ -87,9 +88,6 @@ class Provider:
     name = "base"
     # Names of argv[0] (basename) that select this provider in ``tether run NAME ...``.
     commands: tuple[str, ...] = ()
-    # True when the agent passes the hook payload as the last argument (Codex's notify)
-    # instead of on stdin; the hook program must then not read stdin at all.
-    payload_in_argv = False
     # Regexes over an attempt's last output that say why it ended (tether.agent.exits):
     # usage limits, context exhaustion, a question for the user. Strings, compiled only
     # when an attempt ends (the hook program imports this module).
@@ -107,6 +105,11 @@ class Provider:
     context_pattern: str | None = None
     session_pattern: str | None = None
     usage_pattern: str | None = None
+    # A turn's end naming another session than the lineage's moves the lineage onto it
+    # (a session start it missed). False: the CLI ends turns of side threads too (Codex's
+    # task title), which are neither the lineage's turns nor its session; only a session
+    # start moves it.
+    follows_session_at_turn_end = True
     # Where this profile comes from and how deep it goes (``tether`` docs, README).
     notes = ""
     # What of the user's home a sandboxed session of this CLI sees besides every agent's

@@ -234,9 +234,19 @@ class Protocol:
                 "input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
                 "cache_read_tokens": u.cache_read_tokens,
                 "cache_creation_tokens": u.cache_creation_tokens}
-            if ev.provider_session_id and ev.provider_session_id != rec.provider_session_id:
+            other = ev.provider_session_id and ev.provider_session_id != rec.provider_session_id
+            if other and (rec.provider_session_id is None
+                          or provider.follows_session_at_turn_end):
                 ev.session_source = ev.session_source or "turn"  # learned at a turn's end
                 rec = self.follow_session(rec, provider_name, ev)
+            elif other:
+                # Another thread's turn (Codex's task-title request): not this lineage's
+                # turn, and never a reason to leave its session (only a session start is).
+                log.info("lineage %s: %s turn of session %s ignored (the lineage's is %s)",
+                         rec.id, provider_name, ev.provider_session_id,
+                         rec.provider_session_id)
+                return {"kind": "other", "allowed": True, "reason": "another session's turn",
+                        "stdout": b"", "exit_code": 0}
             await self.turn(rec, context_pct=u.context_pct if u else None, usage=usage,
                             model=ev.model, messages=ev.messages)
         elif ev.kind == "waiting":
