@@ -100,11 +100,16 @@ class Provider:
     turn_idle_seconds: float | None = None
     turn_end_pattern: str | None = None
     # Regexes over the CLI's output: group 1 is the context used, in percent; group 1
-    # the provider session id; groups 1 and 2 a turn's input and output tokens (with an
-    # optional k/M suffix). Read at a turn the daemon inferred from the output.
+    # the provider session id; groups 1 and 2 (or named ``input`` and ``output``) a turn's
+    # input and output tokens (with an optional k/M suffix; named groups ``cache_write``
+    # and ``cache_read`` the cache's).
+    # Read at a turn the daemon inferred from the output.
     context_pattern: str | None = None
     session_pattern: str | None = None
     usage_pattern: str | None = None
+    # Every turn of this CLI prints a ``usage_pattern`` line (one per model call): output
+    # without one is no turn (a banner, a local command, a redraw).
+    turn_needs_usage = False
     # A turn's end naming another session than the lineage's moves the lineage onto it
     # (a session start it missed). False: the CLI ends turns of side threads too (Codex's
     # task title), which are neither the lineage's turns nor its session; only a session

@@ -58,8 +58,9 @@ class AgentCore:
         self.hung_kills: set[str] = set()  # exec ids we cancelled as hung
         self.successor_wanted: list[str] = []  # DEAD lineages whose successor is due
         self.tool_calls: dict[str, int] = {}  # for heartbeat.json toolCallsCount
-        # lineage -> mtime of the output at its last inferred turn (CLIs without hooks).
-        self.output_marks: dict[str, float] = {}
+        # lineage -> (its attempt's exec, the offset of that attempt's output read so far)
+        # (CLIs without hooks: turns.py).
+        self.output_marks: dict[str, tuple[str, int]] = {}
         # Interactive sessions whose last turn ended: waiting for their user, not hung.
         self.awaiting_user: dict[str, float] = {}
         # One per lineage: turns, revivals and resolutions of a lineage never interleave.

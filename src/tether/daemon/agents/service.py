@@ -56,8 +56,9 @@ class AgentService:
         # lineage -> its end task (hand-off, companion, ports, archive), while it runs.
         self.ending: dict[str, asyncio.Task[None]] = {}
         self.protocol = Protocol(self.core, self.worktree)
+        self.attempts.output_turns = OutputTurns(self.core, self.protocol)
         self.ticker = Tick(self.core, self.attempts, self.worktree, tick_interval,
-                           OutputTurns(self.core, self.protocol))
+                           self.attempts.output_turns)
         self.wake = self.core.wake
         execs.on_terminal.append(self.attempts.on_exec_terminal)
         self.reload_providers()  # before recovery, which may resume a user provider's agent
