@@ -91,6 +91,8 @@ class Request:
     reply: Reply | None = None
     side: bool = False
     at: float = 0.0
+    #: The whole answer was written (a client killed while it waited got nothing).
+    delivered: bool = False
 
     @property
     def stream(self) -> bool:
@@ -114,10 +116,21 @@ class Request:
         return ""
 
 
+def codex_metadata(req: Request) -> dict[str, Any]:
+    """What Codex says of a request in its ``x-codex-turn-metadata`` header (thread,
+    turn, ``thread_source``), or {}."""
+    try:
+        meta = json.loads(req.headers.get("x-codex-turn-metadata") or "{}")
+    except ValueError:
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
 def is_codex_side_request(req: Request) -> bool:
-    """Codex's requests that are not the conversation's turns (its task-title thread)."""
-    instructions = (req.body or {}).get("instructions") or ""
-    return isinstance(instructions, str) and "title" in instructions.lower()[:400]
+    """Codex's requests that are not the conversation's turns: its task-title thread
+    (``thread_source: "thread_title"``, seen with codex-cli 0.171.0)."""
+    source = codex_metadata(req).get("thread_source")
+    return source is not None and source != "user"
 
 
 class FakeOpenAI:
@@ -129,6 +142,7 @@ class FakeOpenAI:
         self.requests: list[Request] = []
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
+        self._closing = threading.Event()
         self.side = side or (lambda req: Reply(text="Task title", tokens=Tokens(50, 5))
                              if is_codex_side_request(req) else None)
         fake = self
@@ -162,15 +176,21 @@ class FakeOpenAI:
                     return
                 reply = fake._choose(req)
                 if reply.delay:
-                    time.sleep(reply.delay)
+                    fake._closing.wait(reply.delay)
                 if reply.status != 200:
                     self._json(reply.status, reply.error or {"error": {
                         "message": "error", "type": "error"}}, reply.headers)
                     return
-                if path.endswith("/responses"):
-                    self._responses(req, reply)
-                else:
-                    self._chat(req, reply)
+                try:
+                    if path.endswith("/responses"):
+                        self._responses(req, reply)
+                    else:
+                        self._chat(req, reply)
+                except OSError:
+                    return  # the client is gone (killed while it waited)
+                with fake.lock:
+                    req.delivered = True
+                    fake.changed.notify_all()
 
             # ------------------------------------------------------------ replies
             def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None,
@@ -305,8 +325,9 @@ class FakeOpenAI:
             return [r for r in self.requests if r.reply is not None and not r.side]
 
     def served(self) -> Tokens:
-        """The sum of the token counts served to the conversation."""
-        rs = [r.reply for r in self.turns() if r.reply is not None]
+        """The sum of the token counts the conversation was served (answers delivered
+        whole: not one its client was killed waiting for)."""
+        rs = [r.reply for r in self.turns() if r.reply is not None and r.delivered]
         return Tokens(sum(r.tokens.input for r in rs), sum(r.tokens.output for r in rs),
                       sum(r.tokens.cached for r in rs), sum(r.tokens.reasoning for r in rs))
 
@@ -350,6 +371,7 @@ class FakeOpenAI:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._closing.set()
         self._server.shutdown()
         self._server.server_close()
 
@@ -357,6 +379,6 @@ class FakeOpenAI:
         """Every request, one line each (for a failing test's message)."""
         with self.lock:
             return "\n".join(
-                f"{r.method} {r.path} side={r.side} stream={r.stream} "
+                f"{r.method} {r.path} side={r.side} stream={r.stream} delivered={r.delivered} "
                 f"user={r.last_user_text()[-80:]!r} tokens={r.reply.tokens if r.reply else None}"
                 for r in self.requests)
