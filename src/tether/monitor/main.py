@@ -264,7 +264,7 @@ class Monitor:
         self.pin = z.pin
         self.child.group, self.child.pin = z.pin.pgid, z.pin
         try:
-            return z.send(warm, self.spec["env"])
+            return z.send(warm, self.spec["env"], int(self.spec.get("umask", 0o022)))
         except OSError as e:  # the stub died between the check and now: it never ran
             self.clients.remove_socket()
             msg = f"the sandbox prepared for this exec ended before it started: {e}"
