@@ -311,6 +311,7 @@ class MonitorPool:
             "timeout": rec.spec.timeout,
             "kill_grace": rec.spec.kill_grace,
             "name": rec.name,
+            "lineage": rec.lineage,
             "tty": rec.spec.tty,
             "stdin": rec.spec.stdin,
             "rows": rec.spec.rows,
