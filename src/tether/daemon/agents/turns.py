@@ -10,7 +10,9 @@ token counts (every usage line in it, one per model call) the provider's regexes
 it. A provider whose every turn prints a usage line (``turn_needs_usage``: Aider) has no
 turn without one: its banner, a local command (``/tokens``), an empty line's redraw, a
 revived attempt's banner are output at its prompt, not turns. Output that went quiet
-elsewhere than at the prompt is a turn in progress.
+elsewhere than at the prompt, once the CLI has been at its prompt, is a turn in progress
+(an interactive agent then no longer waits for its user: its silence may be a hang); for a
+provider without a prompt pattern, any new output after a turn is.
 
 An attempt that ends with a turn's output not yet read (a headless ``aider --message``
 exits right after its usage line) has that turn reported first (:meth:`final`). The
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -125,13 +126,23 @@ class OutputTurns:
             quiet = now - path.stat().st_mtime
         except OSError:
             return
-        if size <= start or quiet < idle:
+        if size <= start:
+            return
+        if provider.turn_end_pattern is None and rec.waiting_since is not None:
+            # No prompt to tell by: new output after the turn it waited at starts the next.
+            rec = core.turn_started(rec, "new output")
+        if quiet < idle:
             return
         text = clean(read_span(path, start, size))
         lines = [ln for ln in text.splitlines() if ln.strip()]
         if provider.turn_end_pattern and not (lines and re.search(
                 provider.turn_end_pattern, lines[-1].rstrip(), re.IGNORECASE)):
-            return  # quiet, but not at its prompt: a turn in progress
+            # Quiet, but not at its prompt: once it has been at its prompt (the mark moves
+            # only there), a turn in progress, whose silence may be a hang; before, it is
+            # still starting up.
+            if rec.waiting_since is not None and start > 0:
+                core.turn_started(rec, "output away from its prompt")
+            return
         core.output_marks[rec.id] = (x.id, size)
         await self._report(rec, provider, text, lines)
 
@@ -167,8 +178,8 @@ class OutputTurns:
         if provider.turn_needs_usage and usage is None:
             # No model call (a banner, a local command, a redraw): no turn; at its prompt
             # the agent waits for its user.
-            if rec.config.tty:
-                self.core.awaiting_user[rec.id] = time.time()
+            if rec.config.tty and rec.waiting_since is None:
+                self.core.wait_for_user(rec, "idle", "the agent waits at its prompt")
             return
         session = _last(provider.session_pattern, text)
         if session is not None and session.group(1) != rec.provider_session_id:
