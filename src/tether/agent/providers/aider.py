@@ -11,8 +11,9 @@ Aider-AI/aider), and then its prompt ``> `` (with the edit format in front, e.g.
 ``architect> ``, ``diff> ``).
 
 Heuristic: a turn ends when the output has been quiet for 3 s, its last line is that
-prompt and, since the last turn, Aider printed a usage line (a model call): its banner,
-its local commands (``/tokens``, ``/help``), an empty line's redraw are no turns. Its
+prompt (with whatever the user has typed after it) and, since the last turn, Aider printed
+a usage line (a model call): its banner, its local commands (``/tokens``, ``/help``), an
+empty line's redraw are no turns. Its
 tokens are what those usage lines say — Aider's own figures: when it streams, its own
 estimate of the prompt (tiktoken, not the API's count); otherwise the API's, rounded
 (``4.3k``, ``12k``). Aider has no session id: a revived attempt restores the chat history
@@ -36,7 +37,9 @@ class AiderProvider(OutputProvider):
     name = "aider"
     commands = ("aider",)
     turn_idle_seconds = 3.0
-    turn_end_pattern = r"^(?:\w[\w-]*)?> ?$"
+    # Its prompt, with what the user has typed so far after it: a person mid-sentence is
+    # at the prompt, not in a turn (whose silence would be a hang).
+    turn_end_pattern = r"^(?:\w[\w-]*)?>(?: |$)"
     usage_pattern = (rf"Tokens: (?P<input>{_NUMBER}) sent"
                      rf"(?:, (?P<cache_write>{_NUMBER}) cache write)?"
                      rf"(?:, (?P<cache_read>{_NUMBER}) cache hit)?"
