@@ -553,3 +553,21 @@ def test_codex_hooks_recorded_from_the_real_cli(tmp_path: Path) -> None:
     assert (ev.usage.input_tokens, ev.usage.cache_read_tokens, ev.usage.output_tokens) == (
         13_000 - 12_400, 12_400, 30)
     assert ev.messages[0] == {"role": "user", "content": "anything else?"}
+
+
+def test_codex_usage_limit_as_the_real_cli_prints_it() -> None:
+    """codex-cli 0.171.0 answered a 429 ``usage_limit_reached`` with this line (typographic
+    apostrophe): it was taken for a crash, spending a revival. It is a usage limit, with
+    its reset time."""
+    from tether.agent import exits
+
+    line = ("ERROR: You\u2019ve hit your usage limit. Upgrade to Pro "
+            "(https://chatgpt.com/explore/pro), visit https://chatgpt.com/settings/usage to "
+            "purchase more credits or try again at 11:45 PM.")
+    p = CodexProvider
+    rules = exits.ExitRules(usage_limit=p.usage_limit_patterns,
+                            out_of_context=p.out_of_context_patterns,
+                            waiting_for_user=p.waiting_patterns)
+    end = exits.classify(exits.ExitFacts(state="FAILED", exit_code=1, hung=False, dead=False),
+                         line, rules, 0.0)
+    assert end.reason == "usage_limited" and end.reset_at is not None
