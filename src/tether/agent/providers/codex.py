@@ -323,9 +323,9 @@ class CodexProvider(Provider):
     name = "codex"
     commands = ("codex",)
     # ``UsageLimitReachedError``'s text in codex-rs/core/src/error.rs, with a typographic
-    # apostrophe as codex-cli 0.171.0 prints it: "ERROR: You’ve hit your usage limit. …
-    # try again at 11:45 PM." (or "Try again in 2 days 3 hours 5 minutes.").
-    usage_limit_patterns = (r"you[’']ve hit your usage limit", r"usage limit reached",
+    # apostrophe (U+2019) as codex-cli 0.171.0 prints it: "ERROR: You\u2019ve hit your usage
+    # limit. … try again at 11:45 PM." (or "Try again in 2 days 3 hours 5 minutes.").
+    usage_limit_patterns = ("you[\u2019']ve hit your usage limit", r"usage limit reached",
                             r"usage_limit_reached")
     # ``ContextWindowExceeded``: "Codex ran out of room in the model's context window";
     # the API's "Your input exceeds the context window of this model".
