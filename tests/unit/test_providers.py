@@ -557,8 +557,8 @@ def test_codex_hooks_recorded_from_the_real_cli(tmp_path: Path) -> None:
 
 def test_codex_usage_limit_as_the_real_cli_prints_it() -> None:
     """codex-cli 0.171.0 answered a 429 ``usage_limit_reached`` with this line (typographic
-    apostrophe): it was taken for a crash, spending a revival. It is a usage limit, with
-    its reset time."""
+    apostrophe), and an API key's 429s with the others: each was taken for a crash,
+    spending a revival. Each is a usage limit (with its reset time when it gives one)."""
     from tether.agent import exits
 
     line = ("ERROR: You\u2019ve hit your usage limit. Upgrade to Pro "
@@ -568,6 +568,12 @@ def test_codex_usage_limit_as_the_real_cli_prints_it() -> None:
     rules = exits.ExitRules(usage_limit=p.usage_limit_patterns,
                             out_of_context=p.out_of_context_patterns,
                             waiting_for_user=p.waiting_patterns)
-    end = exits.classify(exits.ExitFacts(state="FAILED", exit_code=1, hung=False, dead=False),
-                         line, rules, 0.0)
+    facts = exits.ExitFacts(state="FAILED", exit_code=1, hung=False, dead=False)
+    end = exits.classify(facts, line, rules, 0.0)
     assert end.reason == "usage_limited" and end.reset_at is not None
+    # With an API key: 429 insufficient_quota, and a 429 rate limit it retried 5 times.
+    for line in ("ERROR: Quota exceeded. Check your plan and billing details.",
+                 "ERROR: Reconnecting... 5/5\nERROR: exceeded retry limit, last status: 429 "
+                 "Too Many Requests"):
+        end = exits.classify(facts, line, rules, 0.0)
+        assert (end.reason, end.reset_at) == ("usage_limited", None), line

@@ -325,8 +325,12 @@ class CodexProvider(Provider):
     # ``UsageLimitReachedError``'s text in codex-rs/core/src/error.rs, with a typographic
     # apostrophe (U+2019) as codex-cli 0.171.0 prints it: "ERROR: You\u2019ve hit your usage
     # limit. … try again at 11:45 PM." (or "Try again in 2 days 3 hours 5 minutes.").
+    # With an API key: the API's ``insufficient_quota`` ("Quota exceeded. Check your plan
+    # and billing details.") and a rate limit it gave up retrying ("exceeded retry limit,
+    # last status: 429 Too Many Requests"); no reset time: tether's default wait.
     usage_limit_patterns = ("you[\u2019']ve hit your usage limit", r"usage limit reached",
-                            r"usage_limit_reached")
+                            r"usage_limit_reached", r"quota exceeded\. check your plan",
+                            r"exceeded retry limit, last status: 429")
     # ``ContextWindowExceeded``: "Codex ran out of room in the model's context window";
     # the API's "Your input exceeds the context window of this model".
     out_of_context_patterns = (r"ran out of room in the model's context window",
