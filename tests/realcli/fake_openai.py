@@ -319,6 +319,11 @@ class FakeOpenAI:
         with self.lock:
             self._script.extend(replies)
 
+    def forget_script(self) -> None:
+        """Drop the answers queued and not asked for yet."""
+        with self.lock:
+            self._script.clear()
+
     def turns(self) -> list[Request]:
         """The conversation's requests (not the side ones, not ``GET``s), in order."""
         with self.lock:
