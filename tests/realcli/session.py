@@ -174,11 +174,13 @@ class Screen:
                 raise AssertionError(f"the screen never showed {pred!r}:\n{text}")
 
     def type(self, text: str) -> None:
-        """Type ``text``, then Enter on its own (a TUI takes a fast burst with Enter in
-        it for a paste, whose newline does not submit)."""
+        """Type ``text`` and, once the program has shown it (so it has read it), Enter on
+        its own: a TUI takes keys that arrive in one burst with an Enter among them for a
+        paste, whose newline does not submit (seen under load)."""
         if text:
             self.att.write(text.encode())
-            self.pump(0.3)
+            self.wait(lambda shown: text in shown, timeout=30)
+            self.pump(0.4)
         self.att.write(b"\r")
         self.pump(0.1)
 
