@@ -30,7 +30,9 @@ from tests.realcli.session import Home, Screen
 from tether.runtime import bwrap
 
 PROBE = bwrap.probe()
-pytestmark = pytest.mark.skipif(not PROBE.available, reason=f"bwrap: {PROBE.reason}")
+# A real CLI on a loaded machine: minutes, not the suite's 120 s.
+pytestmark = [pytest.mark.skipif(not PROBE.available, reason=f"bwrap: {PROBE.reason}"),
+              pytest.mark.timeout(300)]
 
 KEY = "sk-fake-aider"
 CRASHED_AFTER = 4

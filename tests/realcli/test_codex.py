@@ -29,7 +29,9 @@ from tests.realcli.session import Home
 from tether.runtime import bwrap
 
 PROBE = bwrap.probe()
-pytestmark = pytest.mark.skipif(not PROBE.available, reason=f"bwrap: {PROBE.reason}")
+# A real CLI on a loaded machine: minutes, not the suite's 120 s.
+pytestmark = [pytest.mark.skipif(not PROBE.available, reason=f"bwrap: {PROBE.reason}"),
+              pytest.mark.timeout(240)]
 
 KEY_ENV = "FAKE_OPENAI_KEY"
 #: Codex's own sandbox is not nested in tether's, and nothing asks for approval.
