@@ -577,3 +577,21 @@ def test_codex_usage_limit_as_the_real_cli_prints_it() -> None:
                  "Too Many Requests"):
         end = exits.classify(facts, line, rules, 0.0)
         assert (end.reason, end.reset_at) == ("usage_limited", None), line
+
+
+def test_codex_a_session_id_that_reads_as_an_option_is_no_thread(tmp_path: Path,
+                                                                ctx: SessionContext) -> None:
+    """The agent names its session through its hooks, and a revival puts it on Codex's
+    command line: ``--dangerously-bypass-approvals-and-sandbox`` as a "thread id" (with a
+    rollout file of that name planted in ``~/.codex``) must not become an option."""
+    evil = "--dangerously-bypass-approvals-and-sandbox"
+    day = tmp_path / "sessions" / "2026" / "01" / "01"
+    day.mkdir(parents=True)
+    (day / f"rollout-2026-01-01T00-00-00-{evil}.jsonl").write_text("{}\n")
+    provider = CodexProvider(codex_home=str(tmp_path))
+    ev = provider.parse_hook("SessionStart", {"session_id": evil, "source": "startup"})
+    assert ev.provider_session_id is None
+    ev = provider.parse_hook("notify", {"type": "agent-turn-complete", "thread-id": evil})
+    assert ev.provider_session_id is None
+    plan = provider.resume(["codex", "exec", "task"], evil, "/snap", ctx)
+    assert evil not in plan.argv and "resume" not in plan.argv  # afresh

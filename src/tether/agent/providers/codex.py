@@ -112,7 +112,9 @@ _RESUME_DROP = frozenset({"-i", "--image", "--last", "--all", "--include-non-int
 # ones that pick a session themselves.
 _HEADLESS = frozenset({"exec", "e"})
 _PICKERS = frozenset({"resume", "fork"})
-_THREAD_ID = re.compile(r"^[0-9A-Za-z-]{1,128}$")
+# A thread id (a UUID) or name: never one that reads as an option (it goes on the resumed
+# command line, and the agent can name any through its hooks).
+_THREAD_ID = re.compile(r"^[0-9A-Za-z][0-9A-Za-z-]{0,127}$")
 
 
 def _split_args(args: list[str]) -> list[tuple[str | None, list[str]]]:
@@ -365,6 +367,7 @@ class CodexProvider(Provider):
         if not argv:
             raise ValueError("empty command line")
         env = {"TETHER_DRAIN_SNAPSHOT": snapshot_path}
+        # find_rollout refuses an id that is no thread id (one reading as an option).
         if not provider_session_id or find_rollout(provider_session_id,
                                                    self.codex_home) is None:
             fresh = self.launch(argv, ctx)
@@ -395,8 +398,10 @@ class CodexProvider(Provider):
         if event == NOTIFY_EVENT:
             return self._notify(payload)
         kind = EVENT_KINDS.get(event, "other")
-        hook = HookEvent(kind=kind, provider_session_id=_str(payload, "session_id"),
-                         transcript_path=_str(payload, "transcript_path"), raw=payload)
+        sid = _str(payload, "session_id")
+        hook = HookEvent(kind=kind, provider_session_id=sid if sid and _THREAD_ID.match(sid)
+                         else None, transcript_path=_str(payload, "transcript_path"),
+                         raw=payload)
         if kind == "session_start":
             hook.session_source = _str(payload, "source")  # startup, resume, clear
         elif kind == "tool_request":
@@ -426,7 +431,7 @@ class CodexProvider(Provider):
         a turn of thread ``thread-id`` (another thread's is not this lineage's: the daemon
         neither counts it nor follows it)."""
         thread = payload.get("thread-id")
-        sid = thread if isinstance(thread, str) and thread else None
+        sid = thread if isinstance(thread, str) and _THREAD_ID.match(thread) else None
         if payload.get("type") != TURN_COMPLETE:
             return HookEvent(kind="other", raw=payload, provider_session_id=sid)
         hook = HookEvent(kind="turn_end", raw=payload, provider_session_id=sid)
