@@ -75,7 +75,7 @@ def test_a_thread_id_that_reads_as_an_option_never_reaches_codexs_command_line(
     assert r.returncode == 0, r.stderr
     lineage = daemon.client().exec_get(r.stdout.decode().strip()).lineage
     assert lineage is not None
-    wait_for(lambda: (work / "argv.2.json").exists(), timeout=30, what="the revival")
+    wait_for(lambda: (work / "argv.2.json").exists(), timeout=90, what="the revival")
     assert (work / "attacked").exists()  # the hooks were called, from inside
     first = json.loads((work / "argv.1.json").read_text())
     second = json.loads((work / "argv.2.json").read_text())
