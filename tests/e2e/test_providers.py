@@ -71,8 +71,10 @@ def test_aider_turns_and_tokens_are_read_from_its_output(fast: DaemonProc,
     assert rec.usage == {"input_tokens": 12000, "output_tokens": 1200}
     kill_agent(fast, rec.exec or "")
     wait_for(lambda: len(starts(tmp_path)) == 2, what="revived")
-    assert starts(tmp_path)[1]["argv"] == ["--restore-chat-history", "--model", "sonnet",
-                                           "a.py"]
+    # One-shot (``-m``): revived one-shot, its message a continuation prompt.
+    argv = starts(tmp_path)[1]["argv"]
+    assert argv[:5] == ["--restore-chat-history", "--model", "sonnet", "a.py", "--message"]
+    assert "interrupted" in argv[5] and "The task: fix a.py" in argv[5]
     assert c.lineage_get(lin.id).turns == 1  # quiet output is one turn, not one per tick
 
 

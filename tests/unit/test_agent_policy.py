@@ -113,3 +113,39 @@ def test_the_git_dir_of_a_worktree_is_read_and_checked_both_ways(tmp_path: Path)
     (forged / "gitdir").write_text(str(wt / ".git"))
     (wt / ".git").write_text("gitdir: evilgd\n")
     assert git_common_dir(str(wt)) is None
+
+
+def test_each_provider_sees_its_own_home_config_and_keys_only(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              ) -> None:
+    """Finding 11 (issue 20): Aider's config and keys in the home (``~/.aider.conf.yml``,
+    ``~/.env``, ``~/.aider/``) were hidden by the sandbox. They are shown to Aider — its
+    state read-write, its config and keys read-only — and to no other agent (``~/.env``
+    holds more than Aider's keys). Codex runs ``~/.codex/hooks.json``: read-only."""
+    from tether.agent.confinement import agent_view
+    from tether.model.records import AgentConfig
+
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    (home / ".aider").mkdir()
+    for name in (".aider.conf.yml", ".env"):
+        (home / name).write_text("x: 1\n")
+    monkeypatch.setenv("HOME", str(home))
+
+    def view(provider: str) -> tuple[set[str], set[str]]:
+        v = agent_view(state_dir=tmp_path / "state", socket_dir=tmp_path / "sock",
+                       config=AgentConfig(provider=provider, argv=[provider]),
+                       snapshot=tmp_path / "snap.json", handoff=None, argv0="/usr/bin/true",
+                       path_env="/usr/bin")
+        return set(v.rw), set(v.ro)
+
+    rw, ro = view("aider")
+    assert str(home / ".aider") in rw
+    assert {str(home / ".aider.conf.yml"), str(home / ".env")} <= ro
+    assert str(home / ".env") not in rw
+    for other in ("claude", "codex", "generic"):
+        rw, ro = view(other)
+        assert not {str(home / ".env"), str(home / ".aider.conf.yml")} & (rw | ro), other
+        assert str(home / ".aider") not in rw, other
+    assert str(home / ".codex" / "hooks.json") in ro
+    assert (home / ".codex" / "hooks.json").read_text() == "{}\n"  # made, to be bound

@@ -49,9 +49,18 @@ def test_output_providers_resume(tmp_path: Path) -> None:
                                                     "-m", "a/b"]
     assert get("opencode").resume(["opencode", "-c"], None, "/s", c).argv == [
         "opencode", "--continue"]
-    assert get("aider").resume(["aider", "--model", "sonnet", "-m", "fix it", "a.py"], None,
-                               "/s", c).argv == ["aider", "--restore-chat-history",
-                                                 "--model", "sonnet", "a.py"]
+    # Interactive: the chat history restored; one-shot (``-m``, ``-f``): one-shot again,
+    # with a continuation prompt for its message (finding 2 of issue 20).
+    assert get("aider").resume(["aider", "--model", "sonnet", "a.py"], None, "/s",
+                               c).argv == ["aider", "--restore-chat-history", "--model",
+                                           "sonnet", "a.py"]
+    argv = get("aider").resume(["aider", "--model", "sonnet", "-m", "fix it", "a.py"], None,
+                               str(tmp_path / "none.json"), c).argv
+    assert argv[:-1] == ["aider", "--restore-chat-history", "--model", "sonnet", "a.py",
+                         "--message"]
+    assert "The task: fix it" in argv[-1]
+    argv = get("aider").resume(["aider", "--message-file=task.md"], None, "/s", c).argv
+    assert argv[:-1] == ["aider", "--restore-chat-history", "--message"]
     tid = "T-0123abcd-0000-4000-8000-0123456789ab"
     assert get("amp").resume(["amp", "-x", "fix it"], tid, "/s", c).argv == [
         "amp", "threads", "continue", tid]
@@ -107,3 +116,19 @@ def test_a_bad_provider_file_is_refused_precisely(tmp_path: Path, text: str, why
     with pytest.raises(ProviderFileError, match=None) as e:
         load(path)
     assert why in str(e.value) and str(path) in str(e.value)
+
+
+def test_aider_usage_lines_with_and_without_its_cache_form() -> None:
+    """Finding 11 (issue 20): Aider's cache form was not read. Every usage line of a
+    turn's output counts (one per model call), each figure as Aider printed it."""
+    from tether.daemon.agents.turns import usage_of
+
+    pattern = get("aider").usage_pattern
+    assert usage_of(pattern, "Tokens: 12k sent, 3.4k cache write, 8.0k cache hit, 1.2k "
+                    "received.\nCost: $0.05 message, $0.05 session.") == {
+        "input_tokens": 12_000, "cache_creation_tokens": 3_400, "cache_read_tokens": 8_000,
+        "output_tokens": 1_200}
+    assert usage_of(pattern, "Tokens: 766 sent, 25 received. Cost: $0.0041 message\n"
+                    "> \nTokens: 1.4k sent, 8.0k cache hit, 50 received.\n") == {
+        "input_tokens": 2_166, "cache_read_tokens": 8_000, "output_tokens": 75}
+    assert usage_of(pattern, "$ 0.0000      531 tokens total\n> ") is None  # /tokens

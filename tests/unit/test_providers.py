@@ -1,9 +1,10 @@
-"""The Claude Code and Codex providers, driven by recorded hook payloads.
+"""The Claude Code and Codex providers, driven by recorded hook payloads (Codex's under
+``tests/fixtures/codex/0.171.0/`` recorded from the real CLI; the real CLIs run end to end
+in ``tests/realcli``).
 
-Neither agent can run here: both need network access to their vendor's models,
-which these machines do not have. So the providers are tested with fixtures in
-``tests/fixtures/claude/`` and ``tests/fixtures/codex/`` that follow the published
-schemas field for field:
+Here, without a daemon or a CLI, the providers' translation is tested with fixtures in
+``tests/fixtures/claude/`` and ``tests/fixtures/codex/`` that follow the published schemas
+field for field:
 
 * Claude Code hook inputs: one JSON file per event, named after it, with the
   common input fields and each event's own fields from the "Hooks reference"
@@ -37,12 +38,21 @@ from tether.agent.providers.claude import (
     ClaudeProvider,
     context_window_for,
 )
-from tether.agent.providers.codex import CodexProvider, notify_override
+from tether.agent.providers.codex import (
+    BYPASS_TRUST,
+    CodexProvider,
+    hook_override,
+    notify_override,
+)
 from tether.agent.providers.generic import GenericProvider
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CLAUDE = FIXTURES / "claude"
 CODEX = FIXTURES / "codex"
+#: Recorded from the real codex-cli 0.171.0 against tests/realcli/fake_openai.py: its hook
+#: payloads and the rollout of a two-turn ``codex exec`` / ``codex exec resume`` thread.
+CODEX_NOW = CODEX / "0.171.0"
+CODEX_THREAD = "01a21ed9-efa2-7b50-89be-d1d4bad3b58f"
 SESSION_ID = "8f14e45f-ceea-467f-a0e6-7c1c7a2b9d31"
 THREAD_ID = "0199b6c4-3f2a-7d41-9e5b-6a1c2d3e4f50"
 COMMON_FIELDS = {"session_id", "transcript_path", "cwd", "permission_mode", "hook_event_name"}
@@ -290,7 +300,7 @@ def test_claude_pre_tool_use_and_the_exact_deny_output() -> None:
 
 @pytest.mark.parametrize(("event", "kind"), [
     ("PreCompact", "pre_compact"), ("SessionEnd", "session_end"),
-    ("UserPromptSubmit", "other"), ("Notification", "waiting"),
+    ("UserPromptSubmit", "turn_start"), ("Notification", "waiting"),
 ])
 def test_claude_other_events(event: str, kind: str) -> None:
     provider = ClaudeProvider()
@@ -318,64 +328,120 @@ def test_claude_context_window_rule() -> None:
 # ---------------------------------------------------------------------------- codex
 
 
-def test_codex_launch_adds_the_notify_program(ctx: SessionContext) -> None:
-    argv = ["codex", "--model", "gpt-5-codex", "-c", 'notify=["say"]', "fix the tests"]
+def test_codex_launch_adds_its_hooks(ctx: SessionContext) -> None:
+    argv = ["codex", "--model", "gpt-5-codex", "-c", 'notify=["say"]', BYPASS_TRUST,
+            "fix the tests"]
     plan = CodexProvider().launch(argv, ctx)
-    assert plan.argv == ["codex", "-c", notify_override(ctx), "--model", "gpt-5-codex",
+    flags = [BYPASS_TRUST]
+    for event in ("SessionStart", "UserPromptSubmit", "PreToolUse", "Stop"):
+        flags += ["-c", hook_override(ctx, event)]
+    # The user's own notify stays (it is theirs); the bypass flag is given once.
+    assert plan.argv == ["codex", *flags, "--model", "gpt-5-codex", "-c", 'notify=["say"]',
                          "fix the tests"]
-    # The override is valid TOML and names the hook program word for word.
-    assert tomllib.loads(plan.argv[2]) == {
-        "notify": [*ctx.hook_command, "codex", "notify"]}
+    # Each override is valid TOML: a matcher group whose command runs the hook program,
+    # every word shell-quoted.
+    hooks = tomllib.loads(plan.argv[3])["hooks"]["SessionStart"]
+    (handler,) = hooks[0]["hooks"]
+    assert handler["type"] == "command" and handler["timeout"] == 30
+    assert shlex.split(handler["command"]) == [*ctx.hook_command, "codex", "SessionStart"]
     assert plan.files == {}
 
 
-def test_codex_notify_quoting_survives_odd_characters(tmp_path: Path) -> None:
+def test_codex_hook_quoting_survives_odd_characters(tmp_path: Path) -> None:
     ctx = SessionContext(home="", socket="", session="", lineage="", state_dir=str(tmp_path),
                          hook_command=('/p "q"\\r', "tab\there", "nl\nx", "é✓\x7f"))
+    command = tomllib.loads(hook_override(ctx, "Stop"))["hooks"]["Stop"][0]["hooks"][0]
+    assert shlex.split(command["command"])[:4] == list(ctx.hook_command)
     assert tomllib.loads(notify_override(ctx))["notify"][:4] == list(ctx.hook_command)
 
 
-def test_codex_resume_builds_codex_resume_id(ctx: SessionContext) -> None:
+def codex_home_with(tmp_path: Path, thread: str = THREAD_ID) -> Path:
+    """A ``$CODEX_HOME`` holding the recorded rollout of ``thread``."""
+    home = tmp_path / "codex-home"
+    day = home / "sessions" / "2025" / "10" / "06"
+    day.mkdir(parents=True, exist_ok=True)
+    for f in [*CODEX.glob("rollout-*.jsonl"), *CODEX_NOW.glob("rollout-*.jsonl")]:
+        if thread in f.name:
+            shutil.copy(f, day / f.name)
+    return home
+
+
+def test_codex_resume_builds_codex_resume_id(ctx: SessionContext, tmp_path: Path) -> None:
     argv = ["/opt/bin/codex", "--model", "gpt-5-codex", "-s", "workspace-write",
             "-i", "a.png", "b.png", "--full-auto", "-c", "model_reasoning_effort=high",
             "write the tests"]
-    plan = CodexProvider().resume(argv, THREAD_ID, "/h/drain/l-1.json", ctx)
-    assert plan.argv == ["/opt/bin/codex", "resume", THREAD_ID, "--model", "gpt-5-codex",
-                         "-s", "workspace-write", "--full-auto",
-                         "-c", "model_reasoning_effort=high", "-c", notify_override(ctx)]
+    provider = CodexProvider(codex_home=str(codex_home_with(tmp_path)))
+    plan = provider.resume(argv, THREAD_ID, "/h/drain/l-1.json", ctx)
+    assert plan.argv == ["/opt/bin/codex", *hook_flags(ctx), "resume", THREAD_ID,
+                         "--model", "gpt-5-codex", "-s", "workspace-write", "--full-auto",
+                         "-c", "model_reasoning_effort=high"]
     assert plan.env == {"TETHER_DRAIN_SNAPSHOT": "/h/drain/l-1.json",
                         "TETHER_PROVIDER_SESSION": THREAD_ID}
 
 
 @pytest.mark.parametrize("argv", [
-    ["codex", "exec", "--json", "-o", "out.md", "--model", "gpt-5", "do the task"],
     ["codex", "resume", "0199-old-id", "--model", "gpt-5"],
     ["codex", "--model", "gpt-5", "resume", "--last", "--all"],
+    ["codex", "fork", "--last", "--model", "gpt-5"],
 ])
-def test_codex_resume_from_other_command_lines(argv: list[str], ctx: SessionContext) -> None:
-    plan = CodexProvider().resume(argv, THREAD_ID, "/snap", ctx)
-    assert plan.argv == ["codex", "resume", THREAD_ID, "--model", "gpt-5",
-                         "-c", notify_override(ctx)]
+def test_codex_resume_from_other_command_lines(argv: list[str], ctx: SessionContext,
+                                               tmp_path: Path) -> None:
+    provider = CodexProvider(codex_home=str(codex_home_with(tmp_path)))
+    plan = provider.resume(argv, THREAD_ID, "/snap", ctx)
+    assert plan.argv == ["codex", *hook_flags(ctx), "resume", THREAD_ID, "--model", "gpt-5"]
 
 
-def test_codex_resume_without_an_id_takes_the_last(ctx: SessionContext) -> None:
-    plan = CodexProvider().resume(["codex"], None, "/snap", ctx)
-    assert plan.argv == ["codex", "resume", "--last", "-c", notify_override(ctx)]
+def test_codex_exec_is_resumed_headless_with_a_continuation_prompt(
+        ctx: SessionContext, tmp_path: Path) -> None:
+    """Finding 2 (issue 20): ``codex exec`` killed mid-turn was resumed as interactive
+    ``codex resume --last`` without a terminal ("stdin is not a terminal"). It is resumed
+    headless, by ``codex exec resume ID PROMPT``, its exec options kept where they were,
+    with a prompt built from the drain snapshot."""
+    from tether.agent import snapshot
+
+    home = tmp_path / "tether"
+    snap = snapshot.build(lineage="l-1", instance="d", provider="codex", model="gpt-5",
+                          usage={}, turn=1, provider_session_id=THREAD_ID, loop_config={},
+                          messages=[{"role": "user", "content": "do the task"},
+                                    {"role": "assistant", "content": "half of it is done"}])
+    path = snapshot.write(home, snap)
+    argv = ["codex", "-m", "gpt-5", "exec", "--json", "-o", "out.md", "-i", "a.png",
+            "--skip-git-repo-check", "do the task"]
+    provider = CodexProvider(codex_home=str(codex_home_with(tmp_path)))
+    plan = provider.resume(argv, THREAD_ID, str(path), ctx)
+    assert plan.argv[:len(hook_flags(ctx)) + 1] == ["codex", *hook_flags(ctx)]
+    rest = plan.argv[len(hook_flags(ctx)) + 1:]
+    assert rest[:-1] == ["-m", "gpt-5", "exec", "--json", "-o", "out.md",
+                         "--skip-git-repo-check", "resume", THREAD_ID]
+    prompt = rest[-1]
+    assert "interrupted" in prompt and "The task: do the task" in prompt
+    assert "half of it is done" in prompt
+    # No snapshot yet (killed in its first turn): the task from the command line.
+    plan = provider.resume(argv, THREAD_ID, str(tmp_path / "none.json"), ctx)
+    assert "The task: do the task" in plan.argv[-1]
+
+
+def test_codex_with_no_conversation_yet_starts_afresh(ctx: SessionContext,
+                                                      tmp_path: Path) -> None:
+    """Finding 3 (issue 20): killed before its first prompt, a Codex session was resumed
+    by ``codex resume --last`` — ANOTHER lineage's thread. Never by recency: with no
+    thread learned, or no rollout for it, the original command starts afresh."""
+    provider = CodexProvider(codex_home=str(tmp_path / "empty"))
+    for argv in (["codex"], ["codex", "exec", "--json", "do it"], ["codex", "-m", "o3", "go"]):
+        for sid in (None, THREAD_ID):  # no rollout for THREAD_ID in this home
+            plan = provider.resume(argv, sid, "/snap", ctx)
+            assert plan.argv == provider.launch(argv, ctx).argv, (argv, sid)
+            assert "--last" not in plan.argv and "resume" not in plan.argv
+            assert plan.env == {"TETHER_DRAIN_SNAPSHOT": "/snap"}
 
 
 def test_codex_notify_fixture_follows_the_documented_payload() -> None:
     assert set(load(CODEX / "notify_agent_turn_complete.json")) == {
         "type", "thread-id", "turn-id", "cwd", "input-messages", "last-assistant-message"}
-    assert CodexProvider.payload_in_argv is True
 
 
 def codex_home_with_rollout(tmp_path: Path) -> Path:
-    home = tmp_path / "codex-home"
-    day = home / "sessions" / "2025" / "10" / "06"
-    day.mkdir(parents=True)
-    for f in CODEX.glob("rollout-*.jsonl"):
-        shutil.copy(f, day / f.name)
-    return home
+    return codex_home_with(tmp_path)
 
 
 def test_codex_notify_is_a_turn_with_usage_from_the_rollout(tmp_path: Path) -> None:
@@ -437,11 +503,95 @@ def test_codex_other_notifications_are_heartbeats(tmp_path: Path) -> None:
     assert provider.reply(HookEvent(kind="turn_end"), False, "fenced").stdout == b""
 
 
-def test_the_hook_knows_which_providers_take_their_payload_in_argv() -> None:
-    """The hook program reads ``PAYLOAD_IN_ARGV`` instead of importing the provider."""
+def test_the_hook_socket_name_is_the_layouts() -> None:
     from tether.agent.hook import SOCKET_NAME
-    from tether.agent.providers import PAYLOAD_IN_ARGV, REGISTRY
     from tether.model.layout import HomeLayout
 
-    assert {n for n, p in REGISTRY.items() if p.payload_in_argv} == PAYLOAD_IN_ARGV
     assert HomeLayout(Path("/h")).socket == Path("/h", SOCKET_NAME)
+
+
+def hook_flags(ctx: SessionContext) -> list[str]:
+    flags = [BYPASS_TRUST]
+    for event in ("SessionStart", "UserPromptSubmit", "PreToolUse", "Stop"):
+        flags += ["-c", hook_override(ctx, event)]
+    return flags
+
+
+def test_codex_hooks_recorded_from_the_real_cli(tmp_path: Path) -> None:
+    """The payloads codex-cli 0.171.0 gave its hooks: the thread id at its start, the
+    turn's start, a tool call to fence and the turn's end, whose usage is each API call
+    of that turn (``token_usage_record`` by ``turn_id``) counted once."""
+    home = codex_home_with(tmp_path, CODEX_THREAD)
+    provider = CodexProvider(codex_home=str(home))
+    ev = provider.parse_hook("SessionStart", load(CODEX_NOW / "SessionStart.json"))
+    assert (ev.kind, ev.provider_session_id, ev.session_source) == (
+        "session_start", CODEX_THREAD, "startup")
+    ev = provider.parse_hook("SessionStart", load(CODEX_NOW / "SessionStart.resume.json"))
+    assert (ev.kind, ev.session_source) == ("session_start", "resume")
+    ev = provider.parse_hook("UserPromptSubmit", load(CODEX_NOW / "UserPromptSubmit.json"))
+    assert ev.kind == "turn_start"
+    ev = provider.parse_hook("PreToolUse", load(CODEX_NOW / "PreToolUse.json"))
+    assert (ev.kind, ev.tool_name, ev.tool_input) == (
+        "tool_request", "Bash", {"command": "echo fixed > fix.txt"})
+    denied = json.loads(provider.reply(ev, False, "DYING: finish up").stdout)
+    assert denied == {"hookSpecificOutput": {"hookEventName": "PreToolUse",
+                                             "permissionDecision": "deny",
+                                             "permissionDecisionReason": "DYING: finish up"}}
+    assert provider.reply(ev, True, "ok").stdout == b""  # Codex's own policy applies
+    ev = provider.parse_hook("Stop", load(CODEX_NOW / "Stop.json"))
+    assert (ev.kind, ev.provider_session_id, ev.model) == ("turn_end", CODEX_THREAD,
+                                                           "gpt-fake-1")
+    u = ev.usage
+    assert u is not None  # served: 11,643 (5,376 cached) / 816, then 12,459 (11,000) / 120
+    assert (u.input_tokens, u.cache_read_tokens, u.output_tokens) == (
+        (11_643 - 5_376) + (12_459 - 11_000), 5_376 + 11_000, 816 + 120)
+    assert (u.context_tokens, u.context_window) == (12_459 + 120, 258_400)
+    assert ev.messages == [{"role": "user", "content": "fix the file"},
+                           {"role": "assistant", "content": "Fixed: fix.txt now says fixed."}]
+    ev = provider.parse_hook("Stop", load(CODEX_NOW / "Stop.2.json"))  # the resumed turn
+    assert ev.usage is not None
+    assert (ev.usage.input_tokens, ev.usage.cache_read_tokens, ev.usage.output_tokens) == (
+        13_000 - 12_400, 12_400, 30)
+    assert ev.messages[0] == {"role": "user", "content": "anything else?"}
+
+
+def test_codex_usage_limit_as_the_real_cli_prints_it() -> None:
+    """codex-cli 0.171.0 answered a 429 ``usage_limit_reached`` with this line (typographic
+    apostrophe), and an API key's 429s with the others: each was taken for a crash,
+    spending a revival. Each is a usage limit (with its reset time when it gives one)."""
+    from tether.agent import exits
+
+    line = ("ERROR: You\u2019ve hit your usage limit. Upgrade to Pro "
+            "(https://chatgpt.com/explore/pro), visit https://chatgpt.com/settings/usage to "
+            "purchase more credits or try again at 11:45 PM.")
+    p = CodexProvider
+    rules = exits.ExitRules(usage_limit=p.usage_limit_patterns,
+                            out_of_context=p.out_of_context_patterns,
+                            waiting_for_user=p.waiting_patterns)
+    facts = exits.ExitFacts(state="FAILED", exit_code=1, hung=False, dead=False)
+    end = exits.classify(facts, line, rules, 0.0)
+    assert end.reason == "usage_limited" and end.reset_at is not None
+    # With an API key: 429 insufficient_quota, and a 429 rate limit it retried 5 times.
+    for line in ("ERROR: Quota exceeded. Check your plan and billing details.",
+                 "ERROR: Reconnecting... 5/5\nERROR: exceeded retry limit, last status: 429 "
+                 "Too Many Requests"):
+        end = exits.classify(facts, line, rules, 0.0)
+        assert (end.reason, end.reset_at) == ("usage_limited", None), line
+
+
+def test_codex_a_session_id_that_reads_as_an_option_is_no_thread(tmp_path: Path,
+                                                                ctx: SessionContext) -> None:
+    """The agent names its session through its hooks, and a revival puts it on Codex's
+    command line: ``--dangerously-bypass-approvals-and-sandbox`` as a "thread id" (with a
+    rollout file of that name planted in ``~/.codex``) must not become an option."""
+    evil = "--dangerously-bypass-approvals-and-sandbox"
+    day = tmp_path / "sessions" / "2026" / "01" / "01"
+    day.mkdir(parents=True)
+    (day / f"rollout-2026-01-01T00-00-00-{evil}.jsonl").write_text("{}\n")
+    provider = CodexProvider(codex_home=str(tmp_path))
+    ev = provider.parse_hook("SessionStart", {"session_id": evil, "source": "startup"})
+    assert ev.provider_session_id is None
+    ev = provider.parse_hook("notify", {"type": "agent-turn-complete", "thread-id": evil})
+    assert ev.provider_session_id is None
+    plan = provider.resume(["codex", "exec", "task"], evil, "/snap", ctx)
+    assert evil not in plan.argv and "resume" not in plan.argv  # afresh

@@ -62,3 +62,46 @@ def test_a_link_to_a_wide_place_or_into_tethers_home_is_not_bound(tmp_path: Path
     argv = bwrap.wrap(["true"], SandboxSpec(runtime="bwrap"), cwd=str(tmp_path / "w"),
                       tether_home=str(home), tty=False, tools=found)
     assert f"{tmp_path}/to-logs" not in argv and str(home / "logs") not in argv
+
+
+def _package(root: Path, name: str, **deps: dict[str, str]) -> Path:
+    import json
+
+    pkg = root / "node_modules" / name
+    pkg.mkdir(parents=True)
+    (pkg / "package.json").write_text(json.dumps({"name": name, "version": "1.0.0", **deps}))
+    return pkg
+
+
+def test_a_node_program_is_shown_its_packages_whole_dependency_closure(
+        tmp_path: Path) -> None:
+    """Finding 7 (issue 20): ``@openai/codex`` runs the Rust binary of its platform
+    package, an optional dependency installed beside it (``@openai/codex-linux-x64``);
+    bound alone, it failed with "Missing optional dependency". Its dependencies (and
+    theirs, wherever node would resolve them, optional ones included) are bound too;
+    what it does not depend on is not."""
+    home = tmp_path / "home" / "dev"
+    lib = home / "agents" / "npm"  # ``npm install --prefix ~/agents/npm`` (.ci/agents.sh)
+    codex = _package(lib, "@openai/codex", optionalDependencies={
+        "@openai/codex-linux-x64": "npm:@openai/codex@1.0.0-linux-x64",
+        "@openai/codex-darwin-arm64": "npm:@openai/codex@1.0.0-darwin-arm64"},
+        dependencies={"left-pad": "^1"}, peerDependencies={"peer": "*"})
+    (codex / "bin").mkdir()
+    (codex / "bin" / "codex.js").write_text("#!/usr/bin/env node\n")
+    (codex / "bin" / "codex.js").chmod(0o755)
+    platform = _package(lib, "@openai/codex-linux-x64")
+    left_pad = _package(lib, "left-pad", dependencies={"nested": "1", "hoisted": "1"})
+    nested = _package(left_pad, "nested")  # left-pad/node_modules/nested: in left-pad
+    hoisted = _package(lib, "hoisted", dependencies={"left-pad": "1"})  # a cycle
+    peer = _package(lib, "peer")
+    unrelated = _package(lib, "unrelated")
+    bin_dir = lib / "node_modules" / ".bin"
+    bin_dir.mkdir()
+    (bin_dir / "codex").symlink_to("../@openai/codex/bin/codex.js")
+    found = candidates(str(bin_dir / "codex"), cwd="/", path_env="/usr/bin",
+                       virtual_env=None, homes=(str(home),))
+    for pkg in (codex, platform, left_pad, hoisted, peer):
+        assert str(pkg) in found, (pkg, found)
+    assert str(nested) not in found  # inside left-pad's own directory already
+    assert str(unrelated) not in found and str(lib / "node_modules") not in found
+    assert not any("darwin" in p for p in found)  # not installed: nothing to bind

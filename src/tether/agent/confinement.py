@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 import tether
+from tether.agent.providers import get as get_provider
+from tether.agent.providers.base import Provider
 from tether.hostio.paths import is_within
 from tether.hostio.untrusted import NotRegular, open_regular
 from tether.model.records import AgentConfig
@@ -23,9 +25,10 @@ from tether.runtime import bwrap as bwrap_runtime
 
 #: Under the user's home: what agents keep their login and state in (read-write).
 AGENT_CONFIG_PATHS = (".claude", ".claude.json", ".codex", ".config/claude")
-#: ... except what names commands the provider runs outside any sandbox.
+#: ... except what names commands the provider runs (Codex runs ``~/.codex/hooks.json``'s
+#: hooks: tether vets its own and passes ``--dangerously-bypass-hook-trust``).
 AGENT_CONFIG_READ_ONLY = (".claude/settings.json", ".claude/settings.local.json",
-                          ".claude/hooks", ".codex/config.toml")
+                          ".claude/hooks", ".codex/config.toml", ".codex/hooks.json")
 
 
 def agent_view(*, state_dir: Path, socket_dir: Path, config: AgentConfig, snapshot: Path,
@@ -33,10 +36,15 @@ def agent_view(*, state_dir: Path, socket_dir: Path, config: AgentConfig, snapsh
     """A sandboxed agent also needs its own config (~/.claude, ~/.codex), its session
     state, its snapshot and handoff, a worktree's git directory, and agent.sock."""
     user_home = os.path.expanduser("~")
-    rw = [str(state_dir), *(os.path.join(user_home, n) for n in AGENT_CONFIG_PATHS)]
+    provider = _provider(config.provider)
+    rw = [str(state_dir), *(os.path.join(user_home, n) for n in AGENT_CONFIG_PATHS),
+          *(os.path.join(user_home, n) for n in provider.home_config)]
     # What the provider or git would run, unsandboxed, later: read-only, made first
     # when missing (a bind of nothing would leave the name free to plant).
     ro = [_placeholder(os.path.join(user_home, n)) for n in AGENT_CONFIG_READ_ONLY]
+    # The provider's own config and keys directly in the home (Aider's ~/.aider.conf.yml,
+    # ~/.env): read-only, when they exist (a name planted in the home's tmpfs vanishes).
+    ro += [os.path.join(user_home, n) for n in provider.home_config_read_only]
     if config.git_dir:  # recorded at start: the worktree's .git is agent-writable
         rw.append(config.git_dir)
         ro += [_placeholder(os.path.join(config.git_dir, n)) for n in ("hooks", "config")]
@@ -45,6 +53,14 @@ def agent_view(*, state_dir: Path, socket_dir: Path, config: AgentConfig, snapsh
         ro.append(str(handoff))
     return bwrap_runtime.AgentView(rw=tuple(rw), ro=tuple(ro), socket_dir=str(socket_dir),
                                    tools=tuple(_toolchain(argv0, path_env)))
+
+
+def _provider(name: str) -> Provider:
+    """The lineage's provider, or the generic one when it is gone (a user's file)."""
+    try:
+        return get_provider(name)
+    except KeyError:
+        return get_provider("generic")
 
 
 def _placeholder(path: str) -> str:

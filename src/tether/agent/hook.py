@@ -1,14 +1,14 @@
 """The hook program: ``python -m tether.agent.hook --home H PROVIDER EVENT [PAYLOAD]``.
 
-An agent's own hook mechanism runs it (Claude Code's hooks, Codex's ``notify``), on every
-tool call for Claude, so it imports only the SDK and the providers, never click or rich:
-it reads the payload (stdin, or the last argument for a provider with
-``payload_in_argv``), calls ``agent.hook`` as ``TETHER_SESSION``/``TETHER_TOKEN``, prints
-the reply in the agent's own format and exits with its code. It never blocks the agent
-because of tether: outside a session, or when no daemon answered within
-``session.RETRY_BUDGET`` (it never starts one), it says why on stderr and exits 0 (exit 2
-would deny a tool call). ``--home`` is accepted for the command line's sake; the
-session's ``TETHER_HOME`` decides. ``tether agent hook …`` runs the same code.
+An agent's own hook mechanism runs it (Claude Code's, Codex's and Gemini CLI's hooks), on
+every tool call, so it imports only the SDK, never click or rich: it reads the payload
+(from stdin, or from its last argument when one is given — Codex's older ``notify``, which
+must not touch Codex's stdin, the terminal), calls ``agent.hook`` as
+``TETHER_SESSION``/``TETHER_TOKEN``, prints the reply in the agent's own format and exits
+with its code. It never blocks the agent because of tether: outside a session, or when no
+daemon answered within ``session.RETRY_BUDGET`` (it never starts one), it says why on
+stderr and exits 0 (exit 2 would deny a tool call). ``--home`` is accepted for the command
+line's sake; the session's ``TETHER_HOME`` decides. ``tether agent hook …`` runs the same code.
 """
 
 from __future__ import annotations
@@ -31,14 +31,12 @@ def run(provider: str, event: str, payload_arg: str | None) -> int:
     imports only ``json``, ``socket`` and the home-trust check: one call with the
     standard library while the daemon answers it. Anything else (outside a session, no
     daemon, an error) takes the full client's path, which explains itself."""
-    from tether.agent.providers import PAYLOAD_IN_ARGV
-
     env = os.environ
     home, session, token = (env.get(k) for k in ("TETHER_HOME", "TETHER_SESSION",
                                                  "TETHER_TOKEN"))
     if not (home and session and token):
         return _run_with_client(event, provider, None)
-    raw = (payload_arg or "") if provider in PAYLOAD_IN_ARGV else sys.stdin.read()
+    raw = payload_arg if payload_arg is not None else sys.stdin.read()
     payload = _parse(raw)
     from tether.client.oneshot import call_once
 

@@ -3,7 +3,9 @@
 Users run their commands with interpreters and tools installed under their home
 directory (a virtualenv, pyenv, ``~/.local/bin``, pipx, nvm, cargo), which a
 sandbox hides. :func:`candidates` names the installation behind a command —
-its executable's directory and installation prefix (resolved too), the
+its executable's directory and installation prefix (resolved too), for a node
+program its package and that package's whole dependency closure (optional and
+platform packages included: Codex's and Gemini CLI's binaries live in those), the
 interpreter its ``#!`` line names, the active virtualenv, and the PATH entries —
 so that a sandbox can bind them read-only. It only names paths: which of them a
 sandbox may show is the sandbox's policy (:func:`tether.runtime.bwrap.toolchain`).
@@ -11,6 +13,7 @@ sandbox may show is the sandbox's policy (:func:`tether.runtime.bwrap.toolchain`
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -72,7 +75,74 @@ def _installation(exe: str, homes: tuple[str, ...]) -> list[str]:
             pkg = os.path.dirname(pkg)
         if pkg != "/":
             out.append(pkg)
+            out.extend(p for p in node_dependencies(pkg) if p not in out)
     return out
+
+
+#: The ``package.json`` fields whose packages node may load at run time. An optional
+#: dependency is how npm ships a platform's binary (``@openai/codex-linux-x64``).
+_DEPENDENCY_FIELDS = ("dependencies", "optionalDependencies", "peerDependencies")
+#: A dependency closure larger than this is cut short (a package tree is not a bound).
+MAX_NODE_PACKAGES = 2000
+_MAX_PACKAGE_JSON = 1 << 20
+
+
+def node_dependencies(pkg: str) -> list[str]:
+    """The installed packages the node package ``pkg`` depends on, transitively: each
+    dependency name resolved as node does (``node_modules/NAME`` in the requiring
+    package's directory, then in each directory above it), a package under one
+    already found left out (it is bound with it). What is not installed (another
+    platform's optional package) is skipped."""
+    found: list[str] = []
+    root = os.path.realpath(pkg)
+    seen = {root}
+    queue = [root]  # node resolves a module's requires from its real path
+    while queue and len(seen) < MAX_NODE_PACKAGES:
+        here = queue.pop(0)
+        for name in _dependency_names(here):
+            dep = _resolve_package(name, here)
+            if dep is None:
+                continue
+            real = os.path.realpath(dep)
+            if real in seen:
+                continue
+            seen.add(real)
+            queue.append(real)
+            for p in dict.fromkeys((dep, real)):  # a link (pnpm's) and what it names
+                if not any(is_within(p, q) for q in (pkg, root, *found)):
+                    found.append(p)
+    return found
+
+
+def _dependency_names(pkg: str) -> list[str]:
+    try:
+        with open_regular(os.path.join(pkg, "package.json"), max_bytes=_MAX_PACKAGE_JSON) as f:
+            data = json.loads(f.read())
+    except (OSError, ValueError, NotRegular):
+        return []
+    names: list[str] = []
+    for fld in _DEPENDENCY_FIELDS:
+        deps = data.get(fld) if isinstance(data, dict) else None
+        if isinstance(deps, dict):
+            names += [n for n in deps if isinstance(n, str) and n not in names]
+    return names
+
+
+def _resolve_package(name: str, start: str) -> str | None:
+    """Where node finds package ``name`` required from package directory ``start``."""
+    parts = name.split("/")
+    if not all(parts) or ".." in parts or len(parts) > 2 or name.startswith("."):
+        return None  # not a package name (a path, ``..``)
+    d = start
+    while True:
+        if os.path.basename(d) != "node_modules":
+            cand = os.path.join(d, "node_modules", *parts)
+            if os.path.isfile(os.path.join(cand, "package.json")):
+                return cand
+        parent = os.path.dirname(d)
+        if parent == d:
+            return None
+        d = parent
 
 
 def _prefix(bindir: str, homes: tuple[str, ...]) -> list[str]:

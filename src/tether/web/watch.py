@@ -20,7 +20,7 @@ from tether.client.errors import DaemonUnavailable, TetherError
 from tether.model.records import Event
 
 log = logging.getLogger("tether.web")
-ENDS_WAITING = frozenset({"agent.turn", "lineage.state"})
+ENDS_WAITING = frozenset({"agent.turn", "agent.turn_start", "lineage.state"})
 
 
 class Watch:

@@ -4,9 +4,8 @@ Adding a provider is one module that defines a :class:`~tether.agent.providers.b
 subclass and names it in :data:`PROVIDERS` below. A user adds one without code: a
 ``<home>/providers/NAME.toml`` file (:mod:`.user`), loaded by :func:`load_user`.
 
-A provider's module is imported when that provider is first looked up: the hook program,
-which Claude Code runs on every tool call, reads one provider's ``payload_in_argv`` and
-must not pay for the others (nor for ``base``'s file helpers when it needs none).
+A provider's module is imported when that provider is first looked up: the daemon needs
+one or two, and a command line only the one it runs.
 """
 
 from __future__ import annotations
@@ -35,9 +34,6 @@ PROVIDERS = {
     "aider": "aider:AiderProvider",
     "amp": "amp:AmpProvider",
 }
-#: The providers whose hook payload is the hook program's last argument, not its stdin
-#: (``Provider.payload_in_argv``, here so the hook need not import the provider).
-PAYLOAD_IN_ARGV = frozenset({"codex"})
 
 
 class _Registry(Mapping[str, "Provider"]):
@@ -112,5 +108,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["PAYLOAD_IN_ARGV", "PROVIDERS", "REGISTRY", "ClaudeProvider", "CodexProvider",
+__all__ = ["PROVIDERS", "REGISTRY", "ClaudeProvider", "CodexProvider",
            "GenericProvider", "Provider", "for_command", "get", "load_user"]

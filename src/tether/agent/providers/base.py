@@ -54,10 +54,16 @@ class HookEvent:
     """One hook call, normalized.
 
     ``kind`` is one of: ``session_start`` (carries ``provider_session_id``),
-    ``turn_end`` (a completed turn), ``tool_request`` (asks whether a tool call
-    is allowed: ``tool_name``, ``tool_input``), ``pre_compact``, ``session_end``,
-    ``waiting`` (the agent needs its user: journaled as ``agent.waiting``),
-    ``other`` (refreshes the heartbeat only).
+    ``turn_start`` (a turn began: a prompt was submitted), ``turn_end`` (a completed
+    turn; an interactive agent then waits for its user), ``tool_request`` (asks whether
+    a tool call is allowed: ``tool_name``, ``tool_input``; also a turn in progress),
+    ``turn_failed`` (a turn ended on an API error: ``error``, e.g. ``rate_limit``),
+    ``status`` (what the CLI shows of its context: ``model``, ``context_window``),
+    ``pre_compact``, ``session_end``, ``waiting`` (the agent needs its user: journaled
+    as ``agent.waiting``), ``other`` (refreshes the heartbeat only).
+
+    Between a ``turn_end`` and the next ``turn_start`` (or ``tool_request``) an
+    interactive agent waits for its user: tether never takes that silence for a hang.
     """
 
     kind: str
@@ -68,6 +74,12 @@ class HookEvent:
     tool_name: str | None = None
     tool_input: dict[str, Any] | None = None
     model: str | None = None
+    # turn_failed: the CLI's error class (Claude Code's StopFailure ``error``) and its
+    # message, e.g. a usage limit and when it resets.
+    error: str | None = None
+    error_message: str | None = None
+    # status: the context window the CLI really uses (tokens).
+    context_window: int | None = None
     usage: Usage | None = None
     messages: list[dict[str, Any]] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict)
@@ -87,9 +99,6 @@ class Provider:
     name = "base"
     # Names of argv[0] (basename) that select this provider in ``tether run NAME ...``.
     commands: tuple[str, ...] = ()
-    # True when the agent passes the hook payload as the last argument (Codex's notify)
-    # instead of on stdin; the hook program must then not read stdin at all.
-    payload_in_argv = False
     # Regexes over an attempt's last output that say why it ended (tether.agent.exits):
     # usage limits, context exhaustion, a question for the user. Strings, compiled only
     # when an attempt ends (the hook program imports this module).
@@ -102,13 +111,28 @@ class Provider:
     turn_idle_seconds: float | None = None
     turn_end_pattern: str | None = None
     # Regexes over the CLI's output: group 1 is the context used, in percent; group 1
-    # the provider session id; groups 1 and 2 a turn's input and output tokens (with an
-    # optional k/M suffix). Read at a turn the daemon inferred from the output.
+    # the provider session id; groups 1 and 2 (or named ``input`` and ``output``) a turn's
+    # input and output tokens (with an optional k/M suffix; named groups ``cache_write``
+    # and ``cache_read`` the cache's).
+    # Read at a turn the daemon inferred from the output.
     context_pattern: str | None = None
     session_pattern: str | None = None
     usage_pattern: str | None = None
+    # Every turn of this CLI prints a ``usage_pattern`` line (one per model call): output
+    # without one is no turn (a banner, a local command, a redraw).
+    turn_needs_usage = False
+    # A turn's end naming another session than the lineage's moves the lineage onto it
+    # (a session start it missed). False: the CLI ends turns of side threads too (Codex's
+    # task title), which are neither the lineage's turns nor its session; only a session
+    # start moves it.
+    follows_session_at_turn_end = True
     # Where this profile comes from and how deep it goes (``tether`` docs, README).
     notes = ""
+    # What of the user's home a sandboxed session of this CLI sees besides every agent's
+    # config (``confinement.AGENT_CONFIG_PATHS``), relative to the home: read-write (its
+    # state), and read-only when they exist (its config and keys: Aider's ``~/.env``).
+    home_config: tuple[str, ...] = ()
+    home_config_read_only: tuple[str, ...] = ()
 
     def launch(self, argv: list[str], ctx: SessionContext) -> LaunchPlan:
         raise NotImplementedError

@@ -28,6 +28,7 @@ from tether.agent.providers.base import SessionContext
 from tether.daemon.agents import ending
 from tether.daemon.agents.core import AgentCore, token_digest
 from tether.daemon.agents.scripts import WorktreeScripts
+from tether.daemon.agents.turns import OutputTurns
 from tether.daemon.agents.worktree import WorktreeFiles
 from tether.hostio.untrusted import replace_at
 from tether.model.errors import RpcCode, TetherError
@@ -80,6 +81,8 @@ class Attempts:
         self.core = core
         self.worktree = worktree
         self.scripts = scripts
+        # Turns inferred from output (set by the service): an ended attempt's last one.
+        self.output_turns: OutputTurns | None = None
 
     # ------------------------------------------------------------------ start
     async def start(self, cfg: AgentConfig, name: str | None,
@@ -119,6 +122,9 @@ class Attempts:
             rec.id, status=LineageStatus.REVIVING if resume else None,
             attempt=rec.attempt + 1, token_sha256=self.core.new_token(rec.id), token="",
             revive_at=None, restarts=0, exit_reason=None,
+            # A terminal agent starts at its prompt, waiting for its user, until a turn
+            # starts (committed before its exec exists: its first hook comes after).
+            waiting_since=time.time() if rec.config.tty else None,
             event="lineage.attempt" if not resume else None,
             reason=f"reviving (attempt {rec.attempt + 1})" if resume else None))
         if resume:
@@ -216,7 +222,7 @@ class Attempts:
             if rec.status != LineageStatus.REVIVING:
                 return rec  # gave up
         core.touch(rec)
-        core.output_marks[rec.id] = 0.0  # its first output is a turn's (CLIs without hooks)
+        core.output_marks[rec.id] = (x.id, 0)  # its output is all unread (CLIs without hooks)
         starts = [*rec.recent_starts, x.started_at or time.time()][-5:]
         rec = core.commit(core.store.update_lineage(
             rec.id, status=LineageStatus.ACTIVE if rec.status != LineageStatus.ACTIVE else None,
@@ -281,6 +287,11 @@ class Attempts:
         if (x.reason or "").startswith(FENCED):
             self.fenced(rec, x)
             return
+        turns = self.output_turns
+        text = turns.final(rec, x) if turns is not None and self.core.tasks.open else None
+        if text is not None:  # a last turn in its output (``aider --message`` exits after it)
+            self.core.tasks.spawn(self._final_turn(rec, x, text), name=f"final-turn-{rec.id}")
+            return
         # A hung kill from before a restart is recognised by its recorded reason.
         hung = x.id in self.core.hung_kills or (x.reason or "").startswith("hung:")
         self.core.hung_kills.discard(x.id)
@@ -310,6 +321,15 @@ class Attempts:
                     f"died: {x.reason or x.state}" + (f" (exit {x.exit_code})"
                                                       if x.exit_code is not None else ""))
             self.orphan(rec, what, x, end)
+
+    async def _final_turn(self, rec: LineageRecord, x: ExecRecord, text: str) -> None:
+        """Report the turn an ended attempt's output held, then settle its end."""
+        try:
+            if self.output_turns is not None:
+                await self.output_turns.report_final(rec, text)
+        except Exception:  # never into the daemon's TaskGroup; the end is settled anyway
+            log.exception("lineage %s: the last turn of exec %s was not reported", rec.id, x.id)
+        self.on_exec_terminal(x)
 
     def fenced(self, rec: LineageRecord, x: ExecRecord) -> None:
         """Its monitor killed it: this host's fleet lease ran out (``MonitorFence``).
