@@ -16,9 +16,10 @@ import sys
 from pathlib import Path
 
 import tether
+from tether.egress.policy import compose, default_allow
 from tether.hostio.paths import is_within
 from tether.hostio.untrusted import NotRegular, open_regular
-from tether.model.records import AgentConfig
+from tether.model.records import AgentConfig, NetworkPolicy
 from tether.runtime import bwrap as bwrap_runtime
 
 #: Under the user's home: what agents keep their login and state in (read-write).
@@ -45,6 +46,14 @@ def agent_view(*, state_dir: Path, socket_dir: Path, config: AgentConfig, snapsh
         ro.append(str(handoff))
     return bwrap_runtime.AgentView(rw=tuple(rw), ro=tuple(ro), socket_dir=str(socket_dir),
                                    tools=tuple(_toolchain(argv0, path_env)))
+
+
+def egress_allow(provider: str, network: object, allow_domains: list[str]) -> list[str]:
+    """What an agent's egress proxy lets it reach: its provider's API hosts
+    (``tether.egress.policy.default_allow``), its sandbox's ``network.allow`` and its
+    lineage's ``--allow-domain``s, each once. Raises ``BadEntry``."""
+    spec_allow = network.allow if isinstance(network, NetworkPolicy) else []
+    return compose(default_allow(provider), spec_allow, allow_domains)
 
 
 def _placeholder(path: str) -> str:
