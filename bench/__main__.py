@@ -18,6 +18,7 @@ from bench import (
     cli,
     cost,
     digest,
+    egress,
     fleet,
     floods,
     logs,
@@ -67,6 +68,7 @@ BENCHMARKS: dict[str, Runner] = {
     "retention": lambda o, c: retention.run(o),
     "fleet": lambda o, c: fleet.run(o),
     "store_backends": lambda o, c: store_backends.run(o),
+    "egress": lambda o, c: egress.run(o),
 }
 ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
            "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents",
@@ -75,7 +77,7 @@ ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "
            "startup": "cli", "hook": "cli", "rollup": "digest", "webhooks": "outbox",
            "webhook": "outbox", "dashboard": "web", "schedule": "scheduler",
            "cron": "scheduler", "prune": "retention", "pgstore": "store_backends",
-           "postgres": "store_backends"}
+           "postgres": "store_backends", "proxy": "egress"}
 
 
 def _names(value: str) -> list[str]:
