@@ -78,7 +78,7 @@ class Relay:
 
     def accept(self) -> None:
         try:
-            fd, _ = self.listener._accept()
+            fd, _ = self.listener._accept()  # type: ignore[attr-defined]
         except OSError:
             return
         inner = socket.socket(socket.AF_INET, socket.SOCK_STREAM, 0, fd)

@@ -287,6 +287,7 @@ class Proxy:
         self.keys: dict[str, Key] = {}
         self.denials = Denials(os.path.join(root, "denied.log"))
         self.open = 0
+        self._complaints = [0.0, 0]  # [window start, lines written in it]
         self.idle_since: float | None = time.monotonic()
         self.stop = asyncio.Event()
         st = os.stat(root)
@@ -385,6 +386,16 @@ class Proxy:
         return {"ok": False, "error": f"unknown op {op!r}"}
 
     # ------------------------------------------------------------------ requests
+    def _complain(self, what: str) -> None:
+        """An unexpected error, on stderr (``proxy.log``): at most 10 lines a minute, so
+        that no request can make the log grow without bound."""
+        now = time.monotonic()
+        if now - self._complaints[0] >= 60:
+            self._complaints = [now, 0]
+        self._complaints[1] += 1
+        if self._complaints[1] <= 10:
+            print(f"egress proxy: {what[:500]}", file=sys.stderr, flush=True)
+
     def _handler(self, k: Key) -> Handler:
         async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
             if self.keys.get(k.name) is not k or len(k.conns) >= MAX_PER_KEY \
@@ -400,8 +411,8 @@ class Proxy:
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError,
                     TimeoutError):
                 pass
-            except Exception as e:  # a bug: say so, keep serving
-                print(f"egress proxy: {type(e).__name__}: {e}", file=sys.stderr)
+            except Exception as e:  # a bug: say so (a few lines a minute), keep serving
+                self._complain(f"{type(e).__name__}: {e}")
             finally:
                 k.conns.discard(writer)
                 self.open -= 1
