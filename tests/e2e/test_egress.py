@@ -386,6 +386,45 @@ def test_a_daemon_sigkill_cuts_no_connection_and_the_next_daemon_adopts_the_prox
     assert rep["after_restart"] == 200
 
 
+LOOP_AGENT = r'''
+import json, os, sys, time, urllib.request
+port = json.loads(sys.argv[1])["port"]
+while not os.path.exists("stop"):
+    try:
+        with urllib.request.urlopen(f"http://remote.test:{port}/x", timeout=5) as r:
+            res = str(r.status)
+    except Exception as e:
+        res = type(e).__name__
+    with open("results", "a") as f:
+        f.write(res + "\n")
+    time.sleep(0.1)
+'''
+
+
+def test_a_killed_proxy_is_started_again_and_the_agent_gets_its_way_back(
+        daemon_on: DaemonProc, remote: Remote, tmp_path: Path) -> None:
+    d = daemon_on
+    work = tmp_path / "work"
+    work.mkdir()
+    run_agent(d, work, LOOP_AGENT, {"port": remote.port}, "--allow-domain", "remote.test")
+    results = work / "results"
+    wait_for(lambda: results.exists() and "200" in results.read_text(), timeout=30,
+             what="a first answer")
+    old = json.loads((d.home / "egress" / "proxy.json").read_text())
+    os.kill(old["pid"], 9)  # not the daemon's child: the daemon sees it gone by its pid
+    seen = len(results.read_text().split())
+
+    def new_proxy() -> dict[str, Any] | None:
+        with contextlib.suppress(OSError, ValueError):
+            now = json.loads((d.home / "egress" / "proxy.json").read_text())
+            return now if now["pid"] != old["pid"] else None
+        return None
+    wait_for(new_proxy, timeout=15, what="another proxy")
+    wait_for(lambda: "200" in results.read_text().split()[seen + 1:], timeout=15,
+             what="an answer through the new proxy")
+    (work / "stop").touch()
+
+
 FLOOD_AGENT = r'''
 import json, sys, urllib.request, urllib.error
 codes = []

@@ -486,3 +486,85 @@ def test_the_proxy_module_runs_on_the_standard_library_alone() -> None:
     assert all(m.startswith(("tether.egress", "tether.hostio")) or m == "tether"
                for m in eval(r.stdout)), r.stdout
     asyncio.run(asyncio.sleep(0))
+
+
+# ---------------------------------------------------------------------- journaling denials
+def _service(home: Path) -> Any:
+    from tether.daemon.egress import EgressService
+    from tether.daemon.events import EventBus
+    from tether.daemon.journal import Journal
+    from tether.model.layout import HomeLayout
+    from tether.store import Store
+
+    store = Store(home / "tether.db")
+    return EgressService(store, HomeLayout(home), Journal(store, EventBus(store)))
+
+
+def _lineage(store: Any, ident: str) -> None:
+    from tether.model.records import AgentConfig, LineageRecord
+
+    store.create_lineage(LineageRecord(id=ident, config=AgentConfig(argv=["x"])))
+
+
+def _denied(store: Any, lineage: str) -> list[Any]:
+    return [e for e in store.events_since(limit=10_000)
+            if e.type == "agent.egress_denied" and e.data.get("lineage") == lineage]
+
+
+def test_each_denial_line_is_journaled_once_across_restarts_and_rotation(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tether.daemon import egress as daemon_egress
+
+    (tmp_path / "egress").mkdir()
+    svc = _service(tmp_path)
+    _lineage(svc.store, "aaaaaaaaaa")
+    log = px.Denials(str(tmp_path / "egress" / "denied.log"))
+    log.deny("aaaaaaaaaa", "evil.example", 443, "not in the allow-list")
+    log.deny("nobody0000", "x.example", 80, "not in the allow-list")  # no such lineage
+    log.deny("aaaaaaaaaa", "two.example", 80, "not in the allow-list")
+    assert svc.consume() == 2
+    assert svc.consume() == 0  # nothing new
+    ev = _denied(svc.store, "aaaaaaaaaa")
+    assert [(e.data["host"], e.data["port"], e.data["count"]) for e in ev] == [
+        ("evil.example", 443, 1), ("two.example", 80, 1)]
+    assert ev[0].reason == "egress to evil.example:443 denied: not in the allow-list"
+    rec = svc.store.get_lineage("aaaaaaaaaa")
+    assert rec.egress.denied == 2 and rec.reason is None  # the lineage's reason untouched
+    assert [h.host for h in rec.egress.hosts] == ["two.example", "evil.example"]
+    # A new daemon reads the whole log again: nothing twice.
+    again = _service(tmp_path)
+    assert again.consume(start=True) == 0
+    # Rotation past the threshold: the lines written meanwhile still come, once.
+    monkeypatch.setattr(daemon_egress, "ROTATE_AT", 1)
+    log.deny("aaaaaaaaaa", "three.example", 80, "not in the allow-list")
+    assert again.consume() == 1
+    assert not (tmp_path / "egress" / "denied.log").exists()
+    log.deny("aaaaaaaaaa", "four.example", 80, "not in the allow-list")
+    assert again.consume() == 1
+    assert len(_denied(again.store, "aaaaaaaaaa")) == 4
+    # A rotated log a killed daemon left is read at the next start, without repeats.
+    monkeypatch.setattr(daemon_egress, "ROTATE_AT", 1 << 20)
+    log.deny("aaaaaaaaaa", "five.example", 80, "not in the allow-list")
+    assert again.consume() == 1
+    log.deny("aaaaaaaaaa", "six.example", 80, "not in the allow-list")  # not read yet
+    (tmp_path / "egress" / "denied.log").rename(tmp_path / "egress" / "denied.log.1")
+    assert _service(tmp_path).consume(start=True) == 1
+    assert not (tmp_path / "egress" / "denied.log.1").exists()
+    assert [e.data["host"] for e in _denied(again.store, "aaaaaaaaaa")][-2:] == [
+        "five.example", "six.example"]
+
+
+def test_a_denial_line_is_checked_again_by_the_daemon(tmp_path: Path) -> None:
+    (tmp_path / "egress").mkdir()
+    svc = _service(tmp_path)
+    _lineage(svc.store, "bbbbbbbbbb")
+    lines = [{"n": 5, "key": "bbbbbbbbbb", "host": "bad\x1bhost", "port": 99999,
+              "count": 10**30, "why": "x" * 10_000, "time": 1.0},
+             "not json", {"n": "x", "key": "bbbbbbbbbb"},
+             {"n": 3, "key": "bbbbbbbbbb", "host": "old.example", "port": 1, "count": 1}]
+    (tmp_path / "egress" / "denied.log").write_text(
+        "".join((json.dumps(x) if isinstance(x, dict) else x) + "\n" for x in lines))
+    assert svc.consume() == 1  # the last is older than the first (n 3 < 5): skipped
+    ev = _denied(svc.store, "bbbbbbbbbb")[0]
+    assert ev.data["host"] is None and ev.data["port"] is None
+    assert ev.data["count"] == 1 << 40 and len(ev.data["why"]) == 300

@@ -218,7 +218,9 @@ class EgressService:
         path, rotated = self.root / "denied.log", self.root / "denied.log.1"
         done = 0
         if start and rotated.exists():
-            done += self._read(rotated, 0)[0]
+            done += self._read_all(rotated, 0)
+            with contextlib.suppress(OSError):
+                rotated.unlink()
         try:
             st = path.stat()
         except FileNotFoundError:
@@ -229,11 +231,21 @@ class EgressService:
         done += n
         if self._log_offset >= ROTATE_AT and self._log_offset >= path.stat().st_size:
             os.replace(path, rotated)  # the proxy opens the log per line: a new one next
-            done += self._read(rotated, self._log_offset)[0]  # a line written meanwhile
+            done += self._read_all(rotated, self._log_offset)  # lines written meanwhile
             self._log_ino, self._log_offset = None, 0
             with contextlib.suppress(OSError):
                 rotated.unlink()
         return done
+
+    def _read_all(self, path: Path, offset: int) -> int:
+        """Journal every whole line from ``offset`` to the end; the lines journaled."""
+        done = 0
+        while True:
+            n, end = self._read(path, offset)
+            done += n
+            if end == offset:
+                return done
+            offset = end
 
     def _read(self, path: Path, offset: int) -> tuple[int, int]:
         """Journal the whole lines from ``offset``; (lines journaled, the new offset)."""
@@ -244,6 +256,9 @@ class EgressService:
         except OSError:
             return 0, offset
         end = data.rfind(b"\n") + 1
+        if not end and len(data) == READ_CHUNK:  # no line that long is ours: skip it
+            log.warning("egress: %d bytes without a newline skipped in %s", len(data), path)
+            return 0, offset + len(data)
         done = 0
         for raw in data[:end].splitlines():
             try:
