@@ -386,6 +386,58 @@ def test_a_daemon_sigkill_cuts_no_connection_and_the_next_daemon_adopts_the_prox
     assert rep["after_restart"] == 200
 
 
+REVIVED_AGENT = r'''
+import json, os, sys, time, urllib.request
+port = json.loads(sys.argv[1])["port"]
+with urllib.request.urlopen(f"http://remote.test:{port}/x", timeout=10) as r:
+    res = r.status
+attempt = os.environ["TETHER_ATTEMPT"]
+with open(f"r.{attempt}.tmp", "w") as f:
+    json.dump(res, f)
+os.rename(f"r.{attempt}.tmp", f"r.{attempt}.json")
+time.sleep(300)
+'''
+
+
+def _zygotes_with_bridge(ws: Path) -> list[int]:
+    """bwrap pids of zygotes for ``ws`` whose sandbox runs the bridge before its stub."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")[:-1]
+        except OSError:
+            continue
+        if argv and os.path.basename(argv[0]) == b"bwrap" and argv[-1] == b"tether-zygote" \
+                and os.fsencode(str(ws)) in argv and any(a.endswith(b"egress/bridge.py")
+                                                         for a in argv):
+            found.append(int(d))
+    return found
+
+
+def test_a_revived_agent_starts_in_a_zygote_whose_bridge_already_listens(
+        daemon_on: DaemonProc, remote: Remote, tmp_path: Path) -> None:
+    d = daemon_on
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "agent.py").write_text(REVIVED_AGENT)
+    r = tether(d, "run", "--agent", "generic", "-d", "--allow-domain", "remote.test", "--",
+               sys.executable, "agent.py", json.dumps({"port": remote.port}), cwd=work)
+    assert r.returncode == 0, r.stderr
+    c = d.client()
+    first = c.exec_get(r.stdout.decode().strip())
+    assert wait_for(lambda: json.loads((work / "r.1.json").read_text())
+                    if (work / "r.1.json").exists() else None, timeout=30, what="r.1") == 200
+    zygotes = wait_for(lambda: _zygotes_with_bridge(work), timeout=30, what="a zygote")
+    os.kill(d.handles(first.id)["child"]["pid"], 9)
+    assert wait_for(lambda: json.loads((work / "r.2.json").read_text())
+                    if (work / "r.2.json").exists() else None, timeout=30, what="r.2") == 200
+    assert first.lineage is not None
+    second = c.exec_get(c.lineage_get(first.lineage).exec or "")
+    assert second.id != first.id and second.pid in zygotes  # the warm start, bridged
+
+
 LOOP_AGENT = r'''
 import json, os, sys, time, urllib.request
 port = json.loads(sys.argv[1])["port"]
