@@ -124,11 +124,12 @@ class EgressDenial(_Reply):
 
 
 class EgressView(_Reply):
-    """How an agent reaches the network: ``proxy`` (its egress proxy, allowing ``allow``),
-    ``host`` (the host's network: ``network: host``, or a runtime that does not confine
-    agents), ``none``; and what its proxy denied it, the most recent hosts first."""
+    """How an agent reaches the network (``lineage.get`` only; None elsewhere): ``proxy``
+    (its egress proxy, allowing ``allow``), ``host`` (the host's network: ``network:
+    host``, or a runtime that does not confine agents), ``none``, ``unknown`` (its sandbox
+    is gone); and what its proxy denied it, the most recent hosts first."""
 
-    network: str = "unknown"
+    network: str | None = None
     allow: list[str] = msgspec.field(default_factory=list)
     denied: int = 0
     denied_hosts: list[EgressDenial] = msgspec.field(default_factory=list)

@@ -411,7 +411,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         return {"lineages": [agents.view(x) for x in store.list_lineages(statuses)]}
 
     async def lineage_get(p: m.LineageRef, c: Connection) -> Any:
-        return agents.view(agents.resolve(p.lineage))
+        return agents.view(agents.resolve(p.lineage), detail=True)
 
     async def lineage_resolve(p: m.LineageResolve, c: Connection) -> Any:
         return agents.view(await owned(agents.resolve_ask(agents.resolve(p.lineage),

@@ -97,7 +97,9 @@ class AgentService:
                               {"ref": ref})
         return found[0]
 
-    def view(self, rec: LineageRecord) -> dict[str, Any]:
+    def view(self, rec: LineageRecord, *, detail: bool = False) -> dict[str, Any]:
+        """The lineage as ``lineage.*`` show it; ``detail`` (``lineage.get``) adds what
+        costs a lookup per lineage: its network and allow-list."""
         out: dict[str, Any] = {
             "id": rec.id, "name": rec.name, "provider": rec.config.provider,
             "status": rec.status, "lifecycle": rec.lifecycle, "exec": rec.exec_id,
@@ -111,25 +113,28 @@ class AgentService:
             "snapshot": str(snapshot.path_for(self.layout.root, rec.id)),
             "worktree": rec.config.worktree, "created_at": rec.created_at,
             "predecessor": rec.predecessor, "port_base": rec.config.port_base,
-            "handed_off": rec.handed_off, "egress": self.egress_view(rec),
+            "handed_off": rec.handed_off, "egress": self.egress_view(rec, detail=detail),
         }
         return out
 
-    def egress_view(self, rec: LineageRecord) -> dict[str, Any]:
-        """How the lineage reaches the network (``proxy``: its allow-list) and what its
-        egress proxy denied it."""
-        sb = self.store.get_sandbox(rec.config.sandbox)
-        out: dict[str, Any] = {"network": "unknown"}
-        if sb is not None:
-            confined = self.core.sandboxes.runtime_of(sb).confines_agents
-            mode = network_mode(sb.spec.network, agent=True) if confined else "host"
-            out = {"network": mode}
-            if mode == "proxy":
-                with contextlib.suppress(BadEntry):
-                    out["allow"] = egress_allow(rec.config.provider, sb.spec.network,
-                                                rec.config.allow_domains)
+    def egress_view(self, rec: LineageRecord, *, detail: bool) -> dict[str, Any]:
+        """What its egress proxy denied it; with ``detail``, also how it reaches the
+        network (``proxy``: its allow-list) — a sandbox lookup and a parse per lineage,
+        too much for ``lineage.list`` of thousands."""
         e = rec.egress or EgressLog()
-        return {**out, "denied": e.denied, "denied_hosts": msgspec.to_builtins(e.hosts)}
+        out: dict[str, Any] = {"denied": e.denied, "denied_hosts": msgspec.to_builtins(e.hosts)}
+        if not detail:
+            return out
+        sb = self.store.get_sandbox(rec.config.sandbox)
+        if sb is None:
+            return {"network": "unknown", **out}
+        confined = self.core.sandboxes.runtime_of(sb).confines_agents
+        mode = network_mode(sb.spec.network, agent=True) if confined else "host"
+        if mode == "proxy":
+            with contextlib.suppress(BadEntry):
+                out["allow"] = egress_allow(rec.config.provider, sb.spec.network,
+                                            rec.config.allow_domains)
+        return {"network": mode, **out}
 
     def summary_for_exec(self, exec_id: str, lineage_id: str) -> dict[str, Any] | None:
         rec = self.store.get_lineage(lineage_id)
