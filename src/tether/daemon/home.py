@@ -33,7 +33,8 @@ def prepare(layout: HomeLayout) -> None:
     for d in (layout.logs, layout.run, layout.agent_dir):
         private_dir(layout, d)
     for d in (layout.root, layout.logs, layout.run, layout.agent_dir,
-              layout.root / "drain", layout.root / "agents"):
+              layout.root / "drain", layout.root / "agents", layout.root / "egress",
+              layout.root / "egress" / "keys", layout.root / "egress" / "socks"):
         no_symlinks(layout, d)
 
 
