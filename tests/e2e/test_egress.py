@@ -580,6 +580,17 @@ def test_an_allow_list_entry_that_is_not_a_host_is_refused_before_anything_runs(
     assert c.lineage_list(all=True) == []
 
 
+def test_an_agent_whose_proxy_cannot_start_fails_with_a_reason_and_the_daemon_serves_on(
+        daemon_on: DaemonProc, tmp_path: Path) -> None:
+    d = daemon_on
+    (d.home / "egress" / "proxy.log").mkdir(parents=True)  # the proxy's stderr cannot open
+    r = tether(d, "run", "--agent", "generic", "--", "true", cwd=tmp_path)
+    assert r.returncode == 1
+    assert b"the egress proxy cannot serve this agent" in r.stderr, r.stderr
+    assert b"network: host" in r.stderr  # what to do next
+    assert d.client().health().status == "SERVING"
+
+
 def test_a_plain_command_cannot_ask_for_an_allow_list(daemon_on: DaemonProc,
                                                       tmp_path: Path) -> None:
     r = tether(daemon_on, "run", "--allow-domain", "x.example", "--", "true", cwd=tmp_path)

@@ -137,7 +137,10 @@ class EgressService:
             except (OSError, ValueError, TimeoutError) as e:
                 if not start:
                     raise unavailable(f"no answer ({e})") from None
-            await asyncio.get_running_loop().run_in_executor(None, self._spawn)
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, self._spawn)
+            except OSError as e:  # fork failed, the directory is unwritable, no ready line
+                raise unavailable(str(e)) from None
             try:
                 return await self._send(req)
             except (OSError, ValueError, TimeoutError) as e:
@@ -210,6 +213,8 @@ class EgressService:
                                       "resolve": self.resolve})
                 except TetherError as e:
                     log.warning("egress proxy: %s", e.message)
+                except Exception:  # never into the daemon's TaskGroup
+                    log.exception("egress: restarting the proxy failed")
 
     # ------------------------------------------------------------------ denials
     def consume(self, *, start: bool = False) -> int:

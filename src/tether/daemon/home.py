@@ -44,7 +44,7 @@ def no_symlinks(layout: HomeLayout, d: os.PathLike[str]) -> None:
     happen. Once the home is private, nobody else can plant one."""
     try:
         entries = list(os.scandir(d))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return
     for e in entries:
         if e.is_symlink():
