@@ -62,6 +62,7 @@ CONNECT_TIMEOUT = 10.0
 MAX_PER_KEY = 256  # connections of one sandbox at once
 MAX_CONNECTIONS = 4096  # of all sandboxes
 IDLE_EXIT = 60.0  # seconds without a key before the proxy exits
+LOCK_WAIT = 2.0  # for the lock of a proxy that is exiting
 CHECK_EVERY = 2.0
 DENIAL_WINDOW = 60.0  # a (key, host, port) is written at most once per window ...
 DENIAL_LINES = 20  # ... and a key at most this many lines per window (then one summary)
@@ -580,9 +581,15 @@ def main(argv: list[str]) -> int:
     config = json.loads(line)
     lock = os.open(os.path.join(root, "proxy.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
                    0o600)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        _say({"running": True})  # another one serves this home: the daemon uses it
-        return 0
+    # One that is exiting (idle) holds the lock a moment longer: wait it out.
+    deadline = time.monotonic() + LOCK_WAIT
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                _say({"running": True})  # another one serves this home: the daemon uses it
+                return 0
+            time.sleep(0.05)
     return asyncio.run(amain(root, config))
