@@ -558,9 +558,9 @@ def test_the_policy_file_goes_when_the_lineage_ends_and_the_proxy_stops_serving_
     work.mkdir()
     lineage = run_agent(d, work, "import time\ntime.sleep(0.5)\n", {})
     keys = d.home / "egress" / "keys"
-    wait_for(lambda: not (keys / f"{lineage}.json").exists(), timeout=20,
-             what="the key dropped")
-    assert not (d.home / "egress" / "socks" / lineage).exists()
+    wait_for(lambda: not (keys / f"{lineage}.json").exists()
+             and not (d.home / "egress" / "socks" / lineage).exists(), timeout=20,
+             what="the key dropped, then its socket")
     with contextlib.suppress(FileNotFoundError):
         assert not list(keys.iterdir())
 
