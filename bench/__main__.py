@@ -18,6 +18,7 @@ from bench import (
     cli,
     cost,
     digest,
+    egress,
     fleet,
     floods,
     logs,
@@ -69,6 +70,7 @@ BENCHMARKS: dict[str, Runner] = {
     "retention": lambda o, c: retention.run(o),
     "fleet": lambda o, c: fleet.run(o),
     "store_backends": lambda o, c: store_backends.run(o),
+    "egress": lambda o, c: egress.run(o),
 }
 ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
            "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents",
@@ -78,7 +80,7 @@ ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "
            "webhook": "outbox", "dashboard": "web", "dashboard_scale": "web_scale",
            "schedule": "scheduler",
            "cron": "scheduler", "prune": "retention", "pgstore": "store_backends",
-           "postgres": "store_backends"}
+           "postgres": "store_backends", "proxy": "egress"}
 
 
 def _names(value: str) -> list[str]:

@@ -7,6 +7,7 @@ identities checked by start time, so no reused pid is ever signalled.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -44,11 +45,22 @@ def read_handles(home: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _proxy(home: Path) -> tuple[int, int] | None:
+    """The (pid, start time) ``egress/proxy.json`` names, if that process still runs."""
+    try:
+        info = json.loads((home / "egress" / "proxy.json").read_text())
+        pid, st = int(info["pid"]), int(info["start_time"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return (pid, st) if is_same_process(pid, st) else None
+
+
 def kill_strays(home: Path, *, wait: float = 0.0,
                 reap: Callable[[], object] | None = None) -> int:
     """SIGKILL every command (its whole process group) and monitor a home's handles
-    files name, if still the same processes; with ``wait``, wait that long for them to
-    be gone, calling ``reap`` (a subreaper's) meanwhile. Returns how many were signalled."""
+    files name, and its egress proxy, if still the same processes; with ``wait``, wait
+    that long for them to be gone, calling ``reap`` (a subreaper's) meanwhile. Returns
+    how many were signalled."""
     victims: list[tuple[int, int]] = []
     for data in read_handles(home):
         for who in ("child", "monitor"):
@@ -64,6 +76,11 @@ def kill_strays(home: Path, *, wait: float = 0.0,
             except (ProcessLookupError, PermissionError):
                 continue
             victims.append((pid, st))
+    proxy = _proxy(home)  # the home's egress proxy (tether.egress.proxy), if any
+    if proxy is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(proxy[0], signal.SIGKILL)
+            victims.append(proxy)
     deadline = time.monotonic() + wait
     alive = victims
     while alive and time.monotonic() < deadline:

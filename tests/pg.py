@@ -31,7 +31,9 @@ def bindir() -> Path | None:
 class PgCluster:
     """One cluster: ``start()``, ``url``, ``stop()`` (fast or immediate), ``destroy()``."""
 
-    def __init__(self) -> None:
+    def __init__(self, tcp_port: int | None = None) -> None:
+        """``tcp_port``: also listen on 127.0.0.1:PORT (the egress test's target)."""
+        self.tcp_port = tcp_port
         bins = bindir()
         if bins is None:
             raise RuntimeError("PostgreSQL is not installed: apt-get install -y postgresql")
@@ -50,8 +52,13 @@ class PgCluster:
                   "-E", "UTF8", "--no-sync")
 
     @property
+    def _port(self) -> str:
+        """The socket's name follows the port: libpq must be told it."""
+        return f"&port={self.tcp_port}" if self.tcp_port else ""
+
+    @property
     def url(self) -> str:
-        return f"postgresql://{SUPERUSER}@/tether?host={self.sock}"
+        return f"postgresql://{SUPERUSER}@/tether?host={self.sock}{self._port}"
 
     def _run(self, tool: str, *args: str) -> None:
         argv = [str(self.bin / tool), *args]
@@ -60,14 +67,15 @@ class PgCluster:
         subprocess.run(argv, check=True, capture_output=True, cwd=self.root)
 
     def start(self) -> None:
-        opts = (f"-k {self.sock} -c listen_addresses='' -c fsync=off "
+        listen = f"127.0.0.1 -p {self.tcp_port}" if self.tcp_port else "''"
+        opts = (f"-k {self.sock} -c listen_addresses={listen} -c fsync=off "
                 "-c max_connections=200 -c shared_buffers=16MB")
         self._run("pg_ctl", "-D", str(self.data), "-o", opts, "-l",
                   str(self.root / "pg.log"), "-w", "start")
         if not (self.root / ".created").exists():
             import psycopg
 
-            with psycopg.connect(f"postgresql://{SUPERUSER}@/postgres?host={self.sock}",
+            with psycopg.connect(f"postgresql://{SUPERUSER}@/postgres?host={self.sock}{self._port}",
                                  autocommit=True) as c:
                 c.execute("CREATE DATABASE tether")
             (self.root / ".created").touch()
@@ -76,10 +84,10 @@ class PgCluster:
         """A fresh database in this cluster (one per test); its URL."""
         import psycopg
 
-        with psycopg.connect(f"postgresql://{SUPERUSER}@/postgres?host={self.sock}",
+        with psycopg.connect(f"postgresql://{SUPERUSER}@/postgres?host={self.sock}{self._port}",
                              autocommit=True) as c:
             c.execute(f'CREATE DATABASE "{name}"')
-        return f"postgresql://{SUPERUSER}@/{name}?host={self.sock}"
+        return f"postgresql://{SUPERUSER}@/{name}?host={self.sock}{self._port}"
 
     def stop(self, mode: str = "fast") -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")

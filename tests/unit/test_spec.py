@@ -145,7 +145,8 @@ def test_missing_required_fields() -> None:
 @pytest.mark.parametrize(("text", "line", "path", "fragment"), [
     ("runtime: dokcer\n", 1, "runtime",
      "expected one of auto, process, bwrap, docker, got 'dokcer' (did you mean 'docker'?)"),
-    ("network: public\n", 1, "network", "expected one of none, private, host, got 'public'"),
+    ("network: public\n", 1, "network",
+     "expected one of none, private, host, or a mapping {allow: [HOST, ...]}, got 'public'"),
     ("network: no\n", 1, "network", "got the boolean no"),
     ("mounts:\n  - source: .\n    target: /x\n    mode: rx\n", 4, "mounts[0].mode",
      "expected one of ro, rw, got 'rx'"),

@@ -18,9 +18,10 @@ from pathlib import Path
 import tether
 from tether.agent.providers import get as get_provider
 from tether.agent.providers.base import Provider
+from tether.egress.policy import compose, default_allow
 from tether.hostio.paths import is_within
 from tether.hostio.untrusted import NotRegular, open_regular
-from tether.model.records import AgentConfig
+from tether.model.records import AgentConfig, NetworkPolicy
 from tether.runtime import bwrap as bwrap_runtime
 
 #: Under the user's home: what agents keep their login and state in (read-write).
@@ -61,6 +62,14 @@ def _provider(name: str) -> Provider:
         return get_provider(name)
     except KeyError:
         return get_provider("generic")
+
+
+def egress_allow(provider: str, network: object, allow_domains: list[str]) -> list[str]:
+    """What an agent's egress proxy lets it reach: its provider's API hosts
+    (``tether.egress.policy.default_allow``), its sandbox's ``network.allow`` and its
+    lineage's ``--allow-domain``s, each once. Raises ``BadEntry``."""
+    spec_allow = network.allow if isinstance(network, NetworkPolicy) else []
+    return compose(default_allow(provider), spec_allow, allow_domains)
 
 
 def _placeholder(path: str) -> str:

@@ -229,9 +229,12 @@ class _Api:
                     force: bool = False, request_key: str | None = None,
                     commit_on_finish: bool = False, budget_usd: float | None = None,
                     budget_policy: Literal["pause", "stop"] | None = None,
+                    allow_domains: Sequence[str] | None = None,
                     ) -> Request[r.AgentStarted]:
         """Start an agent lineage; unset options take the daemon's defaults
-        (``tether.model.records.AgentConfig``). A request key makes retries start it once."""
+        (``tether.model.records.AgentConfig``). A request key makes retries start it once.
+        ``allow_domains``: hosts its egress proxy lets it reach besides its provider's API
+        hosts (``api.example.com``, ``*.example.com``, ``host:PORT``)."""
         return Request("agent.start", {
             "argv": list(argv), "provider": provider, "name": name, "sandbox": sandbox,
             "env": env, "cwd": cwd, "tty": tty or None, "revival": revival,
@@ -241,6 +244,7 @@ class _Api:
             "worktree": worktree, "issue": issue, "issue_id": issue_id,
             "commit_on_finish": commit_on_finish or None,
             "force": force or None, "budget_usd": budget_usd, "budget_policy": budget_policy,
+            "allow_domains": list(allow_domains) if allow_domains else None,
             "request_key": request_key or _request_key()}, r.AgentStarted)
 
     @rpc

@@ -112,6 +112,29 @@ class CopyReport(_Reply):
     bytes: int = 0
 
 
+class EgressDenial(_Reply):
+    """Requests to one host and port the egress proxy denied (host None: the sum of the
+    denials beyond its per-minute lines), the last at ``last``."""
+
+    host: str | None = None
+    port: int | None = None
+    count: int = 0
+    last: float = 0.0
+    why: str = ""
+
+
+class EgressView(_Reply):
+    """How an agent reaches the network (``lineage.get`` only; None elsewhere): ``proxy``
+    (its egress proxy, allowing ``allow``), ``host`` (the host's network: ``network:
+    host``, or a runtime that does not confine agents), ``none``, ``unknown`` (its sandbox
+    is gone); and what its proxy denied it, the most recent hosts first."""
+
+    network: str | None = None
+    allow: list[str] = msgspec.field(default_factory=list)
+    denied: int = 0
+    denied_hosts: list[EgressDenial] = msgspec.field(default_factory=list)
+
+
 class LineageView(_Reply):
     """A lineage as ``lineage.*`` show it (no token, no config beyond these fields)."""
 
@@ -145,6 +168,7 @@ class LineageView(_Reply):
     predecessor: str | None = None
     port_base: int | None = None  # TETHER_PORT_BASE, when its repository asks for ports
     handed_off: str | None = None  # the branch hand-off: None, "ok" or "failed"
+    egress: EgressView | None = None  # its network and what its egress proxy denied
 
 
 class LineageFinished(LineageView, kw_only=True):

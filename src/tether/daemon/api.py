@@ -31,6 +31,7 @@ from tether.daemon.scheduler import Scheduler
 from tether.daemon.scheduler.handlers import schedule_handlers
 from tether.daemon.signals import parse_signal
 from tether.daemon.tasks import Tasks
+from tether.egress.policy import BadEntry, Policy
 from tether.model.errors import RpcCode, TetherError, events_purged
 from tether.model.layout import HomeLayout
 from tether.model.records import (
@@ -374,6 +375,11 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
             Thresholds(p.aging_pct, p.dying_pct)
         except (KeyError, ValueError) as e:
             raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS", str(e.args[0])) from None
+        try:
+            Policy.parse(p.allow_domains)
+        except BadEntry as e:
+            raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
+                              f"allow_domains: {e}") from None
         if p.issue_id is not None and not (p.worktree and p.issue):
             raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
                               "issue_id needs worktree and issue")
@@ -420,7 +426,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         return {"lineages": [agents.view(x) for x in rows], "total": total}
 
     async def lineage_get(p: m.LineageRef, c: Connection) -> Any:
-        return agents.view(agents.resolve(p.lineage))
+        return agents.view(agents.resolve(p.lineage), detail=True)
 
     async def lineage_resolve(p: m.LineageResolve, c: Connection) -> Any:
         return agents.view(await owned(agents.resolve_ask(agents.resolve(p.lineage),

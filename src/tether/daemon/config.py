@@ -7,6 +7,7 @@ the services get plain values. (``TETHER_HOME`` is read by
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import shutil
 import socket
@@ -18,6 +19,7 @@ from tether.daemon import systemd
 from tether.daemon.clock import Clock
 from tether.daemon.events import QUEUE_LIMIT
 from tether.daemon.fleet import FleetConfig
+from tether.egress.policy import BadEntry, is_address, normalise_host
 from tether.model.retention import RetentionPolicy, parse_duration, parse_size
 from tether.rpc.server import HALF_LINE_TIMEOUT, MAX_CONNECTIONS
 
@@ -64,6 +66,9 @@ class DaemonConfig:
     #: when none was set with `tether budget set` (which wins).
     budget_daily_usd: float | None = None
     budget_policy: str = "pause"
+    #: TETHER_TEST_RESOLVE (tests only): host names the egress proxy resolves to these
+    #: addresses instead of asking DNS, e.g. a test's fake model API (docs/SECURITY.md).
+    test_resolve: dict[str, list[str]] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, home: Path, *, pool_size: int = POOL_SIZE,
@@ -106,10 +111,28 @@ class DaemonConfig:
                 relay_batch=int(env.get("TETHER_FLEET_RELAY_BATCH", 200))),
             budget_daily_usd=_dollars(env.get("TETHER_BUDGET_DAILY_USD")),
             budget_policy=_policy(env.get("TETHER_BUDGET_POLICY")),
+            test_resolve=parse_test_resolve(env.get("TETHER_TEST_RESOLVE")),
         )
 
     def clock(self) -> Clock:
         return Clock(self.test_clock)
+
+
+def parse_test_resolve(text: str | None) -> dict[str, list[str]]:
+    """``TETHER_TEST_RESOLVE``: ``NAME=ADDR[,ADDR...]`` entries separated by ``;`` or
+    spaces (``fake.test=127.0.0.1; api.test=10.200.0.2,fd00::2``). Raises ValueError."""
+    out: dict[str, list[str]] = {}
+    for item in (text or "").replace(";", " ").split():
+        name, sep, addrs = item.partition("=")
+        try:
+            host = normalise_host(name)
+            if not sep or is_address(host):
+                raise BadEntry("")
+            out[host] = [str(ipaddress.ip_address(a)) for a in addrs.split(",")]
+        except ValueError:
+            raise ValueError(f"$TETHER_TEST_RESOLVE: {item!r} is not NAME=ADDRESS[,ADDRESS...] "
+                             "(a host name, then IP addresses)") from None
+    return out
 
 
 def retention_from_env(env: Mapping[str, str]) -> RetentionPolicy:

@@ -38,6 +38,7 @@ from tether.daemon.api import AGENT_METHODS, build_router
 from tether.daemon.config import DaemonConfig
 from tether.daemon.cost import CostService
 from tether.daemon.digest import DigestService
+from tether.daemon.egress import EgressService
 from tether.daemon.events import EventBus
 from tether.daemon.execs import ExecService
 from tether.daemon.faults import Faults
@@ -188,6 +189,7 @@ class Daemon:
                 tg.create_task(self.hooks.run(), name="outbox")
                 tg.create_task(self.scheduler.loop(), name="scheduler")
                 tg.create_task(self.retention.loop(), name="retention")
+                tg.create_task(self.egress.run(), name="egress")
                 for rt in self.runtimes:
                     tg.create_task(rt.run(), name=f"runtime-{rt.name}")
                 if self.fleet is not None:
@@ -276,10 +278,12 @@ class Daemon:
         self.retention = RetentionService(self.store, self.layout, self.journal,
                                           self.config.clock(), self.config.retention, faults)
         self.bus.floor = self.retention.rs.floor_of
+        self.egress = EgressService(self.store, self.layout, self.journal,
+                                    resolve=self.config.test_resolve)
         self.agents = AgentService(self.store, self.layout, self.journal, self.execs,
                                    self.sandboxes, self.tasks, self.instance, faults,
                                    tick_interval=self.config.agent_tick,
-                                   clock=self.config.clock())
+                                   clock=self.config.clock(), egress=self.egress)
         try:
             tz = periods.zone(self.config.digest_tz)
         except periods.BadPeriod as e:
@@ -322,6 +326,9 @@ class Daemon:
         # needs them watched again.
         summary = await self.execs.recover()
         await self.sandboxes.recover()
+        # The egress proxy before agents: a resumed attempt asks it to serve its key.
+        summary.update(await self.egress.recover(
+            {r.id for r in self.store.list_lineages(tuple(LINEAGE_LIVE))}))
         # Agents last: a lineage is orphaned only once its exec's fate is known.
         summary.update({f"lineages_{k}": v for k, v in (await self.agents.recover()).items()})
         summary["handoffs_resumed"] = self.agents.resume_ends()

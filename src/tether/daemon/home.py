@@ -33,7 +33,8 @@ def prepare(layout: HomeLayout) -> None:
     for d in (layout.logs, layout.run, layout.agent_dir):
         private_dir(layout, d)
     for d in (layout.root, layout.logs, layout.run, layout.agent_dir,
-              layout.root / "drain", layout.root / "agents"):
+              layout.root / "drain", layout.root / "agents", layout.root / "egress",
+              layout.root / "egress" / "keys", layout.root / "egress" / "socks"):
         no_symlinks(layout, d)
 
 
@@ -43,7 +44,7 @@ def no_symlinks(layout: HomeLayout, d: os.PathLike[str]) -> None:
     happen. Once the home is private, nobody else can plant one."""
     try:
         entries = list(os.scandir(d))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return
     for e in entries:
         if e.is_symlink():

@@ -99,6 +99,29 @@ class CompanionSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     required: bool = True
 
 
+#: An egress allow-list entry (``tether.egress.policy``: a host, ``*.domain`` or an
+#: address, each optionally with ``:PORT``); the policy module says what is wrong in one.
+HostPattern = Annotated[str, Meta(
+    min_length=1, max_length=300, pattern=r"^[A-Za-z0-9_.*:\[\]-]+\Z",
+    description="a host pattern: a host name (api.example.com), *.example.com, or an "
+                "address, each optionally with :PORT")]
+
+
+class NetworkPolicy(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """``network: {allow: [...]}``: the sandbox's agents reach the network only through
+    tether's egress proxy (the default for agents in bwrap), and may reach these hosts
+    besides their provider's API hosts."""
+
+    allow: Annotated[list[HostPattern], Meta(max_length=256,
+                                             description="a list of host patterns")] = \
+        msgspec.field(default_factory=list)
+
+
+#: What ``network`` may say (``None``: the runtime's default).
+Network = Annotated[Literal["none", "private", "host"] | NetworkPolicy, Meta(
+    description="one of none, private, host, or a mapping {allow: [HOST, ...]}")]
+
+
 MountItem = Annotated[MountSpec, Meta(
     description='a mount ({source, target, mode} or "SOURCE:TARGET[:ro|rw]")',
     extra={"form": "mount"})]
@@ -117,7 +140,9 @@ class SandboxSpec(msgspec.Struct, kw_only=True, omit_defaults=True):
     mounts: Annotated[list[MountItem], Meta(description="a list of mounts")] = \
         msgspec.field(default_factory=list)
     env: dict[str, str] = msgspec.field(default_factory=dict)
-    network: Literal["none", "private", "host"] | None = None  # None: the runtime's default
+    # None: the runtime's default (bwrap: agents through the egress proxy, other execs
+    # loopback only); a NetworkPolicy: the proxy, with more hosts allowed for agents.
+    network: Network | None = None
     resources: ResourceSpec | None = None
     companions: Annotated[list[CompanionSpec], Meta(description="a list of companions")] = \
         msgspec.field(default_factory=list)
@@ -238,6 +263,9 @@ class AgentOptions(msgspec.Struct, kw_only=True, omit_defaults=True):
     # does: pause (tool calls denied) or stop (the agent stopped, lineage FINISHED).
     budget_usd: float | None = None
     budget_policy: str = "pause"
+    # Hosts its sandbox's egress proxy lets it reach besides its provider's API hosts and
+    # the sandbox's ``network.allow`` (``--allow-domain``; tether.egress.policy).
+    allow_domains: list[str] = msgspec.field(default_factory=list)
 
 
 class AgentConfig(AgentOptions, kw_only=True, omit_defaults=True):
@@ -251,6 +279,30 @@ class AgentConfig(AgentOptions, kw_only=True, omit_defaults=True):
     # The first of the ports leased to this lineage (TETHER_PORT_BASE), if the repository
     # asks for ports; the lease itself is the store's (port_leases, migration 12).
     port_base: int | None = None
+
+
+class EgressDenial(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Requests to one host and port its egress proxy denied (host None: the sum of those
+    beyond the proxy's per-minute lines), the last at ``last``."""
+
+    host: str | None = None
+    port: int | None = None
+    count: int = 0
+    last: float = 0.0
+    why: str = ""
+
+
+class EgressLog(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What the egress proxy denied a lineage: ``n`` is the number of the last line of the
+    proxy's denial log applied (each is journaled once), ``denied`` the requests in all,
+    ``hosts`` the most recent by host and port (at most ``MAX_DENIED_HOSTS``)."""
+
+    n: int = 0
+    denied: int = 0
+    hosts: list[EgressDenial] = msgspec.field(default_factory=list)
+
+
+MAX_DENIED_HOSTS = 20
 
 
 class LineageRecord(msgspec.Struct, kw_only=True):
@@ -306,6 +358,8 @@ class LineageRecord(msgspec.Struct, kw_only=True):
     request_key: str | None = None  # the agent.start that created it (retries are no-ops)
     # The branch hand-off's outcome: None (none yet, or none configured), "ok", "failed".
     handed_off: str | None = None
+    # Requests its egress proxy denied (agent.egress_denied), None before the first.
+    egress: EgressLog | None = None
 
 
 def to_builtins(obj: Any) -> Any:

@@ -220,6 +220,10 @@ class AgentStart(_P, AgentOptions, kw_only=True):
     issue_id: Annotated[str, Meta(min_length=1, max_length=256)] | None = None
     budget_usd: Annotated[float, Meta(gt=0, le=1_000_000)] | None = None
     budget_policy: Literal["pause", "stop"] = "pause"
+    # More hosts its egress proxy lets it reach (tether.egress.policy entries; the
+    # handler says what is wrong in one).
+    allow_domains: Annotated[list[Annotated[str, Meta(max_length=300)]],
+                             Meta(max_length=256)] = msgspec.field(default_factory=list)
     name: Name | None = None
     force: bool = False
     request_key: RequestKey | None = None

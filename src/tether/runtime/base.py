@@ -40,6 +40,9 @@ class AgentView:
     ro: tuple[str, ...] = ()  # files under tether's home it may read (its snapshot)
     socket_dir: str | None = None  # the directory of tether's agent.sock, bound as is
     tools: tuple[str, ...] = ()  # under the hidden home directories: its toolchain, read-only
+    # The host directory holding its egress proxy socket (``tether.egress``), bound
+    # read-only inside when its network goes through the proxy; None: no way out then.
+    egress: str | None = None
 
 
 class SpecProblem(NamedTuple):

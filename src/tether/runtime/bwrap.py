@@ -19,8 +19,12 @@ logged and re-adopted exactly like a plain one. What the sandbox sees:
 An agent session (:class:`AgentView`) sees more: the host read-only except the
 users' home directories (its own tools and interpreter may live anywhere), from
 those only its toolchain read-only and its config directories read-write, its
-session state, the network unless the spec says otherwise, and tether's
-restricted ``agent.sock``, which serves only the agent's own session.
+session state, and tether's restricted ``agent.sock``, which serves only the agent's
+own session. Its network namespace is its own too, and its way out is tether's egress
+proxy (``tether.egress``): the directory of its proxy socket bound at
+``/run/tether-egress``, and the bridge started before its command, which serves that
+socket as ``127.0.0.1:3128`` inside (``HTTPS_PROXY`` and the like say so), unless the
+spec says ``network: host`` (the host's network), ``none`` or ``private`` (none).
 
 The command runs behind :data:`GATE` (``Launch.gated``) so that the monitor can pin it
 and record its own exit status and signal its own group (bwrap reports a death by signal N
@@ -37,9 +41,12 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tether.egress import bridge as egress_bridge
+from tether.egress.policy import PROXY_PORT, SANDBOX_DIR, SOCKET_NAME, network_mode, proxy_env
 from tether.hostio.copy import copy_into, copy_out_of
 from tether.hostio.paths import is_within
 from tether.model.errors import RpcCode, TetherError, invalid_params
@@ -192,7 +199,25 @@ def wrap(argv: list[str], spec: SandboxSpec, *, cwd: str, tether_home: str,
     ``tools``: a plain exec's toolchain (:func:`toolchain`), bound read-only."""
     args, inside_cwd = sandbox_args(spec, cwd=cwd, tether_home=tether_home,
                                     bwrap_path=bwrap_path, agent=agent, tools=tools)
-    return [*args, *tail(inside_cwd, tty), *argv]
+    return [*args, *tail(inside_cwd, tty), *bridge(spec, agent), *argv]
+
+
+def network_of(spec: SandboxSpec, agent: AgentView | None) -> str:
+    """``host``, ``none`` or ``proxy`` (:func:`tether.egress.policy.network_mode`); an
+    agent meant for the proxy without a proxy socket gets ``none``: no way out."""
+    mode = network_mode(spec.network, agent=agent is not None)
+    if mode == "proxy" and (agent is None or agent.egress is None):
+        return "none"
+    return mode
+
+
+def bridge(spec: SandboxSpec, agent: AgentView | None) -> list[str]:
+    """What runs the command behind the egress bridge (``tether.egress.bridge``), on
+    tether's own interpreter (an agent sees it); nothing when it has no proxy."""
+    if network_of(spec, agent) != "proxy":
+        return []
+    return [sys.executable, "-I", "-S", os.path.abspath(egress_bridge.__file__),
+            str(PROXY_PORT), f"{SANDBOX_DIR}/{SOCKET_NAME}"]
 
 
 def tail(inside_cwd: str, tty: bool) -> list[str]:
@@ -206,7 +231,7 @@ def sandbox_args(spec: SandboxSpec, *, cwd: str, tether_home: str,
                  tools: tuple[str, ...] = ()) -> tuple[list[str], str]:
     """bwrap and the sandbox's arguments (all but the working directory and the command:
     what a zygote sets up ahead), and the working directory inside."""
-    network = spec.network or ("host" if agent is not None else "none")
+    network = network_of(spec, agent)
     args = [bwrap_path]
     if agent is not None:
         args += ["--ro-bind", "/", "/"]  # later mounts (/proc, /tmp, binds) cover it
@@ -240,6 +265,8 @@ def sandbox_args(spec: SandboxSpec, *, cwd: str, tether_home: str,
             args += ["--ro-bind-try", p, p]
         if agent.socket_dir is not None:  # read-only: connecting works; replacing does not
             args += ["--ro-bind", agent.socket_dir, agent.socket_dir]
+        if network == "proxy" and agent.egress is not None:  # likewise its proxy socket's
+            args += ["--ro-bind", agent.egress, SANDBOX_DIR]
     inside_cwd = cwd
     if spec.workspace is not None and not _under(cwd, [workspace]):
         inside_cwd = target  # the host cwd does not exist inside: start in the workspace
@@ -420,15 +447,17 @@ class BwrapRuntime(Runtime):
         args, inside_cwd = sandbox_args(req.sandbox.spec, cwd=cwd, tether_home=home,
                                         bwrap_path=self.probed.path or "bwrap",
                                         agent=req.agent, tools=tools)
-        argv = [*args, *tail(inside_cwd, req.spec.tty), *GATE, *req.spec.argv]
+        via = bridge(req.sandbox.spec, req.agent)
+        argv = [*args, *tail(inside_cwd, req.spec.tty), *via, *GATE, *req.spec.argv]
         warm = None
         if self.zygotes and _warm_fits(req.spec.tty, req.spec.stdin):
-            warm = Warm(req.sandbox.id, (*args, *tail("/", False), *STUB), inside_cwd,
+            warm = Warm(req.sandbox.id, (*args, *tail("/", False), *via, *STUB), inside_cwd,
                         tuple(req.spec.argv), bind_identity(args))
+        extra = proxy_env() if via else {}
 
         def launch(exec_id: str) -> Launch:
-            return Launch(argv=argv, env=host_env(req.spec, req.sandbox, exec_id), cwd=cwd,
-                          gated=True, warm=warm)
+            return Launch(argv=argv, env={**host_env(req.spec, req.sandbox, exec_id), **extra},
+                          cwd=cwd, gated=True, warm=warm)
         return launch
 
     async def copy(self, sb: SandboxRecord, direction: str, src: str, dst: str, *,

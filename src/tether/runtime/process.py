@@ -47,7 +47,7 @@ class ProcessRuntime(Runtime):
             out.append(SpecProblem(
                 "mounts" if spec.mounts else "workspace_target" if spec.workspace_target
                 else "network", "the process runtime cannot isolate: mounts, "
-                "workspace_target and network none/private need bwrap"))
+                "workspace_target and network none/private/allow need bwrap"))
         return out + no_container_fields(spec)
 
     def prepare_exec(self, req: ExecRequest) -> LaunchPlan:

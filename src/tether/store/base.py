@@ -143,5 +143,6 @@ class CoreStore(Protocol):
 
     def update_lineage(self, ident: str, *, status: LineageStatus | None = None,
                        event: str | None = None, reason: str | None = None,
-                       data: dict[str, Any] | None = None, **fields: Any,
+                       data: dict[str, Any] | None = None,
+                       event_reason: str | None = None, **fields: Any,
                        ) -> tuple[LineageRecord, Event | None]: ...

@@ -469,10 +469,12 @@ class PgStore:
 
     def update_lineage(self, ident: str, *, status: LineageStatus | None = None,
                        event: str | None = None, reason: str | None = None,
-                       data: dict[str, Any] | None = None, **fields: Any,
+                       data: dict[str, Any] | None = None,
+                       event_reason: str | None = None, **fields: Any,
                        ) -> tuple[LineageRecord, Event | None]:
         """Change a lineage (status guarded under its row lock), journaling ``event`` in
-        the same transaction; a status change is always journaled as ``lineage.state``."""
+        the same transaction; a status change is always journaled as ``lineage.state``.
+        ``event_reason``: the event's reason, leaving the lineage's ``reason`` as is."""
         with self._tx() as db:
             row = db.execute("SELECT record::text FROM lineages WHERE id = %s FOR UPDATE",
                              (ident,)).fetchone()
@@ -494,7 +496,7 @@ class PgStore:
                            "attempt": rec.attempt, **(data or {})}
                 ev = self._append(db, rec.config.sandbox, event, exec_id=rec.exec_id,
                                   state=rec.status if event == "lineage.state" else rec.lifecycle,
-                                  reason=reason, data=payload)
+                                  reason=event_reason or reason, data=payload)
         return rec, ev
 
 

@@ -518,11 +518,13 @@ class Store:
 
     def update_lineage(self, ident: str, *, status: LineageStatus | None = None,
                        event: str | None = None, reason: str | None = None,
-                       data: dict[str, Any] | None = None, **fields: Any,
+                       data: dict[str, Any] | None = None,
+                       event_reason: str | None = None, **fields: Any,
                        ) -> tuple[LineageRecord, Event | None]:
         """Change a lineage (status guarded), journaling ``event`` in the same transaction.
 
-        A status change is always journaled as ``lineage.state``.
+        A status change is always journaled as ``lineage.state``. ``event_reason``: the
+        event's reason when it is not the lineage's new ``reason`` (which it leaves as is).
         """
         with self._tx() as db:
             row = db.execute("SELECT record FROM lineages WHERE id = ?", (ident,)).fetchone()
@@ -544,7 +546,7 @@ class Store:
                            "attempt": rec.attempt, **(data or {})}
                 ev = self._append(db, rec.config.sandbox, event, exec_id=rec.exec_id,
                                   state=rec.status if event == "lineage.state" else rec.lifecycle,
-                                  reason=reason, data=payload)
+                                  reason=event_reason or reason, data=payload)
         return rec, ev
 
 

@@ -89,6 +89,9 @@ if TYPE_CHECKING:
               default=None, help="agents: dollars this lineage may spend (see tether cost)")
 @click.option("--budget-policy", type=click.Choice(["pause", "stop"]), default="pause",
               show_default=True, help="agents: at the budget, deny tool calls or stop")
+@click.option("--allow-domain", "allow_domains", multiple=True, metavar="HOST",
+              help="agents: a host its egress proxy lets it reach besides its provider's "
+                   "API (api.example.com, *.example.com, HOST:PORT; repeatable)")
 @sandbox_flags(for_run=True)
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
@@ -100,7 +103,7 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
         workdir_opt: str | None, commit_on_finish: bool, issue: str | None,
         issue_id: str | None, force: bool, fleet_host: str | None,
         fleet_labels: tuple[str, ...], budget_usd: float | None, budget_policy: str,
-        argv: tuple[str, ...], **flags: Any) -> None:
+        allow_domains: tuple[str, ...], argv: tuple[str, ...], **flags: Any) -> None:
     """Run a command under the daemon: tether run [-d] [-it] -- CMD ARGS...
 
     `tether run claude ...`, `tether run codex ...` and `--agent NAME` start an agent
@@ -164,6 +167,17 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
     provider = agent_provider or (auto.name if auto is not None else None)
     if budget_usd is not None and provider is None:
         die("--budget is for agents: add --agent NAME (or run claude, codex, ...)", 2)
+    if allow_domains and provider is None:
+        die("--allow-domain is for agents (their egress proxy): add --agent NAME; a plain "
+            "command in a bwrap sandbox has only its own loopback, or the host's network "
+            "with --network host", 2)
+    if allow_domains:
+        from tether.egress.policy import BadEntry, Policy
+
+        try:
+            Policy.parse(allow_domains)
+        except BadEntry as e:
+            die(f"--allow-domain: {e}", 2)
     made: str | None = None
     if wants_sandbox(flags):
         ephemeral = provider is None and not flags.get("keep_sandbox")
@@ -187,7 +201,8 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
                 stale_after=stale_after, crashed_after=crashed_after, successor=successor,
                 worktree=wt_path, issue=issue, issue_id=issue_id, force=force,
                 commit_on_finish=commit_on_finish, budget_usd=budget_usd,
-                budget_policy=budget_policy)  # type: ignore[arg-type]
+                budget_policy=budget_policy,  # type: ignore[arg-type]
+                allow_domains=allow_domains)
             if lin.exec_view is None:
                 # Its program could not be started: exit as the shell (and `tether run`
                 # of a plain command) would, 127 not found, 126 not executable.

@@ -11,6 +11,7 @@ attempt is started again under the next key, ``lineage-<id>-<attempt>-r<restarts
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import sys
@@ -21,7 +22,7 @@ import msgspec
 
 from tether.agent import lifecycle as lc
 from tether.agent import snapshot
-from tether.agent.confinement import agent_view
+from tether.agent.confinement import agent_view, egress_allow
 from tether.agent.exits import DEFAULT_LIMIT_WAIT, Exit, ExitReason
 from tether.agent.providers import get as get_provider
 from tether.agent.providers.base import SessionContext
@@ -30,8 +31,9 @@ from tether.daemon.agents.core import AgentCore, token_digest
 from tether.daemon.agents.scripts import WorktreeScripts
 from tether.daemon.agents.turns import OutputTurns
 from tether.daemon.agents.worktree import WorktreeFiles
+from tether.egress.policy import BadEntry, network_mode
 from tether.hostio.untrusted import replace_at
-from tether.model.errors import RpcCode, TetherError
+from tether.model.errors import RpcCode, TetherError, invalid_params
 from tether.model.records import AgentConfig, ExecRecord, ExecSpec, LineageRecord
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE, LineageStatus
 from tether.runtime.base import FENCED
@@ -161,6 +163,13 @@ class Attempts:
                                     if rec.predecessor else None),
                            argv0=plan.argv[0], path_env=path_env)
                 if core.sandboxes.runtime_of(sandbox).confines_agents else None)
+        if view is not None and core.egress is not None and \
+                network_mode(sandbox.spec.network, agent=True) == "proxy":
+            try:
+                allow = egress_allow(cfg.provider, sandbox.spec.network, cfg.allow_domains)
+            except BadEntry as e:
+                raise invalid_params(f"allow_domains: {e}") from None
+            view = dataclasses.replace(view, egress=await core.egress.serve(rec.id, allow))
         sock = layout.agent_socket if view is not None else layout.socket
         token = self._token(rec)
         env = {**cfg.env, **plan.env,

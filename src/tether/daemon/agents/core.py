@@ -20,6 +20,7 @@ from typing import Any
 
 from tether.agent import lifecycle as lc
 from tether.daemon.clock import Clock
+from tether.daemon.egress import EgressService
 from tether.daemon.execs import ExecService
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
@@ -75,6 +76,8 @@ class AgentCore:
         self.tokens: dict[str, str] = {}
         # Called with every lineage that ended (its end scripts and hand-off: the service).
         self.on_end: Callable[[str], None] | None = None
+        # Bwrap agents' egress proxy (None: agents meant for it get no network at all).
+        self.egress: EgressService | None = None
 
     def commit(self, result: tuple[LineageRecord, Event | None]) -> LineageRecord:
         """Publish a committed lineage change's event, if any; return the record."""

@@ -7,12 +7,16 @@ side (``resolve``, ``view``, ``summary_for_exec``) is its own.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from tether.agent import snapshot
+from tether.agent.confinement import egress_allow
 from tether.agent.providers import load_user
 from tether.daemon.agents import recovery
 from tether.daemon.agents.attempts import Attempts, revivals
@@ -24,14 +28,16 @@ from tether.daemon.agents.tick import Tick
 from tether.daemon.agents.turns import OutputTurns
 from tether.daemon.agents.worktree import WorktreeFiles
 from tether.daemon.clock import Clock
+from tether.daemon.egress import EgressService
 from tether.daemon.execs import ExecService
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
 from tether.daemon.sandboxes import SandboxService
 from tether.daemon.tasks import Tasks
+from tether.egress.policy import BadEntry, network_mode
 from tether.model.errors import RpcCode, TetherError
 from tether.model.layout import HomeLayout
-from tether.model.records import AgentConfig, LineageRecord
+from tether.model.records import AgentConfig, EgressLog, LineageRecord
 from tether.model.repo import Handoff
 from tether.model.states import LINEAGE_LIVE, LineageStatus
 from tether.runtime.base import MonitorFence
@@ -43,12 +49,13 @@ log = logging.getLogger("tether.agents")
 class AgentService:
     def __init__(self, store: Store, layout: HomeLayout, journal: Journal,
                  execs: ExecService, sandboxes: SandboxService, tasks: Tasks, instance: str,
-                 faults: Faults, *, tick_interval: float, clock: Clock | None = None
-                 ) -> None:
+                 faults: Faults, *, tick_interval: float, clock: Clock | None = None,
+                 egress: EgressService | None = None) -> None:
         self.store = store  # the read side's; the parts share everything through core
         self.layout = layout
         self.core = AgentCore(store, layout, journal, execs, sandboxes, tasks, instance,
                               faults, clock)
+        self.core.egress = egress
         self.worktree = WorktreeFiles(self.core)
         self.scripts = WorktreeScripts(self.core)
         self.attempts = Attempts(self.core, self.worktree, self.scripts)
@@ -91,7 +98,9 @@ class AgentService:
                               {"ref": ref})
         return found[0]
 
-    def view(self, rec: LineageRecord) -> dict[str, Any]:
+    def view(self, rec: LineageRecord, *, detail: bool = False) -> dict[str, Any]:
+        """The lineage as ``lineage.*`` show it; ``detail`` (``lineage.get``) adds what
+        costs a lookup per lineage: its network and allow-list."""
         out: dict[str, Any] = {
             "id": rec.id, "name": rec.name, "provider": rec.config.provider,
             "status": rec.status, "lifecycle": rec.lifecycle, "exec": rec.exec_id,
@@ -106,9 +115,28 @@ class AgentService:
             "snapshot": str(snapshot.path_for(self.layout.root, rec.id)),
             "worktree": rec.config.worktree, "created_at": rec.created_at,
             "predecessor": rec.predecessor, "port_base": rec.config.port_base,
-            "handed_off": rec.handed_off,
+            "handed_off": rec.handed_off, "egress": self.egress_view(rec, detail=detail),
         }
         return out
+
+    def egress_view(self, rec: LineageRecord, *, detail: bool) -> dict[str, Any]:
+        """What its egress proxy denied it; with ``detail``, also how it reaches the
+        network (``proxy``: its allow-list) — a sandbox lookup and a parse per lineage,
+        too much for ``lineage.list`` of thousands."""
+        e = rec.egress or EgressLog()
+        out: dict[str, Any] = {"denied": e.denied, "denied_hosts": msgspec.to_builtins(e.hosts)}
+        if not detail:
+            return out
+        sb = self.store.get_sandbox(rec.config.sandbox)
+        if sb is None:
+            return {"network": "unknown", **out}
+        confined = self.core.sandboxes.runtime_of(sb).confines_agents
+        mode = network_mode(sb.spec.network, agent=True) if confined else "host"
+        if mode == "proxy":
+            with contextlib.suppress(BadEntry):
+                out["allow"] = egress_allow(rec.config.provider, sb.spec.network,
+                                            rec.config.allow_domains)
+        return {"network": mode, **out}
 
     def summary_for_exec(self, exec_id: str, lineage_id: str) -> dict[str, Any] | None:
         rec = self.store.get_lineage(lineage_id)
@@ -215,6 +243,8 @@ class AgentService:
             if rec.status == LineageStatus.FINISHED and h and rec.handed_off is None:
                 rec, _ = await hand_off(self.core, rec, h)
             await self.scripts.on_end(rec)
+            if self.core.egress is not None:
+                await self.core.egress.drop(lineage)
         except Exception:  # never into the daemon's TaskGroup
             log.exception("ending lineage %s failed", lineage)
         finally:

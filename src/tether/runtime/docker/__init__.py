@@ -17,7 +17,7 @@ import logging
 import os
 
 from tether.model.errors import RpcCode, TetherError
-from tether.model.records import SandboxRecord, SandboxSpec
+from tether.model.records import NetworkPolicy, SandboxRecord, SandboxSpec
 from tether.model.states import SandboxState
 from tether.runtime.base import (
     ExecRequest,
@@ -119,6 +119,10 @@ class DockerRuntime(Runtime):
         if not spec.image:
             out.append(SpecProblem("image", "required field is missing (runtime: docker needs "
                                    "an image)", key="runtime"))
+        if isinstance(spec.network, NetworkPolicy):
+            out.append(SpecProblem("network", "network.allow is the egress proxy of bwrap "
+                                   "sandboxes' agents; a docker sandbox's network is none, "
+                                   "private or host"))
         if spec.network == "none" and spec.companions:
             out.append(SpecProblem("network", "network: none cuts the sandbox off from its "
                                    "companions; use private"))

@@ -17,7 +17,8 @@ from typing import NamedTuple, NoReturn
 
 import msgspec
 
-from tether.model.records import MountSpec, ResourceSpec, SandboxSpec
+from tether.egress.policy import BadEntry, parse_entry
+from tether.model.records import MountSpec, NetworkPolicy, ResourceSpec, SandboxSpec
 from tether.runtime.registry import spec_problems
 from tether.sandbox.spec.nodes import Map, Reporter, is_null, join, locate
 
@@ -150,6 +151,12 @@ class _Checks:
                           f"{companion.name!r} (also {seen[companion.name]})")
             seen[companion.name] = join("companions", i)
         self.names(["labels"], spec.labels, env=False)
+        if isinstance(spec.network, NetworkPolicy):
+            for i, text in enumerate(spec.network.allow):
+                try:
+                    parse_entry(text)
+                except BadEntry as e:
+                    self.fail(["network", "allow", i], str(e))
         for v in runtime_constraints(spec):
             node, _, key_line, _ = locate(self.root, [v.key or v.path])
             self.report.fail(node, v.path, v.problem, line=key_line)

@@ -8,7 +8,7 @@ and nothing here repeats a field.
 from __future__ import annotations
 
 import typing
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import msgspec
 import msgspec.inspect as mi
@@ -38,11 +38,14 @@ class Shape:
         self.extra = extra
         self.description = description
         # A Literal's values in the order the record declares them (inspect sorts them).
-        self.choices: tuple[object, ...] = t.values if isinstance(t, mi.LiteralType) else ()
+        literal = _member(t, mi.LiteralType)
+        self.choices: tuple[object, ...] = literal.values if literal is not None else ()
 
     @property
     def struct(self) -> mi.StructType | None:
-        return self.type if isinstance(self.type, mi.StructType) else None
+        """The struct, or the struct a union of words and one struct may be written as
+        (``network: host`` or ``network: {allow: [...]}``)."""
+        return _member(self.type, mi.StructType)
 
     def item(self) -> Shape | None:
         """The item shape of a list or the value shape of a mapping."""
@@ -56,13 +59,29 @@ class Shape:
         """Whether text is what the field wants (so ``--set X=5`` is the string "5")."""
         t = self.type
         return (isinstance(t, mi.StrType) or "form" in self.extra
-                or (isinstance(t, mi.LiteralType) and all(isinstance(v, str) for v in t.values)))
+                or (bool(self.choices) and all(isinstance(v, str) for v in self.choices)))
 
     def is_leaf(self) -> bool:
         """A single value for ``--set``: neither a mapping nor a list of mappings."""
         item = self.item() if isinstance(self.type, mi.ListType) else None
         return not (self.struct is not None or isinstance(self.type, mi.DictType)
                     or (item is not None and item.struct is not None))
+
+
+T = TypeVar("T", bound=mi.Type)
+
+
+def _member(t: mi.Type, kind: type[T]) -> T | None:
+    """``t`` if it is a ``kind``, or its one ``kind`` member if it is a union of a Literal
+    and a struct; else None."""
+    if isinstance(t, kind):
+        return t
+    if isinstance(t, mi.UnionType):
+        found = [x for x in t.types if isinstance(x, kind)]
+        if len(found) == 1 and all(isinstance(x, mi.LiteralType | mi.StructType)
+                                   for x in t.types):
+            return found[0]
+    return None
 
 
 def shape(t: mi.Type) -> Shape:
