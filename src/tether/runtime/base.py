@@ -40,6 +40,9 @@ class AgentView:
     ro: tuple[str, ...] = ()  # files under tether's home it may read (its snapshot)
     socket_dir: str | None = None  # the directory of tether's agent.sock, bound as is
     tools: tuple[str, ...] = ()  # under the hidden home directories: its toolchain, read-only
+    # (path the agent sees, the file shown there read-only instead): bound last, over
+    # the rest (the provider's config with tether's hooks, over the user's own).
+    views: tuple[tuple[str, str], ...] = ()
 
 
 class SpecProblem(NamedTuple):

@@ -240,6 +240,8 @@ def sandbox_args(spec: SandboxSpec, *, cwd: str, tether_home: str,
             args += ["--ro-bind-try", p, p]
         if agent.socket_dir is not None:  # read-only: connecting works; replacing does not
             args += ["--ro-bind", agent.socket_dir, agent.socket_dir]
+        for dest, src in agent.views:
+            args += ["--ro-bind", src, dest]
     inside_cwd = cwd
     if spec.workspace is not None and not _under(cwd, [workspace]):
         inside_cwd = target  # the host cwd does not exist inside: start in the workspace

@@ -22,6 +22,11 @@ class SessionContext:
     # argv prefix of the hook program, e.g. [python, "-m", "tether.agent.hook", "--home", H];
     # a provider appends its name and the event name.
     hook_command: tuple[str, ...]
+    # True when the runtime confines the agent (bwrap): it binds what the plan's
+    # ``views`` name, so a provider may show the agent a file of its own at a host path.
+    confined: bool = False
+    # Whether the agent has a terminal: a CLI run without one is resumed headless.
+    tty: bool = True
 
 
 @dataclass
@@ -30,6 +35,9 @@ class LaunchPlan:
     env: dict[str, str] = field(default_factory=dict)
     # Files to write (path -> bytes, mode 0600) before the process starts.
     files: dict[str, bytes] = field(default_factory=dict)
+    # A confining runtime only: host path the agent sees -> one of ``files``, shown there
+    # read-only instead of what the host has (the agent's config with tether's hooks).
+    views: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -54,8 +62,9 @@ class HookEvent:
     """One hook call, normalized.
 
     ``kind`` is one of: ``session_start`` (carries ``provider_session_id``),
-    ``turn_end`` (a completed turn), ``tool_request`` (asks whether a tool call
-    is allowed: ``tool_name``, ``tool_input``), ``pre_compact``, ``session_end``,
+    ``turn_start`` (its user, or a prompt, started a turn), ``turn_end`` (a completed
+    turn), ``tool_request`` (asks whether a tool call is allowed: ``tool_name``,
+    ``tool_input``), ``pre_compact``, ``session_end``,
     ``waiting`` (the agent needs its user: journaled as ``agent.waiting``),
     ``other`` (refreshes the heartbeat only).
     """
@@ -187,3 +196,42 @@ def open_agent_file(path: str) -> TextIO | None:
     except (OSError, ValueError, NotRegular):
         return None
     return io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
+
+
+#: Each quoted message of a continuation prompt is cut to this many characters.
+CONTINUATION_QUOTE_CHARS = 2000
+
+
+def continuation_prompt(snapshot_path: str, request: str | None = None) -> str:
+    """The prompt that resumes a headless (``-p``) session after its process ended, built
+    from the drain snapshot: say it was interrupted, and quote the last request and the
+    last answer it had reported (``request``, the original prompt, when no turn had
+    ended yet). The resumed session also has its own history; this says what to do."""
+    from pathlib import Path
+
+    from tether.agent import snapshot  # the hook program never needs it
+
+    last: dict[str, str] = {}
+    try:
+        messages = snapshot.read(Path(snapshot_path)).get("messages") or []
+    except (OSError, ValueError, snapshot.SnapshotError):
+        messages = []
+    for m in messages:
+        if isinstance(m, dict) and isinstance(m.get("content"), str) \
+                and m.get("role") in ("user", "assistant"):
+            last[m["role"]] = m["content"]
+    if request and "user" not in last:
+        last["user"] = request
+
+    def quote(text: str) -> str:
+        cut = text[:CONTINUATION_QUOTE_CHARS]
+        return cut + (" […]" if len(text) > len(cut) else "")
+
+    lines = ["Your previous process was interrupted before it finished, and this session "
+             "was resumed (by tether). Continue the task where you left off: check what is "
+             "already done before you do it again, then finish it."]
+    if "user" in last:
+        lines.append(f"The request you were working on: {quote(last['user'])}")
+    if "assistant" in last:
+        lines.append(f"Your last answer before the interruption: {quote(last['assistant'])}")
+    return "\n\n".join(lines)
