@@ -37,6 +37,26 @@ from typing import Any
 MODEL = "gemini-2.5-flash"
 API_KEY = "fake-gemini-key"
 
+#: The Gemini API's answer to a request over the free tier's daily quota (HTTP 429), as
+#: documented in https://ai.google.dev/gemini-api/docs/rate-limits and troubleshooting:
+#: ``RESOURCE_EXHAUSTED`` with a ``QuotaFailure`` naming a per-day quota.
+DAILY_QUOTA_EXHAUSTED = {"error": {
+    "code": 429,
+    "message": "You exceeded your current quota, please check your plan and billing details. "
+               "For more information on this error, head to: "
+               "https://ai.google.dev/gemini-api/docs/rate-limits.",
+    "status": "RESOURCE_EXHAUSTED",
+    "details": [
+        {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{
+            "quotaMetric": "generativelanguage.googleapis.com/generate_content_free_tier_requests",
+            "quotaId": "GenerateRequestsPerDayPerProjectPerModel-FreeTier",
+            "quotaDimensions": {"location": "global", "model": MODEL},
+            "quotaValue": "250"}]},
+        {"@type": "type.googleapis.com/google.rpc.Help", "links": [{
+            "description": "Learn more about Gemini API quotas",
+            "url": "https://ai.google.dev/gemini-api/docs/rate-limits"}]},
+        {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "43s"}]}}
+
 _PATH = re.compile(r"^/(v1beta|v1|v1alpha)/models/([^:/]+):([A-Za-z]+)$")
 
 

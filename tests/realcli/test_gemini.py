@@ -27,7 +27,15 @@ import pytest
 
 from tests.harness import TETHER, DaemonProc, remove_home, wait_for
 from tests.realcli import cli
-from tests.realcli.fake_gemini import MODEL, Answer, FakeGemini, Served, cli_env, seed_home
+from tests.realcli.fake_gemini import (
+    DAILY_QUOTA_EXHAUSTED,
+    MODEL,
+    Answer,
+    FakeGemini,
+    Served,
+    cli_env,
+    seed_home,
+)
 from tether.client.blocking import Client
 from tether.runtime import bwrap
 
@@ -146,7 +154,7 @@ def rig(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Rig]:
     tether_home = Path(tempfile.mkdtemp(prefix="tg", dir=getattr(request, "param", "/tmp")))
     with FakeGemini(log=tmp_path / "api.jsonl") as api:
         env = {**os.environ, **cli_env(api.base_url, home), "TETHER_DEFAULT_RUNTIME": "auto",
-               "TETHER_AGENT_TICK": "0.2"}
+               "TETHER_AGENT_TICK": "0.2", "TETHER_TEST_CLOCK": str(tmp_path / "clock")}
         d = DaemonProc(tether_home, env=env)
         d.start()
         r = Rig(d=d, api=api, home=home, work=work, env=d.env, gemini=gemini)
@@ -164,10 +172,10 @@ def tokens_of(served: list[Served]) -> dict[str, int]:
     """What tether must have recorded for these responses (README: Gemini's usage): input
     is the uncached prompt, cache reads the cached part, output the answer and thoughts."""
     u = [s.usage for s in served]
-    return {"input_tokens": sum(x["promptTokenCount"] - x.get("cachedContentTokenCount", 0)
-                                for x in u),
-            "output_tokens": sum(x["candidatesTokenCount"] + x.get("thoughtsTokenCount", 0)
-                                 for x in u),
+    return {"input_tokens": sum(x.get("promptTokenCount", 0)
+                                - x.get("cachedContentTokenCount", 0) for x in u),
+            "output_tokens": sum(x.get("candidatesTokenCount", 0)
+                                 + x.get("thoughtsTokenCount", 0) for x in u),
             "cache_read_tokens": sum(x.get("cachedContentTokenCount", 0) for x in u),
             "cache_creation_tokens": 0}
 
@@ -274,3 +282,50 @@ def type_prompt(term: Any, text: str) -> None:
     term.write(text)
     time.sleep(0.3)
     term.write("\r")
+
+
+def test_daily_quota_waits_for_the_reset_then_resumes(rig: Rig, tmp_path: Path) -> None:
+    """The API's daily-quota 429 (RESOURCE_EXHAUSTED, a per-day QuotaFailure): the CLI
+    gives up ("You have exhausted your daily quota on this model.") and takes the failed
+    prompt back out of its session; the lineage waits (WAITING_LIMIT, no revival spent)
+    and, once the daemon's clock passes the reset (30 minutes: the CLI prints none),
+    runs its command again (nothing to resume) and finishes."""
+    rig.api.script(Answer(error=(429, DAILY_QUOTA_EXHAUSTED)),
+                   Answer(text="Done after the reset.", prompt_tokens=5_000, output_tokens=8))
+    x1, lin = rig.run("-p", "summarise the changes")
+    rec = rig.wait_lineage(lin, lambda r: r.status == "WAITING_LIMIT", 90, what="limited")
+    assert rec.exit_reason == "usage_limited" and rec.limit_waits == 1, rec
+    assert rec.revive_at is not None and 1700 < rec.revive_at - time.time() < 1900
+    assert rig.client().exec_get(x1).exit_code == 1
+    assert len(rig.api.conversation(answered=False)) == 1  # nothing tried meanwhile
+    (tmp_path / "clock").write_text("1860")  # the daemon's clock: 31 minutes on
+    rec = rig.wait_lineage(lin, lambda r: r.status == "FINISHED", 90, what="finished")
+    assert (rec.attempt, rec.revivals, rec.exit_reason) == (2, 0, "finished"), rec
+    assert rig.client().exec_get(rec.exec).spec.argv == rig.client().exec_get(x1).spec.argv
+    assert "summarise the changes" in rig.api.conversation()[-1].user_texts()
+    assert rec.usage == tokens_of(rig.api.conversation())
+
+
+# ---------------------------------------------------------------------- fencing
+def test_budget_pause_denies_the_real_tool_call(rig: Rig) -> None:
+    """A budget reached by a turn's tokens (priced as gemini-2.5-flash): the next tool
+    call is denied by the BeforeTool hook, naming the budget; the file is not written."""
+    out = rig.work / "out.txt"
+    rig.api.script(
+        Answer(text="Thinking big.", prompt_tokens=20_000, output_tokens=100),
+        Answer(call=("write_file", {"file_path": str(out), "content": "x\n"})),
+        Answer(text="I cannot write it."))
+    x, lin = rig.run("--approval-mode", "auto_edit", tty=True, opts=("--budget", "0.001"))
+    term = rig.attach(x)
+    term.read_until(PROMPT_READY, 60)
+    rig.wait_lineage(lin, lambda r: r.provider_session_id, what="session id")
+    type_prompt(term, "think")
+    rig.wait_lineage(lin, lambda r: r.turns == 1, what="turn 1")
+    assert [e.type for e in rig.events(lin, "agent.budget")] == ["agent.budget"]
+    type_prompt(term, "now write out.txt")
+    rec = rig.wait_lineage(lin, lambda r: r.turns == 2, what="turn 2")
+    assert not out.exists()
+    (fenced,) = rig.events(lin, "agent.fenced")
+    assert fenced.data["budget"] and fenced.reason.startswith("budget: ")
+    assert any("budget" in json.dumps(s.body) for s in rig.api.conversation()[-1:])
+    assert rec.status == "ACTIVE" and rec.usage == tokens_of(rig.api.conversation())

@@ -229,3 +229,18 @@ def test_no_conversation_yet_starts_afresh(gdir: Path, tmp_path: Path) -> None:
     for sid in (empty, None, "00000000-0000-0000-0000-000000000000"):
         plan = p.resume(argv, sid, "/s", ctx(tmp_path, tty=False))
         assert plan.argv == argv
+
+
+def test_a_failed_turn_taken_back_leaves_nothing_to_resume(tmp_path: Path) -> None:
+    """0.61.0 after a quota error: the prompt's record, then a checkpoint without it."""
+    lines = (FIX / "transcript.jsonl").read_text().splitlines()
+    checkpoint = lines[1]  # {"$set": {"messages": [<session context>]}}
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join([lines[0], checkpoint, lines[2], checkpoint]) + "\n")
+    assert read_transcript(str(path))[3] is False
+    path.write_text("\n".join([lines[0], checkpoint, lines[2]]) + "\n")
+    assert read_transcript(str(path))[3] is True
+    prompt_id = json.loads(lines[2])["id"]
+    with path.open("a") as f:
+        f.write(json.dumps({"$rewindTo": prompt_id}) + "\n")
+    assert read_transcript(str(path))[3] is False

@@ -240,17 +240,21 @@ def read_transcript(path: str) -> tuple[str | None, Usage | None, list[dict[str,
     its thoughts (billed as output). ``context_tokens`` is the last response's prompt,
     tool-use prompt and answer: what the next request carries. A checkpoint
     (``$set.messages``) and a rewind spend nothing: tokens already counted stay counted.
+
+    "Has a prompt" is about the conversation as the file leaves it (checkpoints and
+    rewinds applied): a turn that failed (a quota error) is taken back by a checkpoint
+    without its prompt, and ``--resume`` then finds nothing to resume.
     """
     f = open_agent_file(path)
     if f is None:
         return None, None, [], False
     seen: set[str] = set()
+    current: dict[str, bool] = {}  # the conversation now: message id -> is a prompt
     spent: dict[str, dict[str, int]] = {}
     last: dict[str, int] | None = None
     model: str | None = None
     prompt: str | None = None
     answer: str | None = None
-    prompted = False
     with f:
         for line in f:
             try:
@@ -259,20 +263,26 @@ def read_transcript(path: str) -> tuple[str | None, Usage | None, list[dict[str,
                 continue
             if not isinstance(record, dict):
                 continue
-            checkpoint = record.get("$set")
-            if isinstance(checkpoint, dict):
-                for m in checkpoint.get("messages") or []:
-                    if isinstance(m, dict) and isinstance(m.get("id"), str):
-                        seen.add(m["id"])
-                        prompted = prompted or _is_prompt(m)
+            update = record.get("$set")
+            if isinstance(update, dict):
+                if isinstance(update.get("messages"), list):  # a checkpoint: the whole list
+                    current = {m["id"]: _is_prompt(m) for m in update["messages"]
+                               if isinstance(m, dict) and isinstance(m.get("id"), str)}
+                    seen.update(current)
+                continue
+            rewind = record.get("$rewindTo")
+            if isinstance(rewind, str):
+                ids = list(current)  # the rewound message and those after it go
+                current = ({i: current[i] for i in ids[:ids.index(rewind)]}
+                           if rewind in ids else {})
                 continue
             mid = record.get("id")
             if not isinstance(mid, str):
                 continue
             new = mid not in seen
             seen.add(mid)
-            if _is_prompt(record):
-                prompted = True
+            current[mid] = _is_prompt(record)
+            if current[mid]:
                 if new:
                     prompt, answer, spent = _text(record.get("content")), None, {}
                 continue
@@ -290,6 +300,7 @@ def read_transcript(path: str) -> tuple[str | None, Usage | None, list[dict[str,
             text = _text(record.get("content"))
             if text:
                 answer = text
+    prompted = any(current.values())
     messages: list[dict[str, Any]] = []
     if prompt is not None:
         messages.append({"role": "user", "content": prompt})
@@ -340,9 +351,15 @@ class GeminiProvider(Provider):
     name = "gemini"
     commands = ("gemini",)
     # Gemini API quota errors as the CLI shows them: HTTP 429 ``RESOURCE_EXHAUSTED``,
-    # "Quota exceeded for quota metric …", and the CLI's own "You have reached your daily
-    # quota limit" / "Please retry in 23.4s" (packages/core/src/utils/quotaErrorDetection.ts).
+    # "Quota exceeded for quota metric …", "You exceeded your current quota" (the API's
+    # message), and the CLI's own: a daily quota (a ``QuotaFailure`` whose ``quotaId``
+    # says ``PerDay``) is a ``TerminalQuotaError`` "You have exhausted your daily quota on
+    # this model." on which it gives up (0.61.0, utils/googleQuotaErrors.ts); older ones
+    # say "You have reached your daily quota limit". No reset time is printed: tether
+    # tries again after 30 minutes (DEFAULT_LIMIT_WAIT).
     usage_limit_patterns = (r"RESOURCE_EXHAUSTED", r"quota exceeded",
+                            r"exceeded your current quota", r"exhausted your daily quota",
+                            r"TerminalQuotaError",
                             r"reached your daily .*(?:quota|limit)", r"usage limit reached")
     out_of_context_patterns = (r"exceeds the maximum number of tokens",
                                r"context window (?:exceeded|is full)")
