@@ -213,3 +213,40 @@ def upgrade_from_v1(v1: dict[str, Any]) -> dict[str, Any]:
         "messages": list(v1.get("messages", [])),
         "loop_config": config,
     }
+
+
+#: At most this much of the task and of the last answer goes into a continuation prompt.
+CONTINUATION_CHARS = 4000
+
+
+def continuation_prompt(path: Path, task: str | None = None) -> str:
+    """The prompt that resumes a headless attempt (``codex exec resume ID PROMPT``,
+    ``aider --restore-chat-history --message PROMPT``): the CLI keeps the conversation, so
+    this only says that it was interrupted, what the task was (the snapshot's first
+    prompt, else ``task``: the original command line's) and what was last said, from the
+    drain snapshot. Without a readable snapshot, the task alone."""
+    first: str | None = None
+    last: str | None = None
+    turn = 0
+    try:
+        snap = read(path)
+    except (FileNotFoundError, SnapshotError):
+        snap = {}
+    for m in snap.get("messages") or []:
+        if not isinstance(m, dict) or not isinstance(m.get("content"), str):
+            continue
+        if m.get("role") == "user" and first is None:
+            first = m["content"]
+        elif m.get("role") == "assistant":
+            last = m["content"]
+    if isinstance(snap.get("turn"), int):
+        turn = snap["turn"]
+    task = first or task
+    lines = ["This session was interrupted (its process ended) and has been resumed by "
+             "tether. Continue the task where you left off; do not start over, and do not "
+             "redo work that is already done."]
+    if task:
+        lines.append(f"The task: {task[:CONTINUATION_CHARS]}")
+    if last and turn:
+        lines.append(f"Your last answer (turn {turn}): {last[-CONTINUATION_CHARS:]}")
+    return "\n\n".join(lines)

@@ -60,7 +60,6 @@ from tether.agent.providers.base import (
     Provider,
     SessionContext,
     Usage,
-    continuation_prompt,
     open_agent_file,
     split_args,
 )
@@ -413,7 +412,11 @@ class GeminiProvider(Provider):
         kept = [word for n, words in items if n is not None and n not in _RESUME_DROP
                 for word in words]
         if headless:
-            kept += ["-p", continuation_prompt(snapshot_path, request)]
+            from pathlib import Path
+
+            from tether.agent.snapshot import continuation_prompt
+
+            kept += ["-p", continuation_prompt(Path(snapshot_path), request)]
         env = {"TETHER_DRAIN_SNAPSHOT": snapshot_path,
                "TETHER_PROVIDER_SESSION": provider_session_id}
         return self._plan([argv[0], "--resume", provider_session_id, *kept], ctx, env)
