@@ -77,11 +77,23 @@ def test_lifecycle_through_every_state_with_fencing_and_snapshots(
     wait_for(lambda: lineage(c, lin.id).status == "FINISHED", what="lineage finished")
     final = lineage(c, lin.id)
     assert final.lifecycle == "DEAD" and "DEAD" in final.reason
+    assert final.exit_reason == "out_of_context"  # reaped at DEAD, not "killed"
     assert final.has_handoff
     life = [e for e in c.events_list(limit=10000).events if e.type == "agent.lifecycle"]
     assert [e.state for e in life] == ["AGING", "DYING", "DRAINING", "DEAD"]
     fenced = [e for e in c.events_list(limit=10000).events if e.type == "agent.fenced"]
     assert len(fenced) == 1
+
+
+def test_a_session_reaped_at_dead_ended_out_of_context(daemon: DaemonProc,
+                                                       tmp_path: Path) -> None:
+    """It lingers after its DEAD turn: tether's reap cancels it (issue 20, finding 8)."""
+    c = daemon.client()
+    lin = start_agent(c, tmp_path, "--pcts", "95,96", "--linger", "60")
+    wait_for(lambda: lineage(c, lin.id).status == "FINISHED", timeout=20, what="reaped")
+    final = lineage(c, lin.id)
+    assert (final.lifecycle, final.exit_reason) == ("DEAD", "out_of_context")
+    assert final.reason == "context exhausted (DEAD); the session was reaped"
 
 
 def test_a_jump_from_60_to_92_skips_aging(daemon: DaemonProc, tmp_path: Path) -> None:

@@ -66,6 +66,9 @@ def test_every_reason() -> None:
     assert classify(facts("FINISHED", 0), "", c, NOW, ).reason == ExitReason.FINISHED
     assert classify(facts("FINISHED", 0, dead=True), "", c, NOW).reason == \
         ExitReason.OUT_OF_CONTEXT
+    # A DEAD session is reaped by tether (its exec CANCELLED): out of context, not killed.
+    assert classify(facts("CANCELLED", None, dead=True), "", c, NOW).reason == \
+        ExitReason.OUT_OF_CONTEXT
     # A limit shown at the prompt of an interactive CLI tether killed for silence.
     assert classify(facts("CANCELLED", None, hung=True), "usage limit reached", c,
                     NOW).reason == ExitReason.USAGE_LIMITED

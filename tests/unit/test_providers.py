@@ -290,7 +290,7 @@ def test_claude_pre_tool_use_and_the_exact_deny_output() -> None:
 
 @pytest.mark.parametrize(("event", "kind"), [
     ("PreCompact", "pre_compact"), ("SessionEnd", "session_end"),
-    ("UserPromptSubmit", "other"), ("Notification", "waiting"),
+    ("UserPromptSubmit", "turn_start"), ("Notification", "waiting"),
 ])
 def test_claude_other_events(event: str, kind: str) -> None:
     provider = ClaudeProvider()

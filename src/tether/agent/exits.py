@@ -91,15 +91,16 @@ def _line_of(text: str, m: re.Match[str]) -> str:
 
 
 def classify(facts: ExitFacts, tail: str, rules: ExitRules, now: float) -> Exit:
-    """The reason an attempt ended. Order: a user's kill; a usage limit (even when tether
-    killed it as hung: an interactive CLI sits at its prompt showing the limit); context
-    exhaustion; a question for the user (when tether killed it for silence); a hang; a
-    clean exit; else a crash."""
+    """The reason an attempt ended. Order: context exhausted (DEAD: tether reaps the
+    session by cancelling it, which is not a user's kill); a user's kill; a usage limit
+    (even when tether killed it as hung: an interactive CLI sits at its prompt showing the
+    limit); context exhaustion the CLI reported; a question for the user (when tether
+    killed it for silence); a hang; a clean exit; else a crash."""
     text = clean(tail)
-    if facts.state == "CANCELLED" and not facts.hung:
-        return Exit(ExitReason.KILLED, "stopped by a user")
     if facts.dead:
         return Exit(ExitReason.OUT_OF_CONTEXT, "context exhausted (DEAD)")
+    if facts.state == "CANCELLED" and not facts.hung:
+        return Exit(ExitReason.KILLED, "stopped by a user")
     m = _search(rules.usage_limit, text)
     if m is not None:
         line = _line_of(text, m)

@@ -98,6 +98,9 @@ class HeartbeatClass(StrEnum):
     ACTIVE = "ACTIVE"
     STALE = "STALE"
     CRASHED = "CRASHED"
+    # An interactive agent at its prompt, waiting for its user between turns: silence is
+    # expected, so it is neither STALE nor CRASHED and never killed as hung.
+    IDLE = "IDLE"
 
 
 @dataclass(frozen=True)

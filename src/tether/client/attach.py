@@ -185,7 +185,8 @@ class Attachment:
 
 
 def find_socket(layout: HomeLayout, ref: str) -> Path:
-    """Find a running exec's monitor socket from the files alone (no daemon needed)."""
+    """Find a running exec's monitor socket from the files alone (no daemon needed): by
+    exec id, name or id prefix, or by the id of the agent lineage it is an attempt of."""
     exact: list[Path] = []
     prefix: list[Path] = []
     for h in layout.run.glob("*.handles.json"):
@@ -195,7 +196,7 @@ def find_socket(layout: HomeLayout, ref: str) -> Path:
         except (OSError, ValueError):
             continue
         sock = Path(data.get("socket", layout.run / f"{exec_id}.sock"))
-        if exec_id == ref or data.get("name") == ref:
+        if exec_id == ref or data.get("name") == ref or data.get("lineage") == ref:
             exact.append(sock)
         elif exec_id.startswith(ref):
             prefix.append(sock)

@@ -130,7 +130,10 @@ class LineageView(_Reply):
     provider_session_id: str | None = None
     reason: str | None = None
     revival: str = "revive"
-    heartbeat: str | None = None
+    heartbeat: str | None = None  # ACTIVE, STALE, CRASHED, or IDLE (waits for its user)
+    # Since when an interactive agent waits for its user at its prompt (None: a turn is
+    # in progress, or it is not interactive).
+    waiting_since: float | None = None
     revive_at: float | None = None  # ORPHANED: revival due; WAITING_LIMIT: the reset time
     exit_reason: str | None = None  # why the last attempt ended (tether.agent.exits)
     limit_waits: int = 0  # attempts that ended usage-limited (not revivals)

@@ -211,7 +211,9 @@ class Daemon:
         return 0
 
     def _start_infrastructure(self) -> None:
-        os.umask(0o077)
+        # The daemon's own files are private; the commands it runs get the umask of the
+        # user who started it (files an agent writes into a repository: 0644, not 0600).
+        self.user_umask = os.umask(0o077)
         try:
             homes.prepare(self.layout)
         except UntrustedHome as e:
@@ -251,7 +253,8 @@ class Daemon:
             raise StartupError(str(e)) from None
         _raise_fd_limit()
         self.monitors = MonitorPool(pool_size=self.config.pool_size,
-                                    run=str(self.layout.run), logs=str(self.layout.logs))
+                                    run=str(self.layout.run), logs=str(self.layout.logs),
+                                    umask=self.user_umask)
         self.bus = EventBus(self.store, queue_limit=self.config.subscriber_queue)
         self.runtimes = Runtimes(RuntimeContext(home=str(self.layout.root),
                                                 docker_cli=self.config.docker_cli))

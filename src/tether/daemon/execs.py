@@ -42,6 +42,7 @@ from tether.model.records import (
     Event,
     ExecRecord,
     ExecSpec,
+    LineageRecord,
     SandboxRecord,
     to_builtins,
 )
@@ -122,7 +123,17 @@ class ExecService:
         return rec
 
     def resolve(self, ref: str) -> ExecRecord:
+        """An exec by id, name or id prefix — or an agent lineage's (by id, name or id
+        prefix) current attempt: after a revival the lineage's exec is a new one, and
+        ``tether attach|logs|kill|wait LINEAGE`` reach it."""
         found = self.store.find_execs(ref)
+        if not (found and (found[0].id == ref or found[0].name == ref)):
+            lineages = self.store.find_lineages(ref)
+            exact = [r for r in lineages if r.id == ref or r.name == ref]
+            pick = exact[:1] or (lineages if not found and len(lineages) == 1 else [])
+            attempt = self._attempt_of(pick[0]) if pick else None
+            if attempt is not None:
+                return attempt
         if not found:
             raise not_found("exec", ref)
         if len(found) > 1:
@@ -130,6 +141,14 @@ class ExecService:
                               f"{ref!r} matches {len(found)} execs; give more of the id",
                               {"ref": ref, "matches": [r.id for r in found]})
         return found[0]
+
+    def _attempt_of(self, lineage: LineageRecord) -> ExecRecord | None:
+        """A lineage's current attempt's exec (or, between attempts, its last one)."""
+        x = self.store.get_exec(lineage.exec_id) if lineage.exec_id else None
+        if x is None:
+            execs = self.store.list_execs_of_lineage(lineage.id)
+            x = execs[-1] if execs else None
+        return x
 
     def view(self, rec: ExecRecord) -> dict[str, Any]:
         out: dict[str, Any] = to_builtins(rec)

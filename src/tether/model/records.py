@@ -294,6 +294,13 @@ class LineageRecord(msgspec.Struct, kw_only=True):
     created_at: float = 0.0
     updated_at: float = 0.0
     last_turn_at: float | None = None
+    # Since when an interactive (tty) attempt waits for its user at its prompt: set when
+    # a turn ends (and when its attempt starts), cleared when the next turn starts (a
+    # prompt submitted, a tool called). Hang detection applies only while it is None.
+    waiting_since: float | None = None
+    # Whether the provider session has a conversation to resume (a turn started in it);
+    # a revival of a session without one starts the agent afresh.
+    conversation: bool = False
     reason: str | None = None
     predecessor: str | None = None  # the lineage whose handoff seeded this one
     request_key: str | None = None  # the agent.start that created it (retries are no-ops)

@@ -79,8 +79,14 @@ class Child:
         path = resolve_command(argv[0], env)
         if not self.spec.get("gated"):
             path, argv = START_GATE[0], [*START_GATE, *argv]
-        self.pid = os.posix_spawn(path, argv, env, file_actions=actions, setsigmask=(),
-                                  setsigdef=RESET_SIGNALS, **spawn_kw)
+        # The command's umask is its user's (the spec's), the monitor's stays private:
+        # posix_spawn has no umask attribute, so ours is the child's for this one call.
+        mask = os.umask(int(self.spec.get("umask", 0o022)))
+        try:
+            self.pid = os.posix_spawn(path, argv, env, file_actions=actions, setsigmask=(),
+                                      setsigdef=RESET_SIGNALS, **spawn_kw)
+        finally:
+            os.umask(mask)
 
     def start_failed(self, e: OSError) -> tuple[str, dict[str, Any]]:
         """The message and the exit record for a command that could not be started."""

@@ -264,7 +264,7 @@ class Monitor:
         self.pin = z.pin
         self.child.group, self.child.pin = z.pin.pgid, z.pin
         try:
-            return z.send(warm, self.spec["env"])
+            return z.send(warm, self.spec["env"], int(self.spec.get("umask", 0o022)))
         except OSError as e:  # the stub died between the check and now: it never ran
             self.clients.remove_socket()
             msg = f"the sandbox prepared for this exec ended before it started: {e}"
@@ -311,7 +311,8 @@ class Monitor:
         me = {"pid": os.getpid(), "start_time": known.get("monitor") or
               proc_start_time(os.getpid())}
         write_handles(self.paths["handles"], {
-            "exec": self.spec["exec_id"], "name": self.spec.get("name"), "monitor": me,
+            "exec": self.spec["exec_id"], "name": self.spec.get("name"),
+            "lineage": self.spec.get("lineage"), "monitor": me,
             "child": {"pid": pid, "pgid": pid, "start_time": start_time},
             "socket": self.paths["socket"], "started_at": started_at, "tty": self.term.tty,
             "boot_id": known.get("boot_id") or boot_id(),

@@ -17,6 +17,7 @@ import struct
 import termios
 
 from tether.monitor import attachproto as proto
+from tether.monitor import queries
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see tether/__init__.py
 if TYPE_CHECKING:
@@ -120,19 +121,15 @@ class Terminal:
             self.pty_readable()
 
     def tail(self, nbytes: int) -> list[bytes]:
-        """The last ``nbytes`` of ``pty.log``, in chunks of at most one frame."""
+        """The last ``nbytes`` of ``pty.log`` without the terminal queries in them (the
+        client's terminal would answer them into the program's input:
+        :mod:`tether.monitor.queries`), in chunks of at most one frame."""
         size = os.fstat(self.pty_log).st_size
         start = max(0, size - nbytes)
-        chunks = []
         with open(self.paths["pty"], "rb") as f:
             f.seek(start)
-            while start < size:
-                data = f.read(min(proto.MAX_FRAME, size - start))
-                if not data:
-                    break
-                start += len(data)
-                chunks.append(data)
-        return chunks
+            data = queries.strip(f.read(size - start))
+        return [data[i:i + proto.MAX_FRAME] for i in range(0, len(data), proto.MAX_FRAME)]
 
     # -------------------------------------------------------------- input
     def has_input(self) -> bool:

@@ -59,10 +59,12 @@ def _quote(s: str) -> str:
     return "'" + s.replace("'", "'\\''") + "'"
 
 
-def script(cwd: str, env: dict[str, str], argv: list[str]) -> bytes:
-    """The function the stub runs once the gate opens (a definition: no side effect)."""
+def script(cwd: str, env: dict[str, str], argv: list[str], umask: int = 0o022) -> bytes:
+    """The function the stub runs once the gate opens (a definition: no side effect). The
+    stub was spawned with the monitor's umask: the exec's (its user's) is set here."""
     words = [ENV, "-i", "--", *(f"{k}={v}" for k, v in env.items()), *EXEC, *argv]
-    return (f"tether_run() {{\ncd -- {_quote(cwd)} || exit 126\n"
+    return (f"tether_run() {{\numask {umask & 0o777:04o}\n"
+            f"cd -- {_quote(cwd)} || exit 126\n"
             f"exec {' '.join(_quote(w) for w in words)} {GATE_FD}<&- {SCRIPT_FD}<&-\n}}\n"
             ).encode()
 
@@ -132,14 +134,14 @@ class Zygote:
         for k in ("out", "err"):
             os.close(self.fds.pop(k))
 
-    def send(self, warm: dict[str, Any], env: dict[str, str]) -> int:
+    def send(self, warm: dict[str, Any], env: dict[str, str], umask: int = 0o022) -> int:
         """Write what the pipe holds of the command's function (the stub reads it only
         once the gate opens: :meth:`finish_script` writes the rest then); the gate's
         write end, for the monitor to open once the start is recorded. Raises OSError
         (the stub is gone)."""
         fd = self.fds["script"]
         os.set_blocking(fd, False)
-        data = memoryview(script(warm["cwd"], env, warm["command"]))
+        data = memoryview(script(warm["cwd"], env, warm["command"], umask))
         try:
             while data:
                 data = data[os.write(fd, data):]

@@ -139,10 +139,12 @@ class MonitorPool:
     """Starts, inspects and signals execs' monitors. Keeps a few idle ones ready."""
 
     def __init__(self, pool_size: int = 2, *, run: str | None = None,
-                 logs: str | None = None) -> None:
+                 logs: str | None = None, umask: int = 0o022) -> None:
         """``run`` and ``logs``: the home's directories, where idle monitors make an exec's
-        files ahead (:mod:`tether.monitor.ahead`); without them, none are."""
+        files ahead (:mod:`tether.monitor.ahead`); without them, none are. ``umask``: the
+        commands' (the user's; monitors and the daemon keep their own, 077)."""
         self.pool_size = pool_size
+        self.umask = umask
         self._ahead = {"run": run, "logs": logs} if run and logs else None
         self._pool: deque[_IdleMonitor] = deque()
         self._children: set[int] = set()
@@ -309,12 +311,14 @@ class MonitorPool:
             "timeout": rec.spec.timeout,
             "kill_grace": rec.spec.kill_grace,
             "name": rec.name,
+            "lineage": rec.lineage,
             "tty": rec.spec.tty,
             "stdin": rec.spec.stdin,
             "rows": rec.spec.rows,
             "cols": rec.spec.cols,
             "signal_argv": launch.signal_argv,
             "gated": launch.gated,
+            "umask": self.umask,
             "paths": {k: str(getattr(paths, k)) for k in ("stdout", "stderr", "exit", "pty",
                                                             "handles", "socket", "claim",
                                                             "monitor_log")},

@@ -62,11 +62,16 @@ class HookEvent:
     """One hook call, normalized.
 
     ``kind`` is one of: ``session_start`` (carries ``provider_session_id``),
-    ``turn_start`` (its user, or a prompt, started a turn), ``turn_end`` (a completed
-    turn), ``tool_request`` (asks whether a tool call is allowed: ``tool_name``,
-    ``tool_input``), ``pre_compact``, ``session_end``,
-    ``waiting`` (the agent needs its user: journaled as ``agent.waiting``),
-    ``other`` (refreshes the heartbeat only).
+    ``turn_start`` (a turn began: a prompt was submitted), ``turn_end`` (a completed
+    turn; an interactive agent then waits for its user), ``tool_request`` (asks whether
+    a tool call is allowed: ``tool_name``, ``tool_input``; also a turn in progress),
+    ``turn_failed`` (a turn ended on an API error: ``error``, e.g. ``rate_limit``),
+    ``status`` (what the CLI shows of its context: ``model``, ``context_window``),
+    ``pre_compact``, ``session_end``, ``waiting`` (the agent needs its user: journaled
+    as ``agent.waiting``), ``other`` (refreshes the heartbeat only).
+
+    Between a ``turn_end`` and the next ``turn_start`` (or ``tool_request``) an
+    interactive agent waits for its user: tether never takes that silence for a hang.
     """
 
     kind: str
@@ -77,6 +82,12 @@ class HookEvent:
     tool_name: str | None = None
     tool_input: dict[str, Any] | None = None
     model: str | None = None
+    # turn_failed: the CLI's error class (Claude Code's StopFailure ``error``) and its
+    # message, e.g. a usage limit and when it resets.
+    error: str | None = None
+    error_message: str | None = None
+    # status: the context window the CLI really uses (tokens).
+    context_window: int | None = None
     usage: Usage | None = None
     messages: list[dict[str, Any]] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict)

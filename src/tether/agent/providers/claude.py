@@ -56,7 +56,7 @@ SETTINGS_FILE = "claude-settings.json"
 # Event names: HOOKS, "Hook lifecycle" table.
 EVENT_KINDS: dict[str, str] = {
     "SessionStart": "session_start",
-    "UserPromptSubmit": "other",  # heartbeat at the start of every turn
+    "UserPromptSubmit": "turn_start",  # a prompt starts a turn (the user's, or -p's)
     "PreToolUse": "tool_request",
     "Notification": "waiting",  # Claude waits for its user (permission, idle prompt)
     "PreCompact": "pre_compact",
@@ -369,6 +369,8 @@ class ClaudeProvider(Provider):
             # "compact": a /clear or a compaction starts a new session id) and ``model``.
             hook.model = _str(payload, "model")
             hook.session_source = _str(payload, "source")
+        elif kind == "waiting" and payload.get("notification_type") == "auth_success":
+            hook.kind = "other"  # HOOKS, "Notification": a login notice, not a question
         elif kind == "tool_request":
             # HOOKS, "PreToolUse input": ``tool_name``, ``tool_input``, ``tool_use_id``.
             hook.tool_name = _str(payload, "tool_name")

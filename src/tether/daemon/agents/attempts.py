@@ -119,6 +119,9 @@ class Attempts:
             rec.id, status=LineageStatus.REVIVING if resume else None,
             attempt=rec.attempt + 1, token_sha256=self.core.new_token(rec.id), token="",
             revive_at=None, restarts=0, exit_reason=None,
+            # A terminal agent starts at its prompt, waiting for its user, until a turn
+            # starts (committed before its exec exists: its first hook comes after).
+            waiting_since=time.time() if rec.config.tty else None,
             event="lineage.attempt" if not resume else None,
             reason=f"reviving (attempt {rec.attempt + 1})" if resume else None))
         if resume:

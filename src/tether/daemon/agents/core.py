@@ -60,8 +60,6 @@ class AgentCore:
         self.tool_calls: dict[str, int] = {}  # for heartbeat.json toolCallsCount
         # lineage -> mtime of the output at its last inferred turn (CLIs without hooks).
         self.output_marks: dict[str, float] = {}
-        # Interactive sessions whose last turn ended: waiting for their user, not hung.
-        self.awaiting_user: dict[str, float] = {}
         # One per lineage: turns, revivals and resolutions of a lineage never interleave.
         self.locks: dict[str, asyncio.Lock] = {}
         self.wake = asyncio.Event()  # makes the tick run at once
@@ -92,7 +90,6 @@ class AgentCore:
         lock = self.locks.get(lineage)
         if lock is not None and not lock.locked():
             self.locks.pop(lineage, None)
-        self.awaiting_user.pop(lineage, None)
         self.hb_class.pop(lineage, None)
         self.messages.pop(lineage, None)
         self.tokens.pop(lineage, None)
@@ -109,10 +106,34 @@ class AgentCore:
         return self.layout.root / "drain" / f"{lineage}.handoff.md"
 
     # ------------------------------------------------------------------ signs of life
-    def touch(self, rec: LineageRecord, *, activity: bool = True) -> None:
+    def touch(self, rec: LineageRecord) -> None:
+        """A sign of life (not of work: whether a turn is in progress is
+        ``waiting_since``'s, changed only by :meth:`turn_started` and
+        :meth:`wait_for_user`)."""
         self.heartbeat[rec.id] = time.time()
-        if activity:  # e.g. an idle notification is a sign of life, not of work
-            self.awaiting_user.pop(rec.id, None)
+
+    def turn_started(self, rec: LineageRecord, why: str) -> LineageRecord:
+        """A turn began (a prompt was submitted, the agent called a tool): the agent no
+        longer waits for its user, and its silence from now on may be a hang. Marks the
+        session as having a conversation. Journaled as ``agent.turn_start`` when it
+        waited; a no-op while a turn is already in progress."""
+        if rec.waiting_since is None and rec.conversation:
+            return rec
+        event = "agent.turn_start" if rec.waiting_since is not None else None
+        return self.commit(self.store.update_lineage(
+            rec.id, waiting_since=None, conversation=True, event=event,
+            reason=f"turn {rec.turns + 1} started ({why})" if event else None,
+            data={"lineage": rec.id, "turn": rec.turns + 1, "why": why}))
+
+    def wait_for_user(self, rec: LineageRecord, why: str, reason: str,
+                      **data: Any) -> LineageRecord:
+        """An interactive agent's turn ended (or it asked its user something): it waits
+        at its prompt, which is not a hang, until the next turn starts. Journals
+        ``agent.waiting`` (``why``: idle, notification) for hooks to tell a person."""
+        if rec.config.tty and rec.waiting_since is None:
+            rec = self.commit(self.store.update_lineage(rec.id, waiting_since=time.time()))
+        self.waiting(rec, why, reason, **data)
+        return rec
 
     def last_sign_of_life(self, rec: LineageRecord) -> float:
         last = self.heartbeat.setdefault(rec.id, time.time())
@@ -128,6 +149,8 @@ class AgentCore:
     def heartbeat_class(self, rec: LineageRecord) -> str | None:
         if rec.status != LineageStatus.ACTIVE:
             return None
+        if rec.waiting_since is not None:
+            return str(lc.HeartbeatClass.IDLE)
         last = self.last_sign_of_life(rec)
         th = lc.HeartbeatThresholds(rec.config.stale_after, rec.config.crashed_after)
         return str(lc.classify_heartbeat(time.time() - last, th))

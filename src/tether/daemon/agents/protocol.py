@@ -106,10 +106,13 @@ class Protocol:
                                     full=rec.id in self._unreadable))
         self._unreadable.discard(rec.id)
         core.messages[rec.id] = convo
+        now = time.time()
         rec = core.commit(core.store.update_lineage(
             rec.id, event="agent.turn", turns=turn_no, lifecycle=str(after),
             context_pct=context_pct if context_pct is not None else rec.context_pct,
-            model=model or rec.model, usage=total, last_turn_at=time.time(),
+            model=model or rec.model, usage=total, last_turn_at=now, conversation=True,
+            # An interactive agent now waits for its user (until the next turn starts).
+            waiting_since=(rec.waiting_since or now) if rec.config.tty else None,
             reason=f"turn {turn_no}" + (f" at {context_pct:.0f}% context"
                                         if context_pct is not None else ""),
             data={"turn": turn_no, "context_pct": context_pct, "usage": dict(usage or {}),
@@ -119,7 +122,6 @@ class Protocol:
         if after != before:
             self._lifecycle_event(rec, before, after, "turn report")
         if rec.config.tty:
-            core.awaiting_user[rec.id] = time.time()
             core.waiting(rec, "idle", f"turn {turn_no} done; the agent waits at its prompt",
                          turn=turn_no)
         self.worktree.update(rec)
@@ -166,6 +168,7 @@ class Protocol:
     def authorize_tool(self, rec: LineageRecord, tool: str) -> dict[str, Any]:
         core = self.core
         core.touch(rec)
+        rec = core.turn_started(rec, f"tool call: {tool}")  # a tool call is work
         core.tool_calls[rec.id] = core.tool_calls.get(rec.id, 0) + 1
         reached = self.budget.enforce(rec) if self.budget else []
         if reached:  # pause or stop: no more work on this budget's money
@@ -211,9 +214,13 @@ class Protocol:
         forked = old is not None and new != old
         what = (f"{provider_name} session {old} -> {new} ({source})" if forked
                 else f"{provider_name} session {new} ({source})")
+        # A new session that starts empty (a /clear, a fresh start) has no conversation
+        # to resume yet; a compaction's carries its summary on.
+        fresh = new != old and source in ("startup", "clear")
         rec = self.core.commit(self.core.store.update_lineage(
             rec.id, provider_session_id=new, event="agent.session", reason=what,
-            data={"from": old, "to": new, "source": source, "fork": forked}))
+            data={"from": old, "to": new, "source": source, "fork": forked},
+            conversation=rec.conversation and not fresh))
         self.worktree.update(rec)
         return rec
 
@@ -224,10 +231,12 @@ class Protocol:
         provider = get_provider(provider_name)
         # In a thread: a turn-end hook reads the transcript file, which may be large.
         ev: HookEvent = await asyncio.to_thread(provider.parse_hook, event, payload)
-        core.touch(rec, activity=ev.kind not in ("other", "turn_end", "waiting"))
+        core.touch(rec)
         allowed, reason = True, "ok"
         if ev.kind == "session_start" and ev.provider_session_id:
             rec = self.follow_session(rec, provider_name, ev)
+        elif ev.kind == "turn_start":
+            core.turn_started(rec, f"{provider_name} {event}")
         elif ev.kind == "turn_end":
             u: Usage | None = ev.usage
             usage = None if u is None else {
@@ -241,10 +250,10 @@ class Protocol:
                             model=ev.model, messages=ev.messages)
         elif ev.kind == "waiting":
             message = ev.raw.get("message")
-            core.waiting(rec, "notification",
-                         message if isinstance(message, str) and message
-                         else f"{provider_name} waits for its user",
-                         message=message, notification=ev.raw.get("notification_type"))
+            core.wait_for_user(rec, "notification",
+                               message if isinstance(message, str) and message
+                               else f"{provider_name} waits for its user",
+                               message=message, notification=ev.raw.get("notification_type"))
         elif ev.kind == "tool_request":
             decision = self.authorize_tool(rec, ev.tool_name or "?")
             allowed, reason = decision["allowed"], decision["reason"]

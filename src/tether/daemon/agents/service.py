@@ -100,6 +100,7 @@ class AgentService:
             "context_pct": rec.context_pct, "model": rec.model, "usage": rec.usage,
             "provider_session_id": rec.provider_session_id, "reason": rec.reason,
             "revival": rec.config.revival, "heartbeat": self.heartbeat_class(rec),
+            "waiting_since": rec.waiting_since if rec.status == LineageStatus.ACTIVE else None,
             "revive_at": rec.revive_at, "has_handoff": rec.handoff is not None,
             "snapshot": str(snapshot.path_for(self.layout.root, rec.id)),
             "worktree": rec.config.worktree, "created_at": rec.created_at,
@@ -120,8 +121,8 @@ class AgentService:
     def heartbeat_class(self, rec: LineageRecord) -> str | None:
         return self.core.heartbeat_class(rec)
 
-    def touch(self, rec: LineageRecord, *, activity: bool = True) -> None:
-        self.core.touch(rec, activity=activity)
+    def touch(self, rec: LineageRecord) -> None:
+        self.core.touch(rec)
 
     # ------------------------------------------------------------------ attempts
     async def start(self, cfg: AgentConfig, name: str | None,
@@ -152,7 +153,8 @@ class AgentService:
     def at_prompt(self, lineage: str) -> bool:
         """Whether the agent's last turn ended and it waits for its user (a drain moves
         it now rather than mid-turn)."""
-        return lineage in self.core.awaiting_user
+        rec = self.store.get_lineage(lineage)
+        return rec is not None and rec.waiting_since is not None
 
     def gate_revivals(self, may_revive: Callable[[LineageRecord], bool]) -> None:
         """Revive a lineage (tick, recovery) only when ``may_revive`` says so."""

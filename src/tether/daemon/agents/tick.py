@@ -79,20 +79,23 @@ class Tick:
         core = self.core
         th = lc.HeartbeatThresholds(rec.config.stale_after, rec.config.crashed_after)
         age = now - core.last_sign_of_life(rec)
-        cls = lc.classify_heartbeat(age, th)
+        # Between turns an interactive agent waits for its user: a state the provider
+        # reported (waiting_since), not inferred from silence; no hang detection then.
+        cls = (lc.HeartbeatClass.IDLE if rec.waiting_since is not None
+               else lc.classify_heartbeat(age, th))
         if cls != core.hb_class.get(rec.id, lc.HeartbeatClass.ACTIVE):
+            reason = (f"waiting for its user since its turn ended "
+                      f"{now - (rec.waiting_since or now):.0f}s ago"
+                      if cls == lc.HeartbeatClass.IDLE else
+                      f"last sign of life {age:.0f}s ago")
             core.journal.record(
                 rec.config.sandbox, "agent.heartbeat", exec_id=rec.exec_id, state=str(cls),
-                reason=f"last sign of life {age:.0f}s ago",
-                data={"lineage": rec.id, "age": round(age, 1)})
+                reason=reason, data={"lineage": rec.id, "age": round(age, 1)})
         core.hb_class[rec.id] = cls
         if now - core.wt_written.get(rec.id, 0.0) >= WORKTREE_HEARTBEAT_EVERY:
             self.worktree.write_heartbeat(rec, now)
         if cls != lc.HeartbeatClass.CRASHED:
             return
-        waiting = core.awaiting_user.get(rec.id)
-        if waiting is not None and core.last_sign_of_life(rec) <= waiting + 1.0:
-            return  # an interactive agent idle at its prompt after a turn is not hung
         x = core.store.get_exec(rec.exec_id) if rec.exec_id else None
         if x is None:
             return

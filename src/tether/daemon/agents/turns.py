@@ -4,10 +4,11 @@ For a provider with ``turn_idle_seconds`` (Aider, OpenCode, Amp, user-defined on
 agent tick calls :meth:`OutputTurns.check` for each ACTIVE lineage: when the attempt's
 output (its terminal log, or stdout) has grown since the last counted turn, has been
 quiet for ``turn_idle_seconds``, and its last line matches ``turn_end_pattern`` (when
-set), that is one turn: reported like any other (``agent.turn``, lifecycle, snapshot),
-with the context percent, session id and token counts the provider's regexes find in
-the last output. The mark of the last counted output is memory (C): after a daemon
-restart the output already there is not counted again.
+set), that is one turn (output after a counted turn starts the next one, for an
+interactive agent waiting for its user): reported like any other (``agent.turn``,
+lifecycle, snapshot), with the context percent, session id and token counts the
+provider's regexes find in the last output. The mark of the last counted output is
+memory (C): after a daemon restart the output already there is not counted again.
 """
 
 from __future__ import annotations
@@ -74,7 +75,12 @@ class OutputTurns:
         if mark is None:  # after a restart: what is there was seen by the last daemon
             core.output_marks[rec.id] = st.st_mtime
             return
-        if st.st_size == 0 or st.st_mtime <= mark or now - st.st_mtime < idle:
+        if st.st_size == 0 or st.st_mtime <= mark:
+            return
+        if rec.waiting_since is not None and st.st_mtime > rec.waiting_since:
+            # New output after the turn it waited at: the next turn has started.
+            rec = core.turn_started(rec, "new output")
+        if now - st.st_mtime < idle:
             return
         text = clean(read_tail(path, TAIL_BYTES))
         lines = [ln for ln in text.splitlines() if ln.strip()]

@@ -74,7 +74,7 @@ class WorktreeFiles:
                 timestamp=int(now * 1000), pid=pid or 0,
                 memory_usage_mb=_rss_mb(pid) if pid else 0.0,
                 uptime=round(now - (x.started_at or now), 1) if x else 0.0,
-                last_activity_type="thinking" if rec.last_turn_at else "idle",
+                last_activity_type="idle" if rec.waiting_since is not None else "thinking",
                 last_activity_timestamp=int(core.heartbeat.get(rec.id, now) * 1000),
                 tool_calls_count=core.tool_calls.get(rec.id, 0),
                 current_operation=rec.lifecycle))

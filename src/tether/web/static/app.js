@@ -181,7 +181,8 @@ function onEvent(ev) {
   while (list.children.length > 500) list.lastChild.remove();
   const lineage = ev.data && ev.data.lineage;
   if (ev.type === "agent.waiting" && lineage) waiting.set(lineage, ev.reason || "waiting");
-  else if (lineage && (ev.type === "agent.turn" || ev.type === "lineage.state")) waiting.delete(lineage);
+  else if (lineage && (ev.type === "agent.turn" || ev.type === "agent.turn_start" ||
+                       ev.type === "lineage.state")) waiting.delete(lineage);
   scheduleRefresh();
 }
 
