@@ -306,7 +306,91 @@ def test_daily_quota_waits_for_the_reset_then_resumes(rig: Rig, tmp_path: Path) 
     assert rec.usage == tokens_of(rig.api.conversation())
 
 
+# ---------------------------------------------------------------------- interactive
+def test_interactive_turns_idle_clear_and_revival(rig: Rig) -> None:
+    """An interactive session: one turn per prompt with exactly the tokens served; idle
+    at its prompt three times longer than ``--crashed-after`` and not killed; ``/clear``
+    forks the lineage onto the new session; kill -9, and the revival resumes that new
+    session (``--resume ID``, at its prompt: no ``-p``) with its conversation."""
+    rig.api.script(Answer(text="First answer.", prompt_tokens=4_000, output_tokens=20),
+                   Answer(text="Second answer.", prompt_tokens=4_100, output_tokens=30,
+                          cached_tokens=3_000),
+                   Answer(text="Third answer.", prompt_tokens=900, output_tokens=10),
+                   Answer(text="Fourth answer.", prompt_tokens=1_000, output_tokens=12))
+    x1, lin = rig.run(tty=True, opts=("--stale-after", "1", "--crashed-after", "2"))
+    term = rig.attach(x1)
+    term.read_until(PROMPT_READY, 60)
+    rig.wait_lineage(lin, lambda r: r.provider_session_id, what="session id")
+    type_prompt(term, "first question")
+    rec = rig.wait_lineage(lin, lambda r: r.turns == 1, what="turn 1")
+    assert rec.usage == tokens_of(rig.api.conversation())
+    assert rec.context_pct == pytest.approx(context_pct(rig.api.conversation()[-1]))
+    time.sleep(6)  # idle at its prompt: three times --crashed-after
+    rec = rig.lineage(lin)
+    assert (rec.attempt, rec.exec, rec.status) == (1, x1, "ACTIVE"), rec
+    assert rig.client().exec_get(x1).state == "RUNNING"
+    type_prompt(term, "second question")
+    rec = rig.wait_lineage(lin, lambda r: r.turns == 2, what="turn 2")
+    assert rec.usage == tokens_of(rig.api.conversation())
+    sid1 = rec.provider_session_id
+    type_prompt(term, "/clear")
+    rec = rig.wait_lineage(lin, lambda r: r.provider_session_id != sid1, what="/clear fork")
+    fork = rig.events(lin, "agent.session")[-1]
+    assert fork.data["fork"] and fork.data["from"] == sid1 and fork.data["source"] == "clear"
+    sid2 = rec.provider_session_id
+    type_prompt(term, "third question")
+    rec = rig.wait_lineage(lin, lambda r: r.turns == 3, what="turn 3")
+    assert len(rig.events(lin, "agent.turn")) == 3
+    rig.kill9_agent(x1)
+    rec = rig.wait_lineage(lin, lambda r: r.attempt == 2 and r.status == "ACTIVE"
+                           and r.exec != x1, 60, what="revived")
+    x2 = rec.exec
+    argv = rig.client().exec_get(x2).spec.argv
+    assert argv[1:3] == ["--resume", sid2] and "-p" not in argv, argv
+    term2 = rig.attach(x2)
+    term2.read_until(PROMPT_READY, 60)
+    type_prompt(term2, "fourth question")
+    rec = rig.wait_lineage(lin, lambda r: r.turns == 4, what="turn 4")
+    texts = rig.api.conversation()[-1].user_texts()
+    assert "third question" in texts and "fourth question" in texts
+    assert "first question" not in texts  # the cleared conversation is not resumed
+    assert rec.usage == tokens_of(rig.api.conversation())
+    assert rec.provider_session_id == sid2
+    assert not [e for e in rig.events(lin) if "hung" in (e.reason or "")]
+
+
 # ---------------------------------------------------------------------- fencing
+def test_dying_fences_the_real_tool_call_then_dead_is_reaped(rig: Rig) -> None:
+    """A turn that leaves 91.6 % of the window used makes the lineage DYING: of the next
+    turn's tool calls the CLI's BeforeTool hook lets one through (the finalization call)
+    and denies the next, which the CLI reports to the model; at that turn's end it is
+    DEAD, reaped, and its exit reason is ``out_of_context``."""
+    a, b = rig.work / "handoff.md", rig.work / "more.txt"
+    rig.api.script(
+        Answer(text="Read it all.", prompt_tokens=960_000, output_tokens=100),
+        Answer(call=("write_file", {"file_path": str(a), "content": "notes\n"})),
+        Answer(call=("write_file", {"file_path": str(b), "content": "more\n"})),
+        Answer(text="Stopping here."))
+    x, lin = rig.run("--approval-mode", "auto_edit", tty=True)
+    term = rig.attach(x)
+    term.read_until(PROMPT_READY, 60)
+    rig.wait_lineage(lin, lambda r: r.provider_session_id, what="session id")
+    type_prompt(term, "read the whole repository")
+    rec = rig.wait_lineage(lin, lambda r: r.turns == 1, what="turn 1")
+    assert rec.lifecycle == "DYING" and rec.context_pct == pytest.approx(
+        100 * 960_100 / WINDOW)
+    type_prompt(term, "write your handoff")
+    rec = rig.wait_lineage(lin, lambda r: r.status == "FINISHED", 60, what="reaped")
+    assert a.read_text() == "notes\n" and not b.exists()  # the real tool, fenced
+    fenced = rig.events(lin, "agent.fenced")
+    assert len(fenced) == 1 and fenced[0].data["tool"] == "write_file"
+    denied = [s for s in rig.api.conversation() if "finalization call was already used"
+              in json.dumps(s.body)]
+    assert denied, "the CLI did not tell the model the call was denied"
+    assert rec.lifecycle == "DEAD" and rec.turns == 2
+    assert rec.exit_reason == "out_of_context", rec
+
+
 def test_budget_pause_denies_the_real_tool_call(rig: Rig) -> None:
     """A budget reached by a turn's tokens (priced as gemini-2.5-flash): the next tool
     call is denied by the BeforeTool hook, naming the budget; the file is not written."""
