@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -25,6 +27,7 @@ from typing import Any
 
 import pytest
 
+import tether as tether_pkg
 from tests.harness import TETHER, DaemonProc, remove_home, wait_for
 from tests.realcli import cli
 from tests.realcli.fake_gemini import (
@@ -413,3 +416,70 @@ def test_budget_pause_denies_the_real_tool_call(rig: Rig) -> None:
     assert fenced.data["budget"] and fenced.reason.startswith("budget: ")
     assert any("budget" in json.dumps(s.body) for s in rig.api.conversation()[-1:])
     assert rec.status == "ACTIVE" and rec.usage == tokens_of(rig.api.conversation())
+
+
+# ---------------------------------------------------------------------- a regular user
+OTHER = "tetherx"  # the second user tests/e2e/test_home_trust.py makes
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run tether as a regular user")
+def test_hooks_fire_for_a_regular_user() -> None:
+    """tether run as a regular user (the README's advice), Gemini in the default sandbox:
+    the CLI loads a system defaults file only where root owns it and every directory above
+    it — never under a user's tether home — so tether's hooks reach it only through the
+    view of the user's own settings. (As root, the sandbox's root-owned /tmp hides this.)"""
+    gemini = cli("gemini")
+    if subprocess.run(["id", "-u", OTHER], capture_output=True).returncode != 0:
+        subprocess.run(["useradd", "-M", "-s", "/usr/sbin/nologin", OTHER], check=True)
+    uid = int(subprocess.run(["id", "-u", OTHER], capture_output=True, check=True).stdout)
+    gid = int(subprocess.run(["id", "-g", OTHER], capture_output=True, check=True).stdout)
+    top = Path(tempfile.mkdtemp(prefix="tg", dir="/tmp"))  # tmp_path is root's, 0700
+    home, work, th = top / "user", top / "work", top / "t"
+    work.mkdir()
+    seed_home(home, trusted=[work])
+    for p in (top, *top.rglob("*")):
+        os.chown(p, uid, gid)
+    top.chmod(0o755)
+    as_user = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups"]
+    # The test's interpreter may live where the user cannot read (pyenv under /root): the
+    # system's, with this checkout's tether and the test venv's packages.
+    python = shutil.which("python3", path="/usr/bin:/usr/local/bin")
+    if python is None or subprocess.run(
+            [*as_user, python, "-c", "import sys; assert sys.version_info[:2] == "
+             f"{tuple(sys.version_info[:2])}"], capture_output=True).returncode != 0:
+        pytest.skip("no system python3 of this version for a regular user")
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    pythonpath = f"{Path(tether_pkg.__file__).parent.parent}:{site}"
+    with FakeGemini() as api:
+        api.script(Answer(text="Done as a user.", prompt_tokens=6_000, output_tokens=14))
+        env = {"PATH": os.environ["PATH"], **cli_env(api.base_url, home),
+               "PYTHONPATH": pythonpath, "TETHER_DEFAULT_RUNTIME": "auto",
+               "TETHER_AGENT_TICK": "0.2"}
+
+        def tether(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([*as_user, python, "-m", "tether.cli.main", "--home",
+                                   str(th), *args], cwd=work, env=env, capture_output=True,
+                                  text=True, timeout=90)
+        try:
+            r = tether("run", "-d", "--", str(gemini), "-m", MODEL, "-p", "say done")
+            assert r.returncode == 0, r.stderr
+            assert tether("wait", r.stdout.strip()).returncode == 0
+            assert "bwrap" in tether("sandbox", "ls").stdout
+            rec: dict[str, Any] = {}
+
+            def finished() -> bool:
+                rec.update(_only_lineage(tether("lineage", "ls", "-a", "--json")))
+                return rec.get("status") == "FINISHED"
+            wait_for(finished, 30, interval=0.3, what="the lineage to finish")
+            assert rec["turns"] == 1, rec
+            assert rec["usage"] == tokens_of(api.conversation()), rec
+        finally:
+            tether("daemon", "stop")
+            DaemonProc(th).cleanup()
+            shutil.rmtree(top, ignore_errors=True)
+
+
+def _only_lineage(r: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    rows = json.loads(r.stdout or "[]")
+    assert len(rows) <= 1, rows
+    return rows[0] if rows else {}
