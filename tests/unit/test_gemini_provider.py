@@ -6,6 +6,7 @@ in ``tests/fixtures/gemini`` were recorded from the real Gemini CLI 0.61.0
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -244,3 +245,21 @@ def test_a_failed_turn_taken_back_leaves_nothing_to_resume(tmp_path: Path) -> No
     with path.open("a") as f:
         f.write(json.dumps({"$rewindTo": prompt_id}) + "\n")
     assert read_transcript(str(path))[3] is False
+
+
+def test_the_users_settings_are_read_only_from_their_own_file(tmp_path: Path) -> None:
+    """A link to someone else's file (root's secrets, for a root daemon) is not copied
+    into the view the agent reads; a link to the user's own dotfiles is."""
+    g = tmp_path / "home" / ".gemini"
+    g.mkdir(parents=True)
+    dotfiles = tmp_path / "dotfiles.json"
+    dotfiles.write_text('{"ui": {"theme": "x"}}')
+    (g / "settings.json").symlink_to(dotfiles)
+    c = ctx(tmp_path, confined=True)
+    plan = GeminiProvider(str(g)).launch(["gemini"], c)
+    (view,) = plan.views.values()
+    assert json.loads(plan.files[view])["ui"] == {"theme": "x"}
+    if os.getuid() == 0:
+        os.chown(dotfiles, 1, 1)  # another user's
+        plan = GeminiProvider(str(g)).launch(["gemini"], c)
+        assert plan.views == {}

@@ -153,7 +153,9 @@ def strip_json_comments(text: str) -> str:
 def read_user_settings(path: str) -> dict[str, Any] | None:
     """The user's ``settings.json``: ``{}`` when there is none, None when it cannot be
     read as a JSON object (the CLI then reports its own error). A symlink is followed
-    (dotfiles often are links): a sandboxed agent never sees this path writable."""
+    (dotfiles often are links; a sandboxed agent sees this path read-only, made first when
+    missing), but only to a regular file of the daemon's own user: its content is shown to
+    the agent."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -161,7 +163,8 @@ def read_user_settings(path: str) -> dict[str, Any] | None:
     except OSError:
         return None
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid():
             return None
         raw = f.read(MAX_SETTINGS_BYTES + 1)
     if len(raw) > MAX_SETTINGS_BYTES:
