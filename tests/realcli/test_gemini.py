@@ -280,11 +280,26 @@ def test_revival_before_the_first_prompt_starts_afresh(rig: Rig) -> None:
 
 
 def type_prompt(term: Any, text: str) -> None:
-    """Type a prompt into the CLI's input box and submit it (Enter apart from the text,
-    as a person types: in one write the CLI takes it for a paste)."""
-    term.write(text)
-    time.sleep(0.3)
+    """Type a prompt into the CLI's input box and submit it once the box shows it (Enter
+    apart from the text, as a person types: in one write the CLI takes it for a paste).
+    Keys typed before its input is live are dropped, not echoed: typed again then."""
+    for _ in range(6):
+        term.write(text)
+        try:
+            term.read_until(text.encode(), 10)  # shown: the box took it
+            break
+        except TimeoutError:
+            continue
+    else:
+        raise AssertionError(f"the CLI never took {text!r}")
+    time.sleep(0.2)
     term.write("\r")
+
+
+def settle(term: Any) -> None:
+    """Drop what the terminal has shown so far (a later marker is then newer)."""
+    while term.read(0.3):
+        pass
 
 
 def test_daily_quota_waits_for_the_reset_then_resumes(rig: Rig, tmp_path: Path) -> None:
@@ -344,6 +359,7 @@ def test_interactive_turns_idle_clear_and_revival(rig: Rig) -> None:
     type_prompt(term, "third question")
     rec = rig.wait_lineage(lin, lambda r: r.turns == 3, what="turn 3")
     assert len(rig.events(lin, "agent.turn")) == 3
+    sessions = len(rig.events(lin, "agent.session"))
     rig.kill9_agent(x1)
     rec = rig.wait_lineage(lin, lambda r: r.attempt == 2 and r.status == "ACTIVE"
                            and r.exec != x1, 60, what="revived")
@@ -351,7 +367,12 @@ def test_interactive_turns_idle_clear_and_revival(rig: Rig) -> None:
     argv = rig.client().exec_get(x2).spec.argv
     assert argv[1:3] == ["--resume", sid2] and "-p" not in argv, argv
     term2 = rig.attach(x2)
-    term2.read_until(PROMPT_READY, 60)
+    wait_for(lambda: len(rig.events(lin, "agent.session")) > sessions, 60,
+             what="the resumed session's SessionStart")
+    assert rig.events(lin, "agent.session")[-1].data["source"] == "resume"
+    # Its input box is drawn before the session is resumed ("Resuming session...", the
+    # SessionStart hook); keys typed then are dropped, and type_prompt types them again.
+    settle(term2)
     type_prompt(term2, "fourth question")
     rec = rig.wait_lineage(lin, lambda r: r.turns == 4, what="turn 4")
     texts = rig.api.conversation()[-1].user_texts()
