@@ -54,12 +54,15 @@ AGENTS_DIR ?= $(or $(TETHER_AGENTS_DIR),/opt/tether-agents)
 agents:
 	bash .ci/agents.sh $(AGENTS_DIR)
 
+# The scratch directory (about 1.6 GB) is removed afterwards unless KEEP=1.
 test-agents: $(STAMP)
 ifeq ($(LATEST),1)
-	$(eval SCRATCH := $(shell mktemp -d /tmp/tether-agents-latest.XXXXXX))
-	bash .ci/agents.sh --latest $(SCRATCH)
-	@cat $(SCRATCH)/npm/node_modules/@anthropic-ai/claude-code/package.json $(SCRATCH)/npm/node_modules/@openai/codex/package.json $(SCRATCH)/npm/node_modules/@google/gemini-cli/package.json | grep '"version"'
-	TETHER_AGENTS_DIR=$(SCRATCH) TETHER_REQUIRE_AGENTS=1 $(BIN)/pytest -n 2 --dist loadgroup tests/realcli $(PYTEST_ARGS)
+	@set -e; scratch=$$(mktemp -d /tmp/tether-agents-latest.XXXXXX); \
+	if [ "$(KEEP)" = 1 ]; then echo "keeping $$scratch"; else trap 'rm -rf "$$scratch"' EXIT; fi; \
+	bash .ci/agents.sh --latest $$scratch; \
+	echo "testing the newest releases: $$(cat $$scratch/.versions)"; \
+	TETHER_AGENTS_DIR=$$scratch TETHER_REQUIRE_AGENTS=1 $(BIN)/pytest -n 2 --dist loadgroup \
+	    tests/realcli $(PYTEST_ARGS)
 else
 	bash .ci/agents.sh $(AGENTS_DIR)
 	TETHER_AGENTS_DIR=$(AGENTS_DIR) TETHER_REQUIRE_AGENTS=1 $(BIN)/pytest -n 2 --dist loadgroup tests/realcli $(PYTEST_ARGS)

@@ -4,6 +4,7 @@
 # (TETHER_AGENTS_DIR, default /opt/tether-agents). Pinned here, so a CLI release changes
 # nothing until this file does; `--latest` installs each one's newest release instead
 # (`make test-agents LATEST=1` uses it on a scratch directory).
+# `.versions` in DIR says what is installed (with --latest, the versions that were newest).
 #   .ci/agents.sh [--latest] [DIR]
 set -eu
 CLAUDE_CODE=2.1.332   # @anthropic-ai/claude-code
@@ -39,4 +40,9 @@ for b in claude codex gemini; do
   "$DIR/npm/node_modules/.bin/$b" --version >/dev/null || { echo "agents.sh: $b does not run" >&2; exit 1; }
 done
 "$DIR/aider/bin/aider" --version >/dev/null
+if [ $latest = 1 ]; then  # what "latest" was today, for the report and the README's table
+  v() { node -p "require('$DIR/npm/node_modules/$1/package.json').version"; }
+  want="claude-code=$(v @anthropic-ai/claude-code) codex=$(v @openai/codex)"
+  want="$want gemini-cli=$(v @google/gemini-cli) aider-chat=$("$DIR/aider/bin/aider" --version | awk '{print $2}')"
+fi
 echo "$want" > "$DIR/.versions"

@@ -503,6 +503,83 @@ def test_terminal_restored_after_the_monitor_is_killed(terms: Terminals,
     assert before == after
 
 
+EDITOR_APP = r"""
+import curses
+
+def main(scr):
+    curses.curs_set(0)
+    scr.addstr(0, 0, "editing=1")
+    scr.refresh()
+    while scr.getch() != ord("q"):
+        pass
+
+curses.wrapper(main)
+"""
+
+
+def test_detach_from_a_full_screen_program_gives_the_terminal_back(
+        terms: Terminals, tmp_path: Path) -> None:
+    """Issue 23, item 8: from a shell, `tether run -it --name ed` a curses program (the
+    alternate screen, the cursor hidden, the keypad in application mode), then Ctrl-\\:
+    the terminal leaves the program's screen, shows its cursor and drops its modes before
+    "detached from ed (…)" is printed, on the shell's own screen (as tmux does). Again
+    after a re-attach, which puts the program's screen back."""
+    app = tmp_path / "app.py"
+    app.write_text(EDITOR_APP)
+    screen = pyte.Screen(COLS, ROWS)
+    stream = pyte.ByteStream(screen)
+    shell = terms.spawn(["bash", "--norc", "--noprofile"])
+    seen = bytearray()
+
+    def until(marker: bytes, ok: Callable[[], bool] = lambda: True) -> None:
+        deadline = time.monotonic() + TIMEOUT
+        while marker not in seen or not ok():
+            assert time.monotonic() < deadline, f"{marker!r} not seen: {bytes(seen[-300:])!r}"
+            with contextlib.suppress(pexpect.TIMEOUT):
+                data = shell.read_nonblocking(65536, timeout=0.2)
+                seen.extend(data)
+                stream.feed(data)
+
+    alt, hidden = 1049 << 5, lambda: screen.cursor.hidden  # pyte keeps private modes << 5
+    for attach in (terms.argv("run", "-it", "--name", "ed", "--", sys.executable, str(app)),
+                   terms.argv("attach", "ed")):
+        del seen[:]
+        shell.sendline(shlex.join(attach) + "; echo rc=$?")
+        until(b"editing=1", lambda: alt in screen.mode and hidden())
+        shell.sendcontrol("\\")
+        until(b"rc=0")
+        text = bytes(seen)
+        gone = text.rindex(b"editing=1")
+        assert text.index(b"\x1b[?1049l", gone) < text.index(b"detached from ed (", gone)
+        assert alt not in screen.mode and not hidden(), text[gone:]
+        assert 1 << 5 not in screen.mode  # application cursor keys off (keypad)
+        assert re.search(rb"detached from ed \([0-9a-f]{12}\); re-attach with "
+                         rb"`tether attach ed`", text), text[gone:]
+    shell.sendline("exit")
+
+
+def test_run_it_without_a_terminal_is_refused_as_docker_does(terms: Terminals,
+                                                              daemon: DaemonProc) -> None:
+    """Issue 23, item 2: `echo | tether run -it -- bash` hung forever (the pipe's EOF cannot
+    reach a terminal). Like `docker run -it`: "the input device is not a TTY", exit 1, and
+    nothing started; -t alone (watch the output) and -d are fine, as with docker; an
+    interactive `tether attach` from a pipe is refused too."""
+    base = terms.argv()
+    r = subprocess.run([*base, "run", "-it", "--", "bash"], input=b"echo hi\n",
+                       capture_output=True, timeout=30, env=terms.env)
+    assert (r.returncode, r.stdout) == (1, b""), r
+    assert b"the input device is not a TTY" in r.stderr
+    assert daemon.client().exec_list(all=True) == []  # nothing was started
+    r = subprocess.run([*base, "run", "-t", "--", "sh", "-c", "echo watched"], input=b"",
+                       capture_output=True, timeout=30, env=terms.env)
+    assert r.returncode == 0 and b"watched" in r.stdout, r
+    xid = terms.start()  # run -d -it from a pipe: started, for a later attach
+    r = subprocess.run([*base, "attach", xid], input=b"exit\n", capture_output=True,
+                       timeout=30, env=terms.env)
+    assert r.returncode == 1 and b"the input device is not a TTY" in r.stderr, r
+    assert state(daemon, xid) == "RUNNING"
+
+
 # ---------------------------------------------------------------------- signals and exit
 def _stat(pid: int) -> tuple[str, int, int, int] | None:
     """(command name, ppid, process group, terminal's foreground group) of a process."""

@@ -25,17 +25,31 @@ from tether.model.records import AgentConfig, NetworkPolicy
 from tether.runtime import bwrap as bwrap_runtime
 
 #: Under the user's home: what agents keep their login and state in (read-write).
-AGENT_CONFIG_PATHS = (".claude", ".claude.json", ".codex", ".config/claude")
-#: ... except what names commands the provider runs (Codex runs ``~/.codex/hooks.json``'s
-#: hooks: tether vets its own and passes ``--dangerously-bypass-hook-trust``).
+AGENT_CONFIG_PATHS = (".claude", ".claude.json", ".codex", ".config/claude", ".gemini")
+#: ... except what names commands the provider runs outside any sandbox, or would make the
+#: user's own later run do so (Codex runs ``~/.codex/hooks.json``'s hooks: tether vets its
+#: own and passes ``--dangerously-bypass-hook-trust``; Gemini: its settings' hooks, the
+#: folders whose project hooks it trusts, extensions, custom commands, policy rules, the
+#: ``.env`` it loads).
 AGENT_CONFIG_READ_ONLY = (".claude/settings.json", ".claude/settings.local.json",
-                          ".claude/hooks", ".codex/config.toml", ".codex/hooks.json")
+                          ".claude/hooks", ".codex/config.toml", ".codex/hooks.json",
+                          ".gemini/settings.json", ".gemini/trustedFolders.json",
+                          ".gemini/extensions", ".gemini/commands", ".gemini/policies",
+                          ".gemini/.env")
+#: Placeholders made as directories (the others are files).
+_PLACEHOLDER_DIRS = frozenset({"hooks", "extensions", "commands", "policies"})
+#: Never made: an empty Gemini ``.gemini/.env`` would hide the user's ``~/.env`` from the
+#: CLI (it loads the first it finds). Bound read-only only when it exists.
+_NO_PLACEHOLDER = frozenset({".env"})
 
 
 def agent_view(*, state_dir: Path, socket_dir: Path, config: AgentConfig, snapshot: Path,
-               handoff: Path | None, argv0: str, path_env: str) -> bwrap_runtime.AgentView:
-    """A sandboxed agent also needs its own config (~/.claude, ~/.codex), its session
-    state, its snapshot and handoff, a worktree's git directory, and agent.sock."""
+               handoff: Path | None, argv0: str, path_env: str,
+               views: dict[str, str] | None = None) -> bwrap_runtime.AgentView:
+    """A sandboxed agent also needs its own config (~/.claude, ~/.codex, ~/.gemini), its
+    session state, its snapshot and handoff, a worktree's git directory, and agent.sock.
+    ``views``: what the provider shows it at a host path instead (read-only; the files
+    are in ``state_dir``, read-only too, so the agent cannot rewrite them there)."""
     user_home = os.path.expanduser("~")
     provider = _provider(config.provider)
     rw = [str(state_dir), *(os.path.join(user_home, n) for n in AGENT_CONFIG_PATHS),
@@ -52,8 +66,11 @@ def agent_view(*, state_dir: Path, socket_dir: Path, config: AgentConfig, snapsh
     ro.append(str(snapshot))
     if handoff is not None:
         ro.append(str(handoff))
+    shown = tuple((dest, src) for dest, src in (views or {}).items()
+                  if is_within(src, str(state_dir)))
+    ro += [src for _, src in shown]
     return bwrap_runtime.AgentView(rw=tuple(rw), ro=tuple(ro), socket_dir=str(socket_dir),
-                                   tools=tuple(_toolchain(argv0, path_env)))
+                                   tools=tuple(_toolchain(argv0, path_env)), views=shown)
 
 
 def _provider(name: str) -> Provider:
@@ -73,13 +90,15 @@ def egress_allow(provider: str, network: object, allow_domains: list[str]) -> li
 
 
 def _placeholder(path: str) -> str:
-    """Make a missing protected config file (``{}`` for JSON) or directory (``hooks``)
-    when its parent exists, so that it can be bound read-only. Returns ``path``."""
-    if os.path.lexists(path) or not os.path.isdir(os.path.dirname(path)):
+    """Make a missing protected config file (``{}`` for JSON) or directory (``hooks``,
+    ``extensions`` …) when its parent exists, so that it can be bound read-only.
+    Returns ``path``."""
+    if os.path.lexists(path) or not os.path.isdir(os.path.dirname(path)) \
+            or os.path.basename(path) in _NO_PLACEHOLDER:
         return path
     owner = os.stat(os.path.dirname(path))
     with contextlib.suppress(OSError):
-        if os.path.basename(path) == "hooks":
+        if os.path.basename(path) in _PLACEHOLDER_DIRS:
             os.mkdir(path, 0o700)
             os.chmod(path, 0o755)
         else:

@@ -25,6 +25,15 @@ from tether.client.daemonctl import resolve_home
 from tether.client.errors import DaemonUnavailable, HomeUntrusted, TetherError
 from tether.model.layout import HOME_UNTRUSTED_EXIT
 
+#: Fleet mode without its extra (``pip install`` of tether without ``[fleet]``): one line
+#: that says what to install, instead of a traceback. (tether is not on PyPI: it installs
+#: from a clone, README "Install".)
+FLEET_EXTRA_MISSING = (
+    "fleet mode needs PostgreSQL's driver (psycopg), from tether's `fleet` extra, which "
+    "this installation lacks: in your clone of tether run `uv tool install --force "
+    "'.[fleet]'` (or `pipx install --force '.[fleet]'`; in a venv, `pip install -e "
+    "'.[fleet]'`)")
+
 #: Every command, by name: ``module:attribute`` under ``tether.cli.commands``. A command's
 #: module is imported only when that command runs (or ``--help`` lists them all), so
 #: ``tether ps`` never pays for ``run``'s sandbox flags or the agent commands.
@@ -75,6 +84,10 @@ class TetherGroup(click.Group):
             die(e.message, HOME_UNTRUSTED_EXIT)
         except TetherError as e:
             die(e.message, 1)
+        except ModuleNotFoundError as e:
+            if (e.name or "").partition(".")[0] != "psycopg":
+                raise
+            die(FLEET_EXTRA_MISSING, 1)
 
 
 @click.group(cls=TetherGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -25,6 +25,7 @@ from typing import Any
 
 from tether.client.attach import Attachment
 from tether.client.errors import TetherError
+from tether.monitor.screen import ScreenModes
 from tether.monitor.userterm import DetachMatcher as DetachMatcher  # the monitor's, too
 
 DEFAULT_DETACH_KEYS = "ctrl-\\"
@@ -133,18 +134,28 @@ def attach_session(connect: Connect, keys: bytes, *, read_only: bool) -> int | N
             if e.code != "NOT_RUNNING":
                 raise
             return None
+        if not read_only and not att.direct and not os.isatty(in_fd):
+            # As `docker attach` from a pipe: its EOF cannot reach a terminal program,
+            # which would wait for keys forever.
+            att.detach()
+            sys.stderr.write("tether: the input device is not a TTY; attach from a terminal, "
+                             "or --read-only to watch its output\n")
+            return 1
         result = (wait_loop(att, size_fd=in_fd) if att.direct else
                   copy_loop(att, stdin_fd=in_fd, stdout_fd=out_fd, detach_keys=keys,
                             forward_input=not read_only))
         att.detach()
-    return report(att.info["exec"], result)
+    return report(att.info, result)
 
 
-def report(exec_id: str, result: AttachResult) -> int:
-    """Say how the attachment ended; the CLI's exit code."""
+def report(info: dict[str, Any], result: AttachResult) -> int:
+    """Say how the attachment ended, naming the exec by its name; the CLI's exit code."""
+    exec_id = str(info["exec"])
+    name = info.get("name")
+    ref = name if isinstance(name, str) and name else exec_id
     if result.how == "detached":
-        sys.stderr.write(f"\r\ndetached from {exec_id}; re-attach with "
-                         f"`tether attach {exec_id}`\n")
+        what = f"{name} ({exec_id})" if ref != exec_id else exec_id
+        sys.stderr.write(f"\r\ndetached from {what}; re-attach with `tether attach {ref}`\n")
         return 0
     if result.how == "lost" or result.exit is None:
         sys.stderr.write(f"\r\ntether: lost the connection to {exec_id}'s monitor; "
@@ -171,6 +182,16 @@ def copy_loop(att: Attachment, *, stdin_fd: int, stdout_fd: int, detach_keys: by
               forward_input: bool = True) -> AttachResult:
     """Copy terminal input to the program and its output to the terminal until one ends."""
     matcher = DetachMatcher(detach_keys)
+    screen = ScreenModes.from_state(att.info.get("screen"))
+    try:
+        return _copy(att, stdin_fd, stdout_fd, matcher, screen, forward_input)
+    finally:  # the terminal back as tmux gives it: out of the program's screen and modes
+        with contextlib.suppress(OSError):
+            _write_all(stdout_fd, screen.restore())
+
+
+def _copy(att: Attachment, stdin_fd: int, stdout_fd: int, matcher: DetachMatcher,
+          screen: ScreenModes, forward_input: bool) -> AttachResult:
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     old_wakeup = signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
     old_winch = signal.signal(signal.SIGWINCH, lambda *_: None)
@@ -182,6 +203,7 @@ def copy_loop(att: Attachment, *, stdin_fd: int, stdout_fd: int, detach_keys: by
         pending = att.read(0)  # anything already buffered (e.g. the replay)
         while True:
             if pending:
+                screen.feed(pending)
                 _write_all(stdout_fd, pending)
             if att.closed:
                 return AttachResult("exited" if att.exit else "lost", att.exit)

@@ -18,7 +18,7 @@ import msgspec
 from tether.client import core
 from tether.client.api import _Api
 from tether.client.core import Awaiting, Cursor, Message, Request, Resubscribe, Retry
-from tether.client.daemonctl import Autostart, resolve_home, trusted
+from tether.client.daemonctl import Autostart, resolve_home, trusted, usable
 from tether.model.layout import HomeLayout
 from tether.model.records import Event
 
@@ -70,6 +70,7 @@ class AsyncClient(Awaiting, _Api):
             if self._writer is not None and not self._writer.is_closing():
                 return self._writer
             trusted(self.home)
+            usable(self.home)
             retry = Retry(self.layout.socket, self._auto, self.reconnect)
             while True:
                 try:

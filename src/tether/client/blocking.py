@@ -22,7 +22,7 @@ import msgspec
 from tether.client import core
 from tether.client.api import _Api
 from tether.client.core import Blocking, Cursor, Request, Resubscribe, Retry
-from tether.client.daemonctl import Autostart, resolve_home, trusted
+from tether.client.daemonctl import Autostart, resolve_home, trusted, usable
 from tether.client.errors import DaemonUnavailable
 from tether.model.layout import HomeLayout
 from tether.model.records import Event
@@ -107,6 +107,7 @@ class Client(Blocking, _Api):
             return self._conn
         if self.socket_path == self.layout.socket:
             trusted(self.home)
+            usable(self.home)
         retry = Retry(self.socket_path, self._auto, self.reconnect)
         while True:
             try:

@@ -33,6 +33,16 @@ def trusted(home: Path) -> None:
         raise HomeUntrusted(str(e), e.path) from None
 
 
+def usable(home: Path) -> None:
+    """Raise ``DaemonUnavailable`` when ``home``'s sockets cannot exist (their paths too
+    long for ``sun_path``): no daemon can ever answer there, so say why at once instead of
+    waiting out the reconnect budget for one (the connect fails with "AF_UNIX path too
+    long", which is not a refusal, so no daemon would even be started)."""
+    problem = HomeLayout(home).socket_path_problem()
+    if problem is not None:
+        raise DaemonUnavailable(problem)
+
+
 def spawn_daemon(home: Path) -> subprocess.Popen[bytes]:
     """Start ``tether daemon`` detached, logging to ``daemon.log``."""
     import subprocess  # only here: every command and hook call imports this module

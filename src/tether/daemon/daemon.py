@@ -55,7 +55,6 @@ from tether.model.errors import TetherError, as_disk_full, as_store_corrupt
 from tether.model.layout import (
     HOME_LOCKED_EXIT,
     HOME_UNTRUSTED_EXIT,
-    MAX_SOCKET_PATH,
     STORE_REFUSED_EXIT,
     HomeLayout,
 )
@@ -223,11 +222,8 @@ class Daemon:
             raise StartupError(str(e), HOME_UNTRUSTED_EXIT) from None
         self._home_id = homes.identity(self.layout)
         # The longest socket path we will bind is a monitor's (run/<12 hex>.sock).
-        longest = self.layout.exec_paths("default", "0" * 12).socket
-        if len(os.fsencode(longest)) > MAX_SOCKET_PATH:
-            raise StartupError(f"socket paths under {self.layout.root} would exceed "
-                               f"{MAX_SOCKET_PATH} bytes (e.g. {longest}); choose a shorter "
-                               "--home or $TETHER_HOME")
+        if (problem := self.layout.socket_path_problem()) is not None:
+            raise StartupError(problem)
         try:
             self._lock.acquire()
         except homes.HomeLocked as e:

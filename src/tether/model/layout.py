@@ -84,6 +84,19 @@ class HomeLayout:
     def run(self) -> Path:
         return self.root / "run"
 
+    def socket_path_problem(self) -> str | None:
+        """Why this home cannot work, if its sockets' paths are too long for Unix sockets
+        (the longest is a monitor's, ``run/<12 hex>.sock``), and what to do; else None."""
+        longest = self.exec_paths("default", "0" * 12).socket
+        size = len(os.fsencode(longest))
+        if size <= MAX_SOCKET_PATH:
+            return None
+        room = MAX_SOCKET_PATH - (size - len(os.fsencode(self.root)))
+        return (f"the tether home {self.root} is too long a path for its sockets: a Unix "
+                f"socket's path has at most {MAX_SOCKET_PATH} bytes, and its exec sockets' "
+                f"would have {size} ({longest}); use a home of at most {room} bytes with "
+                "--home DIR or $TETHER_HOME (the default is ~/.local/state/tether)")
+
     def exec_paths(self, sandbox: str, exec_id: str) -> ExecPaths:
         logdir = self.logs / sandbox
         return ExecPaths(

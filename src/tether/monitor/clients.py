@@ -20,6 +20,7 @@ from _collections import deque  # type: ignore[import-not-found]
 
 from tether.monitor import attachproto as proto
 from tether.monitor import tinyjson as json
+from tether.monitor.screen import ScreenModes
 from tether.monitor.userterm import MAX_PASSED_FDS, UserTerm, recv_with_fds
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see tether/__init__.py
@@ -80,8 +81,10 @@ class Clients:
     def __init__(self, spec: dict[str, Any], poller: Poller, term: Terminal,
                  child: Child) -> None:
         self.exec_id: str = spec["exec_id"]
+        self.name: str | None = spec.get("name")
         self.path: str = spec["paths"]["socket"]
         self.tty = bool(spec.get("tty"))
+        self.screen = ScreenModes()  # the modes the program's output set (detach resets)
         self.poller = poller
         self.term = term
         self.child = child
@@ -164,6 +167,8 @@ class Clients:
     # -------------------------------------------------------------- output
     def broadcast(self, data: bytes) -> None:
         """The program's output, for every attached client (framed for the sockets)."""
+        if self.tty:
+            self.screen.feed(data)
         framed = b""
         for c in list(self.clients.values()):
             if c.mode != "attach":
@@ -245,7 +250,7 @@ class Clients:
                     "watch": (json.dumps({"event": "exit", **record}) + "\n").encode(),
                     }.get(c.mode, b"")
             if c.term is not None:
-                c.term.finish(timeout=1.0)  # the screen shows it all before the status
+                self._give_back(c.term)  # the screen shows it all before the status
             pending = b"".join(c.out)[c.out_off:] + last
             try:
                 c.sock.settimeout(1.0)
@@ -410,9 +415,20 @@ class Clients:
             sys.stderr.write(f"monitor: dropping client {c.id}: {e!r}\n")
             self.drop(c, "terminal hung up")
 
+    def _give_back(self, t: UserTerm) -> None:
+        """Hand a user's terminal back as tmux does: what is queued for it, then the
+        modes the program set turned off and its alternate screen left; then close."""
+        try:
+            t.write(self.screen.restore())
+        except OSError:
+            pass
+        t.finish(timeout=1.0)
+
     def _detach_by_keys(self, c: Client) -> None:
-        """The user typed the detach keys: stop using the terminal, then tell the
-        client (which restores its terminal's modes and exits)."""
+        """The user typed the detach keys: give the terminal back, then tell the client
+        (which restores its terminal's line modes and exits)."""
+        if c.term is not None:
+            self._give_back(c.term)
         self._release_terminal(c)
         pending = b"".join(c.out)[c.out_off:] + frame(proto.DETACH)
         try:
@@ -441,9 +457,10 @@ class Clients:
             self.send_line(c, {"ok": False, "error": "bad rows, cols or replay"})
             return
         direct = self._take_terminal(c, cmd)
-        self.send_line(c, {"ok": True, "exec": self.exec_id, "pid": self.child.pid,
-                           "tty": self.tty, "client": c.id, "rows": self.term.rows,
-                           "cols": self.term.cols, "terminal": direct})
+        self.send_line(c, {"ok": True, "exec": self.exec_id, "name": self.name,
+                           "pid": self.child.pid, "tty": self.tty, "client": c.id,
+                           "rows": self.term.rows, "cols": self.term.cols,
+                           "terminal": direct, "screen": self.screen.state()})
         c.mode = "attach"
         self.notify_watchers({"event": "attach", "client": c.id, "read_only": c.read_only,
                               "rows": c.rows, "cols": c.cols})

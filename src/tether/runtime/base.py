@@ -43,6 +43,9 @@ class AgentView:
     # The host directory holding its egress proxy socket (``tether.egress``), bound
     # read-only inside when its network goes through the proxy; None: no way out then.
     egress: str | None = None
+    # (path the agent sees, the file shown there read-only instead): bound last, over
+    # the rest (the provider's config with tether's hooks, over the user's own).
+    views: tuple[tuple[str, str], ...] = ()
 
 
 class SpecProblem(NamedTuple):

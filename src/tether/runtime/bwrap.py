@@ -267,6 +267,8 @@ def sandbox_args(spec: SandboxSpec, *, cwd: str, tether_home: str,
             args += ["--ro-bind", agent.socket_dir, agent.socket_dir]
         if network == "proxy" and agent.egress is not None:  # likewise its proxy socket's
             args += ["--ro-bind", agent.egress, SANDBOX_DIR]
+        for dest, src in agent.views:
+            args += ["--ro-bind", src, dest]
     inside_cwd = cwd
     if spec.workspace is not None and not _under(cwd, [workspace]):
         inside_cwd = target  # the host cwd does not exist inside: start in the workspace

@@ -22,6 +22,11 @@ class SessionContext:
     # argv prefix of the hook program, e.g. [python, "-m", "tether.agent.hook", "--home", H];
     # a provider appends its name and the event name.
     hook_command: tuple[str, ...]
+    # True when the runtime confines the agent (bwrap): it binds what the plan's
+    # ``views`` name, so a provider may show the agent a file of its own at a host path.
+    confined: bool = False
+    # Whether the agent has a terminal: a CLI run without one is resumed headless.
+    tty: bool = True
 
 
 @dataclass
@@ -30,6 +35,9 @@ class LaunchPlan:
     env: dict[str, str] = field(default_factory=dict)
     # Files to write (path -> bytes, mode 0600) before the process starts.
     files: dict[str, bytes] = field(default_factory=dict)
+    # A confining runtime only: host path the agent sees -> one of ``files``, shown there
+    # read-only instead of what the host has (the agent's config with tether's hooks).
+    views: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -121,6 +121,14 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
     if worktree and workdir_opt:
         die("--worktree and --workdir exclude each other: --workdir runs in a directory "
             "as it is, --worktree in a git worktree of a branch", 2)
+    if use_tty and interactive and not detach and not ctx.obj.fleet \
+            and not os.isatty(sys.stdin.fileno()):
+        # Docker's check (`docker run -it` from a pipe), its words and exit code: the same
+        # command works from a terminal, so it is not a usage error (2). Checked before
+        # anything starts: the program would wait on a terminal nobody can type into.
+        die("the input device is not a TTY", 1,
+            hint="run it from a terminal; or -t alone to watch its output, -i alone to pipe "
+                 "input to it, -d to start it and `tether attach` from a terminal later")
     if workdir_opt:
         worktree = os.path.abspath(workdir_opt)  # used as it is: never created
     if issue_id is not None and not (issue and worktree):

@@ -133,7 +133,7 @@ class Attempts:
             self.core.faults.hit("agent.after_attempt_commit")
         return await self.run(rec, resume=resume)
 
-    def _context(self, rec: LineageRecord) -> SessionContext:
+    def _context(self, rec: LineageRecord, *, confined: bool) -> SessionContext:
         layout = self.core.layout
         state_dir = layout.root / "agents" / rec.id
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -141,12 +141,15 @@ class Attempts:
             home=str(layout.root), socket=str(layout.socket), session=rec.id,
             lineage=rec.id, state_dir=str(state_dir),
             hook_command=(sys.executable, "-m", "tether.agent.hook", "--home",
-                          str(layout.root)))
+                          str(layout.root)),
+            confined=confined, tty=rec.config.tty)
 
     async def _start_exec(self, rec: LineageRecord, *, resume: bool) -> ExecRecord:
         core, layout, cfg = self.core, self.core.layout, rec.config
         provider = get_provider(cfg.provider)
-        ctx = self._context(rec)
+        sandbox = core.sandboxes.resolve(cfg.sandbox)
+        confined = core.sandboxes.runtime_of(sandbox).confines_agents
+        ctx = self._context(rec, confined=confined)
         snap_path = snapshot.path_for(layout.root, rec.id)
         if resume:  # the agent may read the base file alone: fold the appended turns in
             await asyncio.get_running_loop().run_in_executor(
@@ -155,14 +158,13 @@ class Attempts:
                 if resume else provider.launch(cfg.argv, ctx))
         for path, content in plan.files.items():
             _write_private(Path(ctx.state_dir), path, content)
-        sandbox = core.sandboxes.resolve(cfg.sandbox)
         path_env = cfg.env.get("PATH") or os.environ.get("PATH", "/usr/bin:/bin")
         view = (agent_view(state_dir=layout.root / "agents" / rec.id,
                            socket_dir=layout.agent_dir, config=cfg, snapshot=snap_path,
                            handoff=(core.handoff_path(rec.predecessor)
                                     if rec.predecessor else None),
-                           argv0=plan.argv[0], path_env=path_env)
-                if core.sandboxes.runtime_of(sandbox).confines_agents else None)
+                           argv0=plan.argv[0], path_env=path_env, views=plan.views)
+                if confined else None)
         if view is not None and core.egress is not None and \
                 network_mode(sandbox.spec.network, agent=True) == "proxy":
             try:
