@@ -321,3 +321,53 @@ def test_an_agent_in_a_checkout_cannot_poison_its_git_config(
         "cannot", "write", ".git/config", "hooks"]
     assert r.returncode == 0, r.stderr
     assert git(repo, "show", "main:result.txt") == "work"
+
+
+# ------------------------------------------------------------------ agent-named files
+# Attempt 1 names a file it cannot read (another user's Claude transcript, under the test's
+# /tmp) as its Stop hook's transcript, then dies; attempt 2 (a revival) reads its own drain
+# snapshot, bound into its sandbox, and keeps whatever it finds.
+TRANSCRIPT_ATTACK = r'''
+import os, sys
+from tether.client.blocking import Client
+
+if os.environ["TETHER_ATTEMPT"] == "1":
+    try:
+        open(sys.argv[1]).read()
+        print("read it directly")
+    except OSError as e:
+        print(f"cannot read it: {e.strerror}")
+    c = Client(os.environ["TETHER_HOME"], socket=os.environ["TETHER_SOCKET"], reconnect=2)
+    c.agent_hook(os.environ["TETHER_SESSION"], os.environ["TETHER_TOKEN"], "claude", "Stop",
+                 {"session_id": "s1", "transcript_path": sys.argv[1]})
+    sys.exit(3)
+with open(os.environ["TETHER_DRAIN_SNAPSHOT"]) as f:
+    snap = f.read()
+with open("leaked.tmp", "w") as f:
+    f.write(snap)
+os.rename("leaked.tmp", "leaked.txt")
+'''
+
+
+def test_a_transcript_path_cannot_make_the_daemon_read_for_the_agent(
+        auto_home: DaemonProc, tmp_path: Path) -> None:
+    """The Stop hook's payload is the agent's: its ``transcript_path`` made the daemon
+    (root) read any file, and what parsed as a conversation landed in the agent's drain
+    snapshot, which its revival reads. Old code: another user's prompt leaked."""
+    d, c = auto_home, auto_home.client()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    secret = outside / "bob-transcript.jsonl"
+    secret.write_text(json.dumps({"type": "user", "message": {
+        "role": "user", "content": "bob's secret prompt: hunter2"}}) + "\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "agent.py").write_text(TRANSCRIPT_ATTACK)
+    r = tether(d, "run", "--agent", "generic", "-d", "--", sys.executable, "agent.py",
+               str(secret), cwd=work)
+    lin = _lineage_of(d, r)
+    wait_for(lambda: (work / "leaked.txt").exists(), timeout=30, what="the revival's read")
+    assert "hunter2" not in (work / "leaked.txt").read_text()
+    refused = [e for e in events(c, "agent.refused") if e.data.get("what") == "transcript_path"]
+    assert [e.data["lineage"] for e in refused] == [lin], refused
+    assert refused[0].data["path"] == str(secret)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 import secrets
 import signal
 import time
@@ -16,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from tether.agent import lifecycle as lc
 from tether.agent import snapshot
+from tether.agent.confinement import AGENT_CONFIG_PATHS
 from tether.agent.providers import get as get_provider
-from tether.agent.providers.base import HookEvent, Usage
+from tether.agent.providers.base import AGENT_FILES, AgentFiles, HookEvent, Usage
 from tether.daemon.agents.core import AgentCore, token_digest
 from tether.daemon.agents.worktree import WorktreeFiles
 from tether.hostio.atomic import atomic_write
@@ -48,6 +50,7 @@ class Protocol:
         self.core = core
         self.worktree = worktree
         self._unreadable: set[str] = set()  # lineages whose snapshot could not be read
+        self._refused_paths: set[str] = set()  # lineages whose refused path was journaled
         #: Budgets, checked at every turn's end and tool call (set by the composition
         #: root; None: no cost accounting, as in a bare AgentService).
         self.budget: CostService | None = None
@@ -204,6 +207,35 @@ class Protocol:
                                               reason=f"handoff of {len(text)} characters"))
         return {"ok": True, "path": str(path)}
 
+    def _agent_files(self, rec: LineageRecord) -> AgentFiles | None:
+        """Where a sandboxed agent's hook may name files for the daemon to read: only
+        places it can write itself (docs/SECURITY.md, "Files an agent names"). None for
+        an agent that is not sandboxed (it is the user)."""
+        try:
+            sandbox = self.core.sandboxes.resolve(rec.config.sandbox)
+            confined = self.core.sandboxes.runtime_of(sandbox).confines_agents
+        except Exception:  # its sandbox is gone: the strict answer
+            confined = True
+        if not confined:
+            return None
+        user_home = os.path.expanduser("~")
+        places = [*(os.path.join(user_home, n) for n in AGENT_CONFIG_PATHS),
+                  str(self.core.layout.root / "agents" / rec.id),
+                  rec.config.worktree, rec.config.cwd]
+        return AgentFiles(tuple(dict.fromkeys(os.path.realpath(p) for p in places
+                                              if p and os.path.isdir(p))))
+
+    def _refused_path(self, rec: LineageRecord, provider_name: str, path: str) -> None:
+        if rec.id in self._refused_paths:
+            return  # the first per lineage (and daemon run): a hook fires every turn
+        self._refused_paths.add(rec.id)
+        self.core.journal.record(
+            rec.config.sandbox, "agent.refused", exec_id=rec.exec_id, state="transcript_path",
+            reason=f"{provider_name} hook of lineage {rec.id} named {path} as its transcript: "
+                   "not read (the daemon reads only files beneath the agent's own config "
+                   "directories, state dir and workspace, with no symlink on the way)",
+            data={"lineage": rec.id, "what": "transcript_path", "path": path})
+
     def follow_session(self, rec: LineageRecord, provider_name: str,
                        ev: HookEvent) -> LineageRecord:
         """A session (re)start. A ``/clear`` or a compaction starts a new provider session
@@ -229,8 +261,14 @@ class Protocol:
         """A provider's hook program calling back: translate, act, answer in its format."""
         core = self.core
         provider = get_provider(provider_name)
-        # In a thread: a turn-end hook reads the transcript file, which may be large.
-        ev: HookEvent = await asyncio.to_thread(provider.parse_hook, event, payload)
+        files = self._agent_files(rec)
+        ctx = AGENT_FILES.set(files)
+        try:  # in a thread: a turn-end hook reads the transcript file, which may be large
+            ev: HookEvent = await asyncio.to_thread(provider.parse_hook, event, payload)
+        finally:
+            AGENT_FILES.reset(ctx)
+        for path in files.refused if files is not None else ():
+            self._refused_path(rec, provider_name, path)
         core.touch(rec)
         allowed, reason = True, "ok"
         if ev.kind == "session_start" and ev.provider_session_id:
