@@ -371,3 +371,75 @@ def test_a_transcript_path_cannot_make_the_daemon_read_for_the_agent(
     refused = [e for e in events(c, "agent.refused") if e.data.get("what") == "transcript_path"]
     assert [e.data["lineage"] for e in refused] == [lin], refused
     assert refused[0].data["path"] == str(secret)
+
+
+# ------------------------------------------------------------------ finding 4
+BIG = 2**63 - 1
+USAGE_ATTACK = r'''
+import os, time
+from tether.client.blocking import Client
+
+c = Client(os.environ["TETHER_HOME"], socket=os.environ["TETHER_SOCKET"], reconnect=2)
+big = 2**63 - 1
+for _ in range(3):
+    c.agent_turn(os.environ["TETHER_SESSION"], os.environ["TETHER_TOKEN"],
+                 model="claude-opus-4-1", usage={
+                     "input_tokens": big, "output_tokens": big, "cache_read_tokens": big,
+                     "cache_creation_tokens": big})
+open("reported", "w").close()
+time.sleep(300)
+'''
+HONEST = r'''
+import os, time
+from tether.client.blocking import Client
+
+c = Client(os.environ["TETHER_HOME"], socket=os.environ["TETHER_SOCKET"], reconnect=2)
+while not os.path.exists("go"):
+    time.sleep(0.05)
+c.agent_turn(os.environ["TETHER_SESSION"], os.environ["TETHER_TOKEN"],
+             model="claude-sonnet-4-5", usage={"input_tokens": 1200, "output_tokens": 300})
+a = c.agent_authorize_tool(os.environ["TETHER_SESSION"], os.environ["TETHER_TOKEN"], "Bash")
+with open("answer.tmp", "w") as f:
+    f.write(f"{a.allowed} {a.reason}")
+os.rename("answer.tmp", "answer")
+time.sleep(300)
+'''
+
+
+def test_impossible_usage_cannot_fence_the_other_agents(auto_home: DaemonProc,
+                                                       tmp_path: Path) -> None:
+    """Issue 21 finding 4: an agent reporting 2**63-1 tokens three times made the shared
+    daily budget fence every honest agent ("fenced: budget: agents spent $196…T"). Now
+    each turn's usage is capped to what its model can have produced in the time since
+    the lineage's previous turn (its context window and output limit from the price
+    table, per request), the cap is journaled once, and the honest agent works on."""
+    d, c = auto_home, auto_home.client()
+    assert tether(d, "budget", "set", "500", cwd=tmp_path).returncode == 0
+    bad, good = tmp_path / "bad", tmp_path / "good"
+    for w, script in ((bad, USAGE_ATTACK), (good, HONEST)):
+        w.mkdir()
+        (w / "agent.py").write_text(script)
+    evil = _lineage_of(d, tether(d, "run", "--agent", "generic", "-d", "--", sys.executable,
+                                 "agent.py", cwd=bad))
+    honest = _lineage_of(d, tether(d, "run", "--agent", "generic", "-d", "--",
+                                   sys.executable, "agent.py", cwd=good))
+    wait_for(lambda: (bad / "reported").exists(), timeout=30, what="the three reports")
+    (good / "go").touch()
+    wait_for(lambda: (good / "answer").exists(), timeout=30, what="the honest agent's call")
+    assert (good / "answer").read_text() == "True allowed", (good / "answer").read_text()
+    turns = [e for e in events(c, "agent.turn") if e.data["lineage"] == evil]
+    assert len(turns) == 3
+    for e in turns:
+        u, cap = e.data["usage"], e.data["capped"]
+        assert cap["reported"]["input_tokens"] == BIG and cap["model"] == "claude-opus-4-1"
+        assert u["output_tokens"] == cap["output_limit"] == 32_000 * cap["calls"]
+        assert sum(u[k] for k in ("input_tokens", "cache_read_tokens",
+                                  "cache_creation_tokens")) <= cap["input_limit"]
+        assert cap["input_limit"] == 1_000_000 * cap["calls"] and cap["calls"] < 60
+    refused = [e for e in events(c, "agent.refused") if e.data.get("what") == "usage"]
+    assert [e.data["lineage"] for e in refused] == [evil]  # once, not at every turn
+    report = json.loads(tether(d, "cost", "--by", "lineage", "--json", cwd=tmp_path).stdout)
+    spent = {row["key"]: row["cost_usd"] for row in report["rows"]}
+    assert spent[evil] < 500 and 0 < spent[honest] < 1, report
+    assert c.lineage_get(evil).usage["input_tokens"] < BIG
+    assert events(c, "agent.fenced") == []

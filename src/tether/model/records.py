@@ -369,6 +369,8 @@ class LineageRecord(msgspec.Struct, kw_only=True):
     handed_off: str | None = None
     # Requests its egress proxy denied (agent.egress_denied), None before the first.
     egress: EgressLog | None = None
+    # The attempt whose implausible usage report was journaled (agent.refused): once each.
+    usage_capped_attempt: int = 0
 
 
 def to_builtins(obj: Any) -> Any:
