@@ -88,6 +88,15 @@ LONG_POLL_METHODS = {"exec.wait", "exec.logs", "sandbox.stop", "sandbox.delete",
                      *digest_api.LONG, *lineage_api.LONG}
 
 
+#: tether's own secrets a client's environment may hold (``tether run`` sends the whole
+#: shell's): never handed on to a command, least of all an agent (docs/SECURITY.md).
+TETHER_SECRETS = ("TETHER_FLEET_URL",)
+
+
+def without_tether_secrets(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in TETHER_SECRETS}
+
+
 def provider_for(argv0: str) -> str:
     p = for_command(argv0)
     return p.name if p is not None else "generic"
@@ -255,6 +264,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
     async def exec_start(p: m.ExecStart, c: Connection) -> Any:
         sb = sandboxes.resolve(p.sandbox)
         spec = msgspec.convert(p, ExecSpec, from_attributes=True)  # the params are one
+        spec.env = without_tether_secrets(spec.env)
         spec.stdin = p.stdin or p.tty
         return xview(await execs.start(sb, spec, p.request_key,
                                        unconfined_ok=p.unconfined_ok))
@@ -370,6 +380,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
                               f"cwd {p.cwd!r} is not an existing directory")
         cfg = msgspec.convert(msgspec.structs.replace(p, provider=provider), AgentConfig,
                               from_attributes=True)  # the params are an AgentOptions
+        cfg.env = without_tether_secrets(cfg.env)
         try:
             get_provider(provider)
             Thresholds(p.aging_pct, p.dying_pct)
