@@ -428,9 +428,20 @@ def fleet_attach(ctx: click.Context, work_ref: str, keys: bytes, read_only: bool
     from tether.cli import fleet_attach as fa
 
     at = _remote(ctx, work_ref)
+    grant = None
+    if not read_only:  # typing: prove we may write to the fleet database (fleet_http)
+        import hashlib
+        import secrets
+
+        from tether.fleet import store as fs
+
+        grant = secrets.token_hex(32)
+        with _ready(_url(ctx)) as conn:
+            fs.grant_attach(conn, at.host, at.query,
+                            hashlib.sha256(grant.encode()).hexdigest())
     return fa.attach(at.api, at.token, at.query, what=f"placement {work_ref} on {at.host}",
                      again=f"tether --fleet URL attach {work_ref}", keys=keys,
-                     read_only=read_only,
+                     read_only=read_only, grant=grant,
                      gone=None if at.live else gone(at.host, at.api, "sessions cannot be attached"))
 
 
