@@ -71,6 +71,7 @@ class Daemon(Protocol):
     instance: str
     started_at: float
     recovery_summary: dict[str, Any]
+    warnings: list[str]
 
     def connection_count(self) -> int: ...
 
@@ -200,7 +201,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
             "started_at": d.started_at, "uptime": time.time() - d.started_at,
             "runtime": "process",
             "runtimes": {rt.name: (await rt.status()).view() for rt in d.runtimes},
-            "recovery": d.recovery_summary,
+            "recovery": d.recovery_summary, "warnings": list(d.warnings),
             "counts": {"sandboxes": len(store.list_sandboxes()), "execs": store.count_execs(),
                        "watched": execs.live_count(), "connections": d.connection_count(),
                        "subscriptions": len(bus.subs)},

@@ -36,6 +36,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"{name:<8} {mark}" + (f" ({detail})" if detail else ""))
     click.echo(f"execs    {execs} (watched {counts.watched})")
     click.echo(f"sandboxes {counts.sandboxes}, clients {counts.connections}")
+    for warning in st.warnings:
+        click.echo(f"warning  {warning}")
 
 
 @click.group(invoke_without_command=True)
