@@ -414,7 +414,7 @@ def test_impossible_usage_cannot_fence_the_other_agents(auto_home: DaemonProc,
     the lineage's previous turn (its context window and output limit from the price
     table, per request), the cap is journaled once, and the honest agent works on."""
     d, c = auto_home, auto_home.client()
-    assert tether(d, "budget", "set", "500", cwd=tmp_path).returncode == 0
+    assert tether(d, "budget", "set", "5000", cwd=tmp_path).returncode == 0
     bad, good = tmp_path / "bad", tmp_path / "good"
     for w, script in ((bad, USAGE_ATTACK), (good, HONEST)):
         w.mkdir()
@@ -429,17 +429,21 @@ def test_impossible_usage_cannot_fence_the_other_agents(auto_home: DaemonProc,
     assert (good / "answer").read_text() == "True allowed", (good / "answer").read_text()
     turns = [e for e in events(c, "agent.turn") if e.data["lineage"] == evil]
     assert len(turns) == 3
-    for e in turns:
+    before = c.lineage_get(evil).created_at
+    for e in turns:  # one request a second since the previous turn, plus one
         u, cap = e.data["usage"], e.data["capped"]
         assert cap["reported"]["input_tokens"] == BIG and cap["model"] == "claude-opus-4-1"
         assert u["output_tokens"] == cap["output_limit"] == 32_000 * cap["calls"]
         assert sum(u[k] for k in ("input_tokens", "cache_read_tokens",
                                   "cache_creation_tokens")) <= cap["input_limit"]
-        assert cap["input_limit"] == 1_000_000 * cap["calls"] and cap["calls"] < 60
+        assert cap["input_limit"] == 1_000_000 * cap["calls"]
+        assert 1 <= cap["calls"] <= 2 + (e.time - before), (cap, e.time - before)
+        before = e.time
     refused = [e for e in events(c, "agent.refused") if e.data.get("what") == "usage"]
     assert [e.data["lineage"] for e in refused] == [evil]  # once, not at every turn
     report = json.loads(tether(d, "cost", "--by", "lineage", "--json", cwd=tmp_path).stdout)
     spent = {row["key"]: row["cost_usd"] for row in report["rows"]}
-    assert spent[evil] < 500 and 0 < spent[honest] < 1, report
+    # (each capped turn is still worth what an Opus request a second costs: dollars)
+    assert spent[evil] < 5000 and 0 < spent[honest] < 1, report
     assert c.lineage_get(evil).usage["input_tokens"] < BIG
     assert events(c, "agent.fenced") == []

@@ -69,3 +69,17 @@ def test_an_older_lineage_is_pinned_from_its_git_dir(tmp_path: Path) -> None:
     assert gitpin.legacy_pin(common, str(main)) == gitpin.GitPin(common=common,
                                                                  gitdir=common)
     assert gitpin.legacy_pin(None, str(tree)) is None
+
+
+def test_a_subdirectory_is_pinned_to_its_checkouts_top(tmp_path: Path) -> None:
+    """An agent started in a checkout's subdirectory (no --worktree): git run there by the
+    daemon works on the whole checkout, as git itself would find it."""
+    main, _ = _repo(tmp_path)
+    sub = main / "pkg" / "mod"
+    sub.mkdir(parents=True)
+    (sub / "f.txt").write_text("x\n")
+    p = gitpin.pin(str(sub))
+    assert p is not None and p.top == str(main) and p.common == str(main / ".git")
+    env = gitpin.env(p, str(sub))
+    _git(sub, env, "add", "-A", "--", ".")
+    assert _git(main, {}, "diff", "--cached", "--name-only") == "pkg/mod/f.txt"

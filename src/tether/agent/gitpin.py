@@ -45,14 +45,21 @@ def _ident(path: str) -> list[int]:
 
 
 def pin(tree: str) -> GitPin | None:
-    """The git directories of the checkout at ``tree`` now (the user's start), or None
-    when it is not a git checkout."""
-    dirs = git_dirs(tree)
+    """The git directories of the checkout ``tree`` is in now (the user's start: its top
+    is ``tree`` or the nearest directory above it with a ``.git``, as git would find it),
+    or None when it is in none."""
+    top = os.path.realpath(tree)
+    while not os.path.lexists(os.path.join(top, ".git")):
+        if top == os.path.dirname(top):
+            return None
+        top = os.path.dirname(top)
+    dirs = git_dirs(top)
     if dirs is None:
         return None
     common, gitdir = dirs
     try:
-        return GitPin(common=common, gitdir=gitdir, ids=[*_ident(common), *_ident(gitdir)])
+        return GitPin(common=common, gitdir=gitdir, ids=[*_ident(common), *_ident(gitdir)],
+                      top=top)
     except (OSError, PinBroken):
         return None
 
@@ -100,7 +107,8 @@ def env(p: GitPin | None, tree: str) -> dict[str, str]:
                     raise PinBroken(f"the {what} {path} was replaced since the lineage "
                                     "started (by its agent?): tether runs no git in it; "
                                     "look at the tree yourself before you trust it")
-        out = {"GIT_DIR": p.gitdir, "GIT_COMMON_DIR": p.common, "GIT_WORK_TREE": tree}
+        out = {"GIT_DIR": p.gitdir, "GIT_COMMON_DIR": p.common,
+               "GIT_WORK_TREE": p.top or tree}
     # As ``git -c``: it also reaches the git a submodule's is run by (which gets no
     # GIT_CONFIG_COUNT), and it wins over every config file.
     out["GIT_CONFIG_PARAMETERS"] = " ".join(f"'{key}={value}'" for key, value in FORCED_CONFIG)

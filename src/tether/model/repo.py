@@ -55,3 +55,4 @@ class GitPin(msgspec.Struct, kw_only=True, omit_defaults=True):
     common: str  # the repository's common git directory (its config, hooks, objects)
     gitdir: str  # the worktree's own (HEAD, index): ``common`` for a main checkout
     ids: list[int] = msgspec.field(default_factory=list)  # [dev, ino] of common, gitdir
+    top: str | None = None  # the checkout's top (GIT_WORK_TREE); None: the tree itself

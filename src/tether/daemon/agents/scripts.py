@@ -256,7 +256,12 @@ class WorktreeScripts:
     async def _setup(self, cfg: AgentConfig, repo: RepoConfig, script: str, tree: str,
                      lineage: str) -> None:
         marks = self.core.store.setup_marks
-        key = await asyncio.to_thread(tree_key, tree)
+        try:
+            key = await asyncio.to_thread(tree_key, tree)
+        except OSError as e:
+            raise TetherError(RpcCode.INVALID_STATE, "WORKTREE_BROKEN",
+                              f"the worktree {tree} cannot be used ({e.strerror}); its "
+                              "setup was not run", {"worktree": tree}) from None
         if marks.get(key) is not None:
             return
         if await asyncio.to_thread(os.path.lexists, os.path.join(tree, LEGACY_MARK)):
