@@ -616,7 +616,7 @@ class Story:
                      f"of {body['exec']['name']} (exit {body['exec']['exit_code']}), "
                      f"Idempotency-Key {got.key}")
             self.check(got.signed_with(b"demo-secret"),
-                       "X-Tether-Signature-256 is the HMAC-SHA256 of the body")
+                       "X-Tether-Signature-256 is t=<time>,v1=<HMAC-SHA256 of time, key and body>")
             self.wait_until(lambda: self.tether_json("hook", "show", "ci")["counts"]
                             == {"COMPLETED": 1}, 10, "the delivery to be COMPLETED")
             self.tether("hook", "ls")

@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import json
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -30,9 +31,19 @@ class Received:
         assert isinstance(value, dict)
         return value
 
-    def signed_with(self, secret: bytes) -> bool:
-        want = "sha256=" + hmac.new(secret, self.body, hashlib.sha256).hexdigest()
-        return hmac.compare_digest(self.headers.get("x-tether-signature-256", ""), want)
+    def signed_with(self, secret: bytes, tolerance: float = 300.0) -> bool:
+        """``X-Tether-Signature-256: t=…,v1=…`` over ``<t>.<Idempotency-Key>.<body>``,
+        with ``t`` within ``tolerance`` seconds of now (docs/PROTOCOL.md, Webhooks)."""
+        try:
+            fields = dict(p.split("=", 1)
+                          for p in self.headers["x-tether-signature-256"].split(","))
+            at = int(fields["t"])
+        except (KeyError, ValueError):
+            return False
+        signed = f"{at}.{self.key}.".encode() + self.body
+        want = hmac.new(secret, signed, hashlib.sha256).hexdigest()
+        return abs(time.time() - at) <= tolerance and hmac.compare_digest(
+            fields.get("v1", ""), want)
 
 
 class Receiver:

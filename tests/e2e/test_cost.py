@@ -67,11 +67,13 @@ def test_cost_figures_unknown_models_and_the_price_override(dd: DaemonProc,
     dd.start()
     c = dd.client()
     lin, session, token = start_agent(c, tmp_path, "pricey")
+    # (what one request of Sonnet 4.5 can carry: a turn's usage is capped at that, per
+    # request and second — docs/SECURITY.md, "Usage")
     c.agent_turn(session, token, model=SONNET, usage={
-        "input_tokens": 1_000_000, "output_tokens": 200_000,
-        "cache_read_tokens": 2_000_000, "cache_creation_tokens": 100_000})
+        "input_tokens": 100_000, "output_tokens": 20_000,
+        "cache_read_tokens": 200_000, "cache_creation_tokens": 10_000})
     c.agent_turn(session, token, model="llama-local-7b", usage={"input_tokens": 1000})
-    expected = 3.0 + 3.0 + 0.6 + 0.375
+    expected = 0.3 + 0.3 + 0.06 + 0.0375
 
     by_model = {r["key"]: r for r in cost_json(dd, "--by", "model")["rows"]}
     assert by_model[SONNET]["cost_usd"] == pytest.approx(expected, abs=1e-9)
@@ -95,7 +97,8 @@ def test_cost_figures_unknown_models_and_the_price_override(dd: DaemonProc,
         '[[price]]\nmodel = "claude-sonnet-4-5"\nsince = 2025-01-01\ninput = 1\n'
         'output = 2\ncache_read = 0.1\ncache_write = 1\n')
     rep = cost_json(dd, "--by", "lineage")
-    assert rep["rows"][0]["cost_usd"] == pytest.approx(1 + 0.4 + 0.2 + 0.1 + 0.0005, abs=1e-9)
+    assert rep["rows"][0]["cost_usd"] == pytest.approx(0.1 + 0.04 + 0.02 + 0.01 + 0.0005,
+                                                       abs=1e-9)
     assert rep["notes"] == []
 
     # A bad override: a clear error naming the file and the key; the daemon serves on.

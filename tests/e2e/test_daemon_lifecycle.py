@@ -237,3 +237,19 @@ def test_unknown_fault_point_is_a_clean_startup_error(stopped_daemon: DaemonProc
                        env={**os.environ, "TETHER_FAULT": "no.such.point"})
     assert r.returncode == 1
     assert b"unknown TETHER_FAULT point" in r.stderr and b"Traceback" not in r.stderr
+
+
+def test_a_root_daemon_warns_once(daemon: DaemonProc) -> None:
+    """Issue 23 item 7: the README advises against a root daemon; it now says so once, in
+    its log at start, and `tether status` (and daemon.status) repeat it."""
+    status = daemon.client().status()
+    r = daemon.cli("status")
+    assert r.returncode == 0, r.stderr
+    if os.geteuid() != 0:
+        assert status.warnings == [] and b"warning" not in r.stdout
+        return
+    assert len(status.warnings) == 1 and "runs as root" in status.warnings[0]
+    assert b"warning  this daemon runs as root" in r.stdout
+    daemon.client().exec_start(["true"])
+    daemon.client().status()
+    assert daemon.log_text().count("this daemon runs as root") == 1

@@ -169,6 +169,63 @@ def test_attach_to_a_session_on_another_host(fleet: Fleet) -> None:
             "until it comes back")
 
 
+def test_typing_into_a_session_on_another_host_needs_a_grant(fleet: Fleet) -> None:
+    """Issue 21 finding 5: /v1/attach wrote into terminals for anyone holding the fleet
+    token (whoever can *read* the fleet database) while the API said it served only reads.
+    Now it is read-only unless the caller proves it may *write* to the fleet database: an
+    ``attach.grant`` row it journaled, naming the session and a nonce's digest, used once."""
+    import hashlib
+    import secrets
+
+    from websockets.sync.client import connect
+
+    from tether.fleet import store as fs
+
+    _two_hosts(fleet)
+    ident = fleet.place("--host", "h2", "-t", "--", *ECHOER)
+    wait_for(lambda: fleet.work(ident)["state"] == "RUNNING", 20, what="running on h2")
+    with fleet.db() as c:
+        token = fs.secret(c)
+    exec_id, api = fleet.work(ident)["local_id"], fleet.hosts_rows()["h2"]["api"]
+    base = "ws" + api.removeprefix("http") + f"/v1/attach?exec={exec_id}"
+
+    def session(query: str, grant: str | None = None) -> tuple[bool, str]:
+        """(whether our line came back, the error if one) for one connection."""
+        headers = {"Authorization": f"Bearer {token}"}
+        if grant is not None:
+            headers["X-Tether-Attach-Grant"] = grant
+        seen = b""
+        with connect(base + query, additional_headers=headers, open_timeout=10) as ws:
+            word = secrets.token_hex(3)
+            try:
+                first = ws.recv(timeout=2)
+            except TimeoutError:
+                first = b""
+            if isinstance(first, str) and "error" in json.loads(first):
+                return False, json.loads(first)["error"]
+            ws.send(f"{word}\r".encode())
+            try:
+                while f"echo:{word.upper()}".encode() not in seen:
+                    msg = ws.recv(timeout=2)
+                    seen += msg if isinstance(msg, bytes) else b""
+            except TimeoutError:
+                return False, ""
+            return True, ""
+
+    typed, error = session("&ro=0")
+    assert not typed and "grant written into the fleet database" in error, error
+    assert session("") == (False, "")  # no ro: read-only, the line is dropped
+    assert session("&ro=0", grant=secrets.token_hex(32))[0] is False  # a made-up grant
+    nonce = secrets.token_hex(32)
+    with fleet.db() as c:
+        fs.grant_attach(c, "h2", {"exec": exec_id}, hashlib.sha256(nonce.encode()).hexdigest())
+    assert session("&ro=0", grant=nonce) == (True, "")
+    assert session("&ro=0", grant=nonce)[0] is False  # once
+    with fleet.db() as c:  # the fleet journal says who typed where
+        grants = [r for r in fs.journal(c) if r["type"] == fs.ATTACH_GRANT]
+    assert [(g["host"], g["data"]["target"]) for g in grants] == [("h2", {"exec": exec_id})]
+
+
 def test_a_partitioned_host_still_serves_its_logs_through_the_fleet(fleet: Fleet) -> None:
     """h2 reaches no PostgreSQL (its lease is gone, it is swept DEAD) but its daemon and
     API are up: the fleet CLI still gets its ended exec's output and its events."""

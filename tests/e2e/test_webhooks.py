@@ -190,3 +190,77 @@ def test_an_exec_hook_that_does_not_read_its_stdin_reports_its_exit_status(
     wait_for(lambda: state_of(c, "deaf").get("FAILED") == 1, what="the failed try")
     d = c.hook_show("deaf").deliveries[0]
     assert d.last_error == "the command exited 3", d.last_error
+
+
+def _readme_recipe(secret_file: Path, clock: float | None = None) -> Any:
+    """The README's receiver (the code block after ``<!-- webhook-recipe -->``), with the
+    secret read from ``secret_file`` and, with ``clock``, ``time.time()`` returning it."""
+    import types
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    code = readme.split("<!-- webhook-recipe -->\n```python\n", 1)[1].split("```", 1)[0]
+    code = code.replace('"/etc/ci/tether.secret"', repr(str(secret_file)))
+    ns: dict[str, Any] = {}
+    exec(compile(code, "README.md", "exec"), ns)  # the README's own code
+    if clock is not None:
+        ns["time"] = types.SimpleNamespace(time=lambda: clock)
+    return ns["verify"]
+
+
+def test_signatures_cover_time_and_key_and_the_readme_recipe_checks_them(
+        daemon: DaemonProc, tmp_path: Path) -> None:
+    """Issue 21 finding 5: a signature over the body alone let a captured delivery be
+    replayed forever under a new Idempotency-Key. Now ``t=…,v1=…`` covers the time and the
+    key (as Stripe's do); the README's few lines of Python verify it, stripping the
+    secret file's whitespace as tether does, and refuse an old or re-keyed replay."""
+    import email.message
+    import time
+
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"  k3y-of-the-hook\n\n")
+    c = daemon.client()
+    with Receiver() as rx:
+        c.hook_add("signed", ["exec.finished"], url=rx.url, secret_file=str(secret))
+        run(c, "true")
+        wait_for(lambda: rx.received, what="a delivery")
+    got = rx.received[0]
+    headers = email.message.Message()  # case-insensitive, as a web framework's
+    for k, v in got.headers.items():
+        headers[k] = v
+    sig = got.headers["x-tether-signature-256"]
+    assert sig.startswith("t=") and ",v1=" in sig and abs(int(sig[2:12]) - time.time()) < 60
+    assert _readme_recipe(secret)(headers, got.body) is True
+    assert got.signed_with(b"k3y-of-the-hook")
+    assert _readme_recipe(secret, clock=time.time() + 600)(headers, got.body) is False
+    del headers["Idempotency-Key"]
+    headers["Idempotency-Key"] = "999-signed"  # the same body, replayed as a new delivery
+    assert _readme_recipe(secret)(headers, got.body) is False
+    assert not _readme_recipe(secret)(got.headers | {"X-Tether-Signature-256": sig,
+                                                     "Idempotency-Key": got.key},
+                                      got.body + b" ")
+
+
+def test_a_hook_urls_credentials_are_shown_as_stars(daemon: DaemonProc) -> None:
+    """Issue 21 finding 5: ``hook ls`` showed ``https://user:pass@…`` as it was. Now every
+    reply (so the CLI, its --json and the dashboard), and a failed try's error, hide it."""
+    c = daemon.client()
+    with Receiver() as rx:
+        port = rx.url.split(":")[2].split("/")[0]
+        c.hook_add("creds", ["exec.finished"], url=f"http://ci:hunter2@127.0.0.1:{port}/hook")
+        c.hook_add("down", ["exec.finished"], url="http://ci:hunter2@127.0.0.1:9/hook",
+                   max_tries=5)
+        run(c, "true")
+        wait_for(lambda: rx.received, what="a delivery")
+        wait_for(lambda: state_of(c, "down").get("FAILED"), what="a failed try")
+    assert rx.received[0].headers["authorization"].startswith("Basic ")  # the URL's, used
+    shown = [json.dumps(raw_call(daemon.socket, "hook.list")),
+             json.dumps(raw_call(daemon.socket, "hook.show", {"name": "down"}))]
+    for args in (("hook", "ls"), ("hook", "ls", "--json"), ("hook", "show", "down"),
+                 ("hook", "show", "creds", "--json")):
+        r = daemon.cli(*args)
+        assert r.returncode == 0, r.stderr
+        shown.append(r.stdout.decode())
+    for text in shown:
+        assert "hunter2" not in text and "ci:" not in text, text
+    assert "http://***@127.0.0.1:9/hook" in shown[-3]
+    assert c.hook_show("down").deliveries[0].last_error

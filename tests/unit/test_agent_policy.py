@@ -76,6 +76,36 @@ def test_a_transcript_path_that_is_a_fifo_is_not_read(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 2.0
 
 
+def test_a_sandboxed_agent_names_transcripts_only_beneath_its_own_places(
+        tmp_path: Path) -> None:
+    """Issue 21 audit: a hook's transcript path made the daemon read any file for the
+    agent. Under ``AGENT_FILES`` only beneath its roots, no symlink on the way, no ``..``
+    out; each refusal is collected for the daemon to journal."""
+    from tether.agent.providers.base import AGENT_FILES, AgentFiles, open_agent_file
+
+    mine, other = tmp_path / "mine", tmp_path / "other"
+    (mine / "projects").mkdir(parents=True)
+    other.mkdir()
+    (mine / "projects" / "t.jsonl").write_text("{}\n")
+    (other / "secret.jsonl").write_text("secret\n")
+    (mine / "link").symlink_to(other)
+    files = AgentFiles((str(mine),))
+    token = AGENT_FILES.set(files)
+    try:
+        f = open_agent_file(str(mine / "projects" / "t.jsonl"))
+        assert f is not None and f.read() == "{}\n"
+        f.close()
+        for bad in (other / "secret.jsonl", mine / "link" / "secret.jsonl",
+                    mine / "projects" / ".." / ".." / "other" / "secret.jsonl", mine):
+            assert open_agent_file(str(bad)) is None, bad
+    finally:
+        AGENT_FILES.reset(token)
+    assert len(files.refused) == 4
+    f = open_agent_file(str(other / "secret.jsonl"))  # no policy: an unsandboxed agent
+    assert f is not None
+    f.close()
+
+
 def test_the_toolchain_never_shows_a_whole_home_or_tmp(tmp_path: Path) -> None:
     """Second review: ~/bin/claude made the whole home visible; a PATH entry in /tmp
     all of /tmp (other homes' sockets)."""

@@ -83,3 +83,41 @@ def test_a_report_never_counts_an_unknown_model_as_free() -> None:
     assert len(r["notes"]) == 2 and all("/h/prices.toml" in n for n in r["notes"])
     with pytest.raises(ValueError, match="one of"):
         rp.report(t, turns, "colour", price_file="x")
+
+
+def test_every_shipped_model_has_its_limits_and_an_override_inherits_them(
+        tmp_path: Path) -> None:
+    t = px.load(None)
+    for model in t.models():
+        window, out = t.limits(model, DAY)
+        assert window < px.DEFAULT_CONTEXT_WINDOW and out < px.DEFAULT_MAX_OUTPUT, model
+    assert t.limits("claude-opus-4-1-20250805", DAY) == (1_000_000, 32_000)
+    assert t.limits("llama-9", DAY) == (px.DEFAULT_CONTEXT_WINDOW, px.DEFAULT_MAX_OUTPUT)
+    f = tmp_path / "prices.toml"
+    f.write_text('[[price]]\nmodel = "gpt-4o"\ninput = 1\noutput = 2\n'
+                 '[[price]]\nmodel = "mine"\ninput = 1\noutput = 2\ncontext_window = 8000\n')
+    t = px.load(f)
+    assert t.limits("gpt-4o", DAY) == (128_000, 16_384)  # the shipped entry's
+    assert t.limits("mine", DAY) == (8000, px.DEFAULT_MAX_OUTPUT)
+    f.write_text('[[price]]\nmodel = "m"\ninput = 1\noutput = 2\ncontext_window = 0\n')
+    with pytest.raises(px.PriceError, match="'context_window'"):
+        px.load(f)
+
+
+def test_usage_is_bounded_by_what_the_model_can_have_produced() -> None:
+    """Issue 21 finding 4: the window per request on the input side (the input keys
+    scaled together), the output limit per request, one request per second elapsed."""
+    from tether.cost import limits
+
+    big = 2**63 - 1
+    b = limits.bound({"input_tokens": big, "cache_read_tokens": big, "output_tokens": big,
+                      "reasoning_tokens": big}, window=1000, max_output=100, elapsed=2.5)
+    assert b.capped and b.calls == 3
+    assert b.usage == {"input_tokens": 1500, "cache_read_tokens": 1500, "output_tokens": 300,
+                       "reasoning_tokens": 3000}
+    honest = {"input_tokens": 30 * 50_000, "output_tokens": 30 * 800}  # 30 calls, 2 min
+    b = limits.bound(honest, window=200_000, max_output=32_000, elapsed=120)
+    assert not b.capped and b.usage == honest
+    b = limits.bound({"input_tokens": 300, "cache_read_tokens": 100}, window=200,
+                     max_output=1, elapsed=0)
+    assert b.usage == {"input_tokens": 150, "cache_read_tokens": 50}  # shares kept

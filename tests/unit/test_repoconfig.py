@@ -58,3 +58,44 @@ def test_leases_never_overlap_and_free_with_their_lineage(tmp_path: Path) -> Non
     assert store.ports.lease("d", 4000, 10, 2) == 4000  # swept in the same transaction
     assert store.ports.sweep_unborn() == 3  # b, c, d were never created
     assert store.ports.held() == {}
+
+
+def test_migration_13_drops_commands_an_agent_may_have_written(tmp_path: Path) -> None:
+    """Rows of an older tether: a successor's config (read again from its predecessor's
+    tree) and one read from the agent's own checkout keep no command run outside the
+    sandbox; one read from a main checkout beside the worktree keeps its commands."""
+    import sqlite3
+
+    from tether.model.repo import Handoff, RepoConfig
+
+    store = Store(tmp_path / "t.db")
+    cmds = RepoConfig(setup="make", archive="make clean", run="make dev",
+                      handoff=Handoff(remote="origin", command="gh pr create"))
+    rows = {
+        "main": AgentConfig(argv=["x"], worktree="/r.worktrees/a", git_dir="/r/.git",
+                            repo=cmds),
+        "succ": AgentConfig(argv=["x"], worktree="/r.worktrees/a", git_dir="/r/.git",
+                            repo=cmds),
+        "own": AgentConfig(argv=["x"], worktree="/r/", git_dir="/r/.git", repo=cmds),
+        "plain": AgentConfig(argv=["x"], worktree="/w", repo=cmds),
+    }
+    for ident, cfg in rows.items():
+        store.create_lineage(LineageRecord(id=ident, config=cfg,
+                                           predecessor="main" if ident == "succ" else None))
+    store.close()
+    db = sqlite3.connect(tmp_path / "t.db")
+    db.execute("DELETE FROM schema_migrations WHERE version = 13")
+    db.execute("DROP TABLE setup_marks")
+    db.commit()
+    db.close()
+    store = Store(tmp_path / "t.db")  # applies migration 13 to the rows above
+    kept = {i: store.get_lineage(i) for i in rows}
+    main = kept["main"]
+    assert main is not None and main.config.repo == cmds
+    for ident in ("succ", "own", "plain"):
+        rec = kept[ident]
+        assert rec is not None and rec.config.repo is not None, ident
+        assert (rec.config.repo.setup, rec.config.repo.archive) == (None, None), ident
+        assert rec.config.repo.run == "make dev"  # in the sandbox: kept
+        assert rec.config.repo.handoff == Handoff(remote="origin"), ident
+    store.close()

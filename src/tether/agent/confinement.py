@@ -62,7 +62,12 @@ def agent_view(*, state_dir: Path, socket_dir: Path, config: AgentConfig, snapsh
     ro += [os.path.join(user_home, n) for n in provider.home_config_read_only]
     if config.git_dir:  # recorded at start: the worktree's .git is agent-writable
         rw.append(config.git_dir)
-        ro += [_placeholder(os.path.join(config.git_dir, n)) for n in ("hooks", "config")]
+    # What git would run, unsandboxed, later (the user's next `git status` there, the
+    # daemon's hand-off): read-only, in the repository of the worktree and in that of a
+    # checkout the agent merely runs in (its .git then lies in the agent's workspace).
+    for common in dict.fromkeys(d for d in (config.git_dir, config.git_pin and
+                                            config.git_pin.common) if d):
+        ro += [_placeholder(os.path.join(common, n)) for n in ("hooks", "config")]
     ro.append(str(snapshot))
     if handoff is not None:
         ro.append(str(handoff))
@@ -122,10 +127,18 @@ def _toolchain(argv0: str, path_env: str) -> list[str]:
 
 
 def git_common_dir(path: str) -> str | None:
-    """The repository's .git of a worktree (commits write there), or None. Read from
-    the files themselves, not by running git (as root git refuses a user's repository,
-    and the tree is untrusted), and checked both ways: a worktree's ``.git`` file is
-    the agent's to rewrite and must not name another repository for the next agent."""
+    """The repository's .git of a worktree (commits write there), or None."""
+    dirs = git_dirs(path)
+    return dirs[0] if dirs is not None else None
+
+
+def git_dirs(path: str) -> tuple[str, str] | None:
+    """(the repository's common git directory, the worktree's own git directory) of the
+    checkout at ``path``, or None; both are the ``.git`` directory of a main checkout.
+    Read from the files themselves, not by running git (as root git refuses a user's
+    repository, and the tree is untrusted), and checked both ways: a worktree's ``.git``
+    file is the agent's to rewrite and must not name another repository for the next
+    agent."""
 
     def read(file: str) -> str | None:
         try:
@@ -136,7 +149,8 @@ def git_common_dir(path: str) -> str | None:
 
     dotgit = os.path.join(path, ".git")
     if os.path.isdir(dotgit) and not os.path.islink(dotgit):
-        return os.path.realpath(dotgit)  # a main worktree: its .git is the common dir
+        real = os.path.realpath(dotgit)  # a main worktree: its .git is the common dir
+        return real, real
     line = read(dotgit)
     if line is None or not line.startswith("gitdir:"):
         return None
@@ -149,5 +163,5 @@ def git_common_dir(path: str) -> str | None:
     back_real = os.path.realpath(os.path.join(gitdir, back))
     if is_within(gitdir, os.path.join(common, "worktrees")) and \
             back_real == os.path.realpath(dotgit):
-        return common
+        return common, gitdir
     return None

@@ -9,24 +9,29 @@
     ports: {base: 4000, per_session: 10, sessions: 50}   # TETHER_PORT_BASE per lineage
     handoff: {commit: true, remote: origin, command: "gh pr create --fill"}
 
-Read by the daemon once, at ``agent.start``, from the repository's main checkout (not
-the agent's worktree, which the agent may rewrite) and kept in the lineage's config:
-what later runs at the lineage's end is what the user's repository said at its start.
-Pure: parsing and validation only; the scripts run in ``tether.daemon.agents.scripts``.
+Read by the daemon once, when the user starts a lineage (``agent.start``), from the
+repository's main checkout (not the agent's worktree, which the agent may rewrite), and
+frozen in the lineage's config: revivals, successors, hand-offs and the lineage's end run
+what the user's repository said at that start (docs/SECURITY.md). Parsing, validation and
+the bounded read of the file; the scripts run in ``tether.daemon.agents.scripts``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tomllib
 from pathlib import PurePosixPath
+from typing import NamedTuple
 
 import msgspec
 import yaml
 
+from tether.hostio.untrusted import NotRegular, open_regular
 from tether.model.repo import Handoff, Ports, RepoConfig
 
-__all__ = ["NAMES", "Handoff", "Ports", "RepoConfig", "RepoConfigError", "load", "parse"]
+__all__ = ["NAMES", "Found", "Handoff", "Ports", "RepoConfig", "RepoConfigError",
+           "fingerprint", "load", "parse", "read"]
 
 NAMES = (".tether.yaml", "tether.toml")
 MAX_BYTES = 64 * 1024
@@ -65,23 +70,55 @@ def parse(data: bytes, name: str) -> RepoConfig:
     return cfg
 
 
-def load(root: str) -> RepoConfig | None:
-    """The config at ``root`` (the first of :data:`NAMES` there), or None without one.
-    Refuses a symlink or a file that is not regular (a repository's file, not a link out)."""
+class Found(NamedTuple):
+    config: RepoConfig
+    path: str  # the file read
+    sha256: str  # of its bytes
+
+
+def _raw(root: str) -> tuple[str, bytes] | None:
+    """The first of :data:`NAMES` at ``root`` and its bytes, or None without one. Refuses
+    a symlink or a file that is not regular (a repository's file, not a link out), never
+    blocks on a FIFO and never reads more than :data:`MAX_BYTES` (+1)."""
     for name in NAMES:
         path = os.path.join(root, name)
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            with open_regular(path) as f:
+                data = f.read(MAX_BYTES + 1)
         except FileNotFoundError:
             continue
+        except NotRegular as e:
+            raise RepoConfigError(f"{path}: {e.reason}; it must be a regular file, not a "
+                                  "symlink") from None
         except OSError as e:
-            raise RepoConfigError(f"{path}: cannot read it ({e.strerror}); it must be a "
-                                  "regular file, not a symlink") from None
-        with os.fdopen(fd, "rb") as f:
-            if not os.path.isfile(path):
-                raise RepoConfigError(f"{path}: not a regular file")
-            data = f.read(MAX_BYTES + 1)
+            raise RepoConfigError(f"{path}: cannot read it ({e.strerror})") from None
         if len(data) > MAX_BYTES:
             raise RepoConfigError(f"{path}: larger than {MAX_BYTES} bytes")
-        return parse(data, path)
+        return path, data
     return None
+
+
+def read(root: str) -> Found | None:
+    """The config at ``root``, the file it came from and its digest; None without one."""
+    raw = _raw(root)
+    if raw is None:
+        return None
+    path, data = raw
+    return Found(parse(data, path), path, hashlib.sha256(data).hexdigest())
+
+
+def load(root: str) -> RepoConfig | None:
+    """The config at ``root`` (the first of :data:`NAMES` there), or None without one."""
+    found = read(root)
+    return found.config if found is not None else None
+
+
+def fingerprint(root: str) -> tuple[str, str] | None:
+    """(path, SHA-256) of the config file at ``root`` without parsing it, None without
+    one or when it cannot be read safely: what a tree holds now, to compare with what a
+    lineage froze (the file may be the agent's)."""
+    try:
+        raw = _raw(root)
+    except RepoConfigError:
+        return None
+    return None if raw is None else (raw[0], hashlib.sha256(raw[1]).hexdigest())

@@ -142,6 +142,7 @@ def status(home: str, args: list[str]) -> int:
     lines.append(f"execs    {execs} (watched {counts.get('watched', 0)})")
     lines.append(f"sandboxes {counts.get('sandboxes', 0)}, clients "
                  f"{counts.get('connections', 0)}")
+    lines += [f"warning  {w}" for w in st.get("warnings") or ()]
     sys.stdout.write("".join(line + "\n" for line in lines))
     sys.stdout.flush()
     return 0

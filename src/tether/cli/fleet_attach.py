@@ -26,11 +26,13 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 def attach(api: str, token: str, query: dict[str, str], *, what: str, again: str,
-           keys: bytes, read_only: bool, gone: str | None = None) -> int:
+           keys: bytes, read_only: bool, gone: str | None = None,
+           grant: str | None = None) -> int:
     """Attach until detached, ended or disconnected; the CLI's exit code. ``what``
     names the session in messages, ``again`` is the command that re-attaches. ``gone``:
     the host has no live lease (it may still answer, partitioned from PostgreSQL):
-    connect with a short timeout, and say this line (exit 1) when nothing answers."""
+    connect with a short timeout, and say this line (exit 1) when nothing answers.
+    ``grant``: to type, the nonce of the ``attach.grant`` the caller journaled."""
     from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
     from websockets.sync.client import connect
 
@@ -38,8 +40,11 @@ def attach(api: str, token: str, query: dict[str, str], *, what: str, again: str
     rows, cols = terminal_size(in_fd) or (24, 80)
     url = ("ws" + api.removeprefix("http") + "/v1/attach?" +
            urlencode({**query, "rows": rows, "cols": cols, "ro": int(read_only)}))
+    headers = {"Authorization": f"Bearer {token}"}
+    if grant is not None:  # the nonce of the attach.grant we journaled (to type)
+        headers["X-Tether-Attach-Grant"] = grant
     try:
-        ws = connect(url, additional_headers={"Authorization": f"Bearer {token}"},
+        ws = connect(url, additional_headers=headers,
                      open_timeout=10 if gone is None else 2, max_size=None)
     except (OSError, TimeoutError, InvalidHandshake, InvalidURI) as e:
         if gone is not None and isinstance(e, ConnectionError | TimeoutError):

@@ -93,13 +93,30 @@ class TetherGroup(click.Group):
 @click.group(cls=TetherGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="tether home (default: $TETHER_HOME or ~/.local/state/tether)")
-@click.option("--fleet", default=None, metavar="URL",
+@click.option("--fleet", default=None, metavar="URL", envvar="TETHER_FLEET_URL",
+              show_envvar=True,
               help="the fleet's PostgreSQL (postgresql://USER@HOST/DB): ps, run, hosts, drain, "
-              "logs, events, attach and lineage resolve act on every host")
+              "logs, events, attach and lineage resolve act on every host. Keep its "
+              "password out of command lines: use the variable, --fleet-url-file or ~/.pgpass")
+@click.option("--fleet-url-file", default=None, metavar="FILE",
+              envvar="TETHER_FLEET_URL_FILE", show_envvar=True,
+              help="read the fleet's URL from FILE (yours, mode 600) instead of --fleet")
 @click.version_option(__version__, prog_name="tether")
 @click.pass_context
-def cli(ctx: click.Context, home: Path | None, fleet: str | None) -> None:
+def cli(ctx: click.Context, home: Path | None, fleet: str | None,
+        fleet_url_file: str | None) -> None:
     """tether — a durable supervisor for AI coding agents and long-running commands."""
+    if fleet or fleet_url_file:  # (the fleet package only with a fleet)
+        from tether.cli import output as out
+        from tether.fleet import url as fleet_url
+
+        on_argv = ctx.get_parameter_source("fleet") is click.core.ParameterSource.COMMANDLINE
+        try:
+            fleet = fleet_url.resolve(fleet, fleet_url_file, {})
+        except (ValueError, fleet_url.SecretFileError) as e:
+            raise click.UsageError(str(e)) from None
+        if on_argv and (warning := fleet_url.warn_argv(fleet)):
+            out.note(warning)
     ctx.obj = Ctx(resolve_home(home), fleet)
 
 

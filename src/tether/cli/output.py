@@ -106,7 +106,26 @@ def sandbox_table(sbs: Iterable[SandboxRecord]) -> None:
     _console().print(t)
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F, *range(0x80, 0xA0))
+            if c != 0x09}
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """``text`` with its control characters (but tab) shown as ``\\xNN``: agent-written
+    strings (a reason, a waiting agent's message, a git output tail) must not reach the
+    user's terminal as escape sequences (an OSC 52 clipboard write, a cleared screen).
+    ``lines``: newlines are kept (a multi-line output tail)."""
+    if lines:
+        return "\n".join(part.translate(_CONTROL) for part in text.split("\n"))
+    return text.translate(_CONTROL)
+
+
 def event_line(ev: Event) -> str:
+    """One journal event on one line; the agent may have written any of it."""
+    return printable(_event_line(ev))
+
+
+def _event_line(ev: Event) -> str:
     parts = [f"{ev.gseq:>6}", f"{ev.sandbox or '(daemon)'}#{ev.seq}", when(ev.time), ev.type]
     if ev.exec:
         parts.append(ev.exec)

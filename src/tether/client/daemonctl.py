@@ -55,10 +55,14 @@ def spawn_daemon(home: Path) -> subprocess.Popen[bytes]:
     except OSError as e:
         raise DaemonUnavailable(f"cannot open the daemon's log: {e}") from None
     try:
+        # A daemon a client starts is this machine's own: never a fleet host because the
+        # client's shell names a fleet (``tether daemon`` joins one on purpose).
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("TETHER_FLEET_URL", "TETHER_FLEET_URL_FILE")}
         return subprocess.Popen(
             [sys.executable, "-m", "tether.daemon", "--home", str(home)],
             stdin=subprocess.DEVNULL, stdout=logf, stderr=logf, start_new_session=True,
-            close_fds=True, cwd="/",
+            close_fds=True, cwd="/", env=env,
         )
     finally:
         os.close(logf)

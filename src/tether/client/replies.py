@@ -62,6 +62,7 @@ class Status(_Reply):
     runtimes: dict[str, RuntimeStatus] = msgspec.field(default_factory=dict)
     recovery: dict[str, Any] = msgspec.field(default_factory=dict)
     counts: StatusCounts = msgspec.field(default_factory=StatusCounts)
+    warnings: list[str] = msgspec.field(default_factory=list)  # e.g. it runs as root
 
 
 class AgentSummary(_Reply):

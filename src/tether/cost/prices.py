@@ -10,6 +10,7 @@ never by code.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import datetime as dt
 import tomllib
 from dataclasses import dataclass
@@ -21,6 +22,9 @@ from typing import Any
 TOKEN_PRICES = {"input_tokens": "input", "output_tokens": "output",
                 "cache_read_tokens": "cache_read", "cache_creation_tokens": "cache_write"}
 SHIPPED = "prices.toml"
+#: The limits of a model the table does not know (no model has more today).
+DEFAULT_CONTEXT_WINDOW = 10_000_000
+DEFAULT_MAX_OUTPUT = 1_000_000
 
 
 class PriceError(ValueError):
@@ -37,6 +41,8 @@ class Price:
     cache_write: float
     source: str
     origin: str  # the file it came from
+    context_window: int | None = None  # tokens one request may carry (input side)
+    max_output: int | None = None  # tokens one response may have
 
     def cost(self, usage: dict[str, int]) -> float:
         """Dollars for these token counts (keys without a price, e.g. a provider's own
@@ -66,6 +72,14 @@ class PriceTable:
 
     def models(self) -> list[str]:
         return sorted(self._by_model)
+
+    def limits(self, model: str | None, day: dt.date) -> tuple[int, int]:
+        """(context window, output limit) of ``model``: its entry's, else the generous
+        :data:`DEFAULT_CONTEXT_WINDOW` and :data:`DEFAULT_MAX_OUTPUT` (an unknown model's
+        tokens are unpriced, yet its counts must stay sane)."""
+        p = self.lookup(model, day)
+        return ((p.context_window if p and p.context_window else DEFAULT_CONTEXT_WINDOW),
+                (p.max_output if p and p.max_output else DEFAULT_MAX_OUTPUT))
 
 
 def _number(where: str, entry: dict[str, Any], key: str, default: float | None) -> float:
@@ -102,7 +116,7 @@ def parse(text: str, origin: str) -> dict[str, list[Price]]:
             raise PriceError(f"{where}: key 'model' must be a model name, not {model!r}")
         where = f"{where} (model {model!r})"
         extra = set(entry) - {"model", "since", "input", "output", "cache_read", "cache_write",
-                          "source"}
+                          "source", "context_window", "max_output"}
         if extra:
             raise PriceError(f"{where}: unknown key {sorted(extra)[0]!r}")
         since = entry.get("since", dt.date.min)
@@ -119,8 +133,20 @@ def parse(text: str, origin: str) -> dict[str, list[Price]]:
             output=_number(where, entry, "output", None),
             cache_read=_number(where, entry, "cache_read", inp),
             cache_write=_number(where, entry, "cache_write", inp),
-            source=source, origin=origin))
+            source=source, origin=origin,
+            context_window=_tokens(where, entry, "context_window"),
+            max_output=_tokens(where, entry, "max_output")))
     return out
+
+
+def _tokens(where: str, entry: dict[str, Any], key: str) -> int | None:
+    v = entry.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise PriceError(f"{where}: key {key!r} must be a whole number of tokens more than "
+                         f"0, not {v!r}")
+    return v
 
 
 def load(override: Path | None) -> PriceTable:
@@ -137,6 +163,14 @@ def load(override: Path | None) -> PriceTable:
         except (OSError, UnicodeDecodeError) as err:
             raise PriceError(f"{override}: cannot be read: {err}") from None
         if text is not None:
-            prices.update(parse(text, str(override)))
+            mine = parse(text, str(override))
+            for model, entries in mine.items():  # limits left out: the shipped ones
+                known = prices.get(model, [])
+                if known:
+                    last = known[-1]
+                    entries[:] = [dataclasses.replace(
+                        e, context_window=e.context_window or last.context_window,
+                        max_output=e.max_output or last.max_output) for e in entries]
+            prices.update(mine)
             files.append(str(override))
     return PriceTable(prices, files)

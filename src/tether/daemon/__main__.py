@@ -4,11 +4,13 @@ a daemon with it, and ``tether daemon`` execs it (so the CLI never imports the d
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from tether.daemon.daemon import serve
+from tether.fleet import url
 from tether.model.layout import default_home
 from tether.model.retention import parse_duration, parse_size
 
@@ -48,12 +50,26 @@ def main() -> int:
         p.add_argument(flag, dest=var, default=None, type=_checked(parse),
                        help=f"{what} (default: ${var})")
     p.add_argument("--fleet", default=None, metavar="URL",
-                   help="join the fleet whose PostgreSQL is URL (`tether fleet init URL` first)")
+                   help="join the fleet whose PostgreSQL is URL (`tether fleet init` first); "
+                   "default: $TETHER_FLEET_URL (a password on this command line is "
+                   "readable by every local user)")
+    p.add_argument("--fleet-url-file", default=None, metavar="FILE",
+                   help="read the fleet's URL from FILE (yours, mode 600); default: "
+                   "$TETHER_FLEET_URL_FILE")
     p.add_argument("--host-name", default=None, help="this host's name in the fleet")
     p.add_argument("--capacity", type=int, default=4, help="fleet work this host runs at once")
     p.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
                    help="a label placement can ask for (--label gpu=1)")
     args = p.parse_args()
+    try:
+        fleet_url = url.resolve(args.fleet, args.fleet_url_file, os.environ)
+    except (ValueError, url.SecretFileError) as e:
+        p.error(str(e))
+    if args.fleet and (warning := url.warn_argv(args.fleet)):
+        print(f"tether: {warning}", file=sys.stderr)
+    # Read once: nothing the daemon starts (scripts, hooks, the summarizer) inherits it.
+    for var in (url.ENV, url.FILE_ENV):
+        os.environ.pop(var, None)
     labels = dict(x.split("=", 1) if "=" in x else (x, "") for x in args.label)
     home = args.home.expanduser().absolute() if args.home else default_home()
     retention = {var: getattr(args, var) for _, var, _ in RETENTION_FLAGS
@@ -61,7 +77,7 @@ def main() -> int:
     return serve(home, pool_size=max(0, min(args.pool, 64)),
                  default_runtime=args.default_runtime, recover_store=args.recover_store,
                  log_format=args.log_format, retention=retention,
-                 fleet_url=args.fleet, host_name=args.host_name,
+                 fleet_url=fleet_url, host_name=args.host_name,
                  capacity=max(0, args.capacity), labels=labels)
 
 

@@ -71,6 +71,7 @@ class Daemon(Protocol):
     instance: str
     started_at: float
     recovery_summary: dict[str, Any]
+    warnings: list[str]
 
     def connection_count(self) -> int: ...
 
@@ -86,6 +87,15 @@ MAX_SUBSCRIPTIONS = 64  # per connection; each may queue up to QUEUE_LIMIT event
 LONG_POLL_METHODS = {"exec.wait", "exec.logs", "sandbox.stop", "sandbox.delete",
                      "sandbox.copy", "agent.start", "lineage.resolve", "retention.prune",
                      *digest_api.LONG, *lineage_api.LONG}
+
+
+#: tether's own secrets a client's environment may hold (``tether run`` sends the whole
+#: shell's): never handed on to a command, least of all an agent (docs/SECURITY.md).
+TETHER_SECRETS = ("TETHER_FLEET_URL",)
+
+
+def without_tether_secrets(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in TETHER_SECRETS}
 
 
 def provider_for(argv0: str) -> str:
@@ -191,7 +201,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
             "started_at": d.started_at, "uptime": time.time() - d.started_at,
             "runtime": "process",
             "runtimes": {rt.name: (await rt.status()).view() for rt in d.runtimes},
-            "recovery": d.recovery_summary,
+            "recovery": d.recovery_summary, "warnings": list(d.warnings),
             "counts": {"sandboxes": len(store.list_sandboxes()), "execs": store.count_execs(),
                        "watched": execs.live_count(), "connections": d.connection_count(),
                        "subscriptions": len(bus.subs)},
@@ -255,6 +265,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
     async def exec_start(p: m.ExecStart, c: Connection) -> Any:
         sb = sandboxes.resolve(p.sandbox)
         spec = msgspec.convert(p, ExecSpec, from_attributes=True)  # the params are one
+        spec.env = without_tether_secrets(spec.env)
         spec.stdin = p.stdin or p.tty
         return xview(await execs.start(sb, spec, p.request_key,
                                        unconfined_ok=p.unconfined_ok))
@@ -370,6 +381,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
                               f"cwd {p.cwd!r} is not an existing directory")
         cfg = msgspec.convert(msgspec.structs.replace(p, provider=provider), AgentConfig,
                               from_attributes=True)  # the params are an AgentOptions
+        cfg.env = without_tether_secrets(cfg.env)
         try:
             get_provider(provider)
             Thresholds(p.aging_pct, p.dying_pct)

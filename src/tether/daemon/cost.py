@@ -123,6 +123,11 @@ class CostService:
                 self._fallback = px.load(None)
             return self._fallback
 
+    def table(self) -> px.PriceTable:
+        """The price table budgets use (the last good one while an override is broken):
+        also where a turn's usage limits come from."""
+        return self._prices_for_budgets()
+
     # ------------------------------------------------------------------ reports
     def _day(self, t: float) -> dt.date:
         return dt.datetime.fromtimestamp(t, self.tz).date()

@@ -66,6 +66,11 @@ from tether.store import SchemaTooNew
 from tether.store.digest import DigestTables
 
 log = logging.getLogger("tether.daemon")
+#: Said once when a daemon starts as root (the README advises against it).
+ROOT_WARNING = ("this daemon runs as root: its sandboxes run as uid 0 (without "
+                "capabilities), so root's files that tether does not mask are readable inside "
+                "them, and repository scripts, hand-offs and exec hooks run as root; run "
+                "tether as a regular user (README, Sandboxes)")
 
 DRAIN_TIMEOUT = 10.0
 
@@ -84,6 +89,8 @@ class Daemon:
         self.instance = secrets.token_hex(4)
         self.started_at = time.time()
         self.recovery_summary: dict[str, int] = {}
+        #: What ``daemon.status`` (and ``tether status``) warns about, said once in the log.
+        self.warnings: list[str] = [ROOT_WARNING] if os.geteuid() == 0 else []
         self._lost: lost_store.Lost | None = None  # the store --recover-store replaced
         self._stop = asyncio.Event()
         self.tasks = Tasks()  # the TaskGroup of _main, lent to the services
@@ -166,6 +173,8 @@ class Daemon:
                     await self._bind()
                     self._to(DaemonState.RUNNING)
                     homes.write_pid_file(self.layout)
+                    for warning in self.warnings:  # once per daemon, at its start
+                        log.warning("%s", warning)
                     self.journal.record(
                         None, "daemon.started", state=str(self.state),
                         reason=f"daemon pid {os.getpid()} serving",

@@ -85,6 +85,7 @@ class FleetService:
         self.wake = asyncio.Event()
         self._conns: dict[str, Any] = {}
         self.api_url: str | None = None
+        self._used_grants: dict[str, None] = {}  # attach grants used (their digests), oldest first
         self._api: Any = None  # fleet_http.HostApi once run() started it
         self._sock: Any = None  # the API's listening socket, bound by check_schema
         #: per placement generation: (monotonic time of the last HEAD check, HEAD pushed)
@@ -203,12 +204,34 @@ class FleetService:
         addr, port = sock.getsockname()[:2]
         scheme = "https" if cfg.tls_cert and cfg.tls_key else "http"
         self.api_url = cfg.advertise or f"{scheme}://{addr}:{port}"
-        self._api = fleet_http.HostApi(self.dispatch)
+        self._api = fleet_http.HostApi(self.dispatch, self._granted)
         async with asyncio.TaskGroup() as tg:
             tg.create_task(fleet_http.serve(self._api, sock, certfile=cfg.tls_cert,
                                             keyfile=cfg.tls_key), name="fleet-api")
             tg.create_task(self._lease_loop(), name="fleet-lease")
             tg.create_task(self._work_loop(), name="fleet-work")
+
+    async def _granted(self, nonce: str, target: dict[str, str]) -> bool:
+        """Whether ``nonce`` is a fresh, unused ``attach.grant`` for ``target`` on this host
+        (``fleet_http``): its writer may write to the fleet database."""
+        import hashlib
+
+        from tether.fleet import store as fs
+
+        digest = hashlib.sha256(nonce.encode()).hexdigest()
+        if digest in self._used_grants:
+            return False
+        try:
+            grant = await self._call("api", fs.attach_grant, self.cfg.host, digest)
+        except Exception as e:  # PostgreSQL away: no proof, no writing
+            log.warning("fleet api: cannot check an attach grant: %s", e)
+            return False
+        if grant is None or grant["target"] != target:
+            return False
+        self._used_grants[digest] = None  # once
+        while len(self._used_grants) > 10_000:
+            self._used_grants.pop(next(iter(self._used_grants)))
+        return True
 
     async def _lease_loop(self) -> None:
         from tether.fleet import admin

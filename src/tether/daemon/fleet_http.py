@@ -4,9 +4,13 @@ A starlette application served by uvicorn inside the daemon's loop (fleet mode o
 a single host never imports either). It listens on TCP (``TETHER_FLEET_LISTEN``, by
 default 127.0.0.1 on a free port) and is advertised in this host's ``hosts.api`` row;
 every request must carry ``Authorization: Bearer <the fleet's token>``, the token
-``tether fleet init`` stored in PostgreSQL (whoever can read that database can already
-place any command on any host, so it is no weaker a secret). It serves only reads, each
-through the daemon's own method table, so the checks and errors are a local client's.
+``tether fleet init`` stored in PostgreSQL, so whoever can *read* that database can call
+it. So it serves reads — logs, events, and ``/v1/attach`` read-only — each through the
+daemon's own method table, so the checks and errors are a local client's. Typing into a
+session (``/v1/attach?ro=0``) also needs the caller to prove it may *write* to the fleet
+database, which already lets it place any command on any host: it journals an
+``attach.grant`` row naming this host, the session and the SHA-256 of a nonce, and shows
+the nonce (``X-Tether-Attach-Grant``); the host accepts a grant once, within a minute.
 TLS: ``TETHER_FLEET_TLS_CERT`` and ``TETHER_FLEET_TLS_KEY`` (docs/PROTOCOL.md).
 """
 
@@ -33,6 +37,9 @@ from starlette.websockets import WebSocket
 from tether.model.errors import TetherError
 
 Dispatch = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+#: Whether a grant (the nonce a caller shows) lets it type into ``target``.
+Grants = Callable[[str, dict[str, str]], Awaitable[bool]]
+GRANT_HEADER = "x-tether-attach-grant"
 #: How long one long-poll for more log bytes waits on this host (a follow loops on it).
 LOG_WAIT = 5.0
 EVENT_POLL = 0.5
@@ -45,8 +52,9 @@ class HostApi:
     ``previous_until`` (monotonic), so a caller that read it just before is not refused;
     a stream or attach already open is never cut (auth is checked once, at its start)."""
 
-    def __init__(self, dispatch: Dispatch) -> None:
+    def __init__(self, dispatch: Dispatch, grants: Grants | None = None) -> None:
         self.dispatch = dispatch
+        self.grants = grants
         self.token: str | None = None
         self.previous: str | None = None
         self.previous_until = 0.0
@@ -80,7 +88,9 @@ class HostApi:
     async def attach(self, ws: WebSocket) -> None:
         """A terminal bridged to the exec's monitor, as ``tether web``'s (the messages
         of ``tether.web.bridge``): binary frames are terminal bytes, text frames JSON
-        control (``resize``, ``detach``; ``exit`` or ``error`` back)."""
+        control (``resize``, ``detach``; ``exit`` or ``error`` back). Read-only unless
+        ``ro=0`` and a valid grant (the module's docstring); ``ro=0`` without one is
+        refused, never quietly made read-only."""
         from tether.web.bridge import bridge
 
         await ws.accept()
@@ -94,7 +104,16 @@ class HostApi:
                 raise TetherError(-32600, "NOT_RUNNING", f"exec {exec_id} is {x['state']}: "
                                   "there is nothing to attach to")
             q = ws.query_params
-            ro, rows, cols = q.get("ro") == "1", int(q.get("rows", 24)), int(q.get("cols", 80))
+            rows, cols = int(q.get("rows", 24)), int(q.get("cols", 80))
+            ro = q.get("ro") != "0"
+            if not ro:
+                target = {k: q[k] for k in ("exec", "lineage") if q.get(k)}
+                nonce = ws.headers.get(GRANT_HEADER, "")
+                if not nonce or self.grants is None or not await self.grants(nonce, target):
+                    raise TetherError(-32600, "WRITE_NOT_GRANTED", (
+                        "typing into a session on another host needs a grant written into "
+                        "the fleet database (`tether --fleet URL attach WORK` writes one; "
+                        "it is used once, within a minute); add ro=1 to watch"))
         except (TetherError, ValueError, KeyError) as e:
             await ws.send_text(json.dumps({"error": getattr(e, "message", str(e))}))
             await ws.close()

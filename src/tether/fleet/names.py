@@ -28,6 +28,10 @@ def url_error(url: str) -> str | None:
     try:
         conninfo_to_dict(url)
     except psycopg.ProgrammingError as e:
+        if "@" in url or "password" in url.lower():  # unparsable: any of it may be secret
+            return ("the fleet URL is not a PostgreSQL URL (not shown: it may hold a "
+                    "password): write postgresql://USER@HOST[:PORT]/DATABASE, its password "
+                    "in ~/.pgpass")
         return (f"{url!r} is not a PostgreSQL URL ({str(e).strip()}): write "
                 "postgresql://USER@HOST[:PORT]/DATABASE")
     return None

@@ -342,6 +342,35 @@ def secret(conn: Any) -> str:
     return str(row["token"])
 
 
+#: The fleet journal row a caller writes to type into a session on a host
+#: (``/v1/attach`` without ``ro=1``): its proof that it may write to the fleet database.
+ATTACH_GRANT = "attach.grant"
+#: Seconds a grant may be used after it was written (once).
+GRANT_SECONDS = 60.0
+#: A grant is looked for among the journal's newest rows only (its primary key).
+GRANT_WINDOW = 100_000
+
+
+def grant_attach(conn: Any, host: str, target: dict[str, str], nonce_sha256: str) -> None:
+    """Journal that the caller will type into ``target`` (``{"exec"|"lineage": id}``) on
+    ``host``: only whoever may write to the fleet database can, so the host lets the
+    WebSocket that shows the nonce whose SHA-256 this is write (fleet_http)."""
+    with conn.transaction():
+        _journal(conn, ATTACH_GRANT, host=host, target=target, nonce_sha256=nonce_sha256)
+
+
+def attach_grant(conn: Any, host: str, nonce_sha256: str,
+                 within: float = GRANT_SECONDS) -> dict[str, Any] | None:
+    """The grant for ``host`` with that nonce digest written in the last ``within`` seconds
+    (PostgreSQL's clock): ``{"gseq", "target"}``, or None."""
+    row = conn.execute(
+        "SELECT gseq, data->'target' AS target FROM journal WHERE gseq > "
+        "(SELECT coalesce(max(gseq), 0) FROM journal) - %s AND type = %s AND host = %s "
+        "AND data->>'nonce_sha256' = %s AND at > now() - make_interval(secs => %s)",
+        (GRANT_WINDOW, ATTACH_GRANT, host, nonce_sha256, within)).fetchone()
+    return None if row is None else {"gseq": int(row["gseq"]), "target": row["target"]}
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where a host's daemon serves the host-to-host API, as it last recorded it."""

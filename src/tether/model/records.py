@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from tether.model.repo import RepoConfig
+from tether.model.repo import GitPin, RepoConfig
 
 DEFAULT_SANDBOX = "default"
 
@@ -274,8 +274,17 @@ class AgentConfig(AgentOptions, kw_only=True, omit_defaults=True):
     # The worktree's git common dir, found once at start (a sandboxed agent's commits
     # write there; its worktree's .git file is the agent's to rewrite).
     git_dir: str | None = None
-    # The repository's .tether.yaml as read at start (tether.agent.repoconfig).
+    # The repository's .tether.yaml as read once, when the user started the lineage, from
+    # a place its agent cannot write (tether.agent.repoconfig); a successor inherits it.
     repo: RepoConfig | None = None
+    # Where that was: the repository's main checkout (files to ``copy`` come from it), the
+    # file and its SHA-256 (a successor whose tree holds another one journals agent.refused).
+    repo_root: str | None = None
+    repo_file: str | None = None
+    repo_sha256: str | None = None
+    # The worktree's git directories at start: the daemon's own git runs use these, never
+    # what the tree's .git says later (tether.agent.gitpin).
+    git_pin: GitPin | None = None
     # The first of the ports leased to this lineage (TETHER_PORT_BASE), if the repository
     # asks for ports; the lease itself is the store's (port_leases, migration 12).
     port_base: int | None = None
@@ -360,6 +369,8 @@ class LineageRecord(msgspec.Struct, kw_only=True):
     handed_off: str | None = None
     # Requests its egress proxy denied (agent.egress_denied), None before the first.
     egress: EgressLog | None = None
+    # The attempt whose implausible usage report was journaled (agent.refused): once each.
+    usage_capped_attempt: int = 0
 
 
 def to_builtins(obj: Any) -> Any:

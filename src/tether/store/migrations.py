@@ -246,4 +246,29 @@ MIGRATIONS: list[tuple[int, str, str]] = [
         CREATE INDEX port_leases_lo ON port_leases(lo);
         """,
     ),
+    (
+        13,
+        "setup marks in the home; repository commands an agent may have written dropped",
+        # A worktree's setup ran once: the mark was a file in the worktree, which its agent
+        # may delete (the setup runs again) — now a row here, keyed by the worktree's real
+        # path, device and inode. A lineage whose repository config was read where its
+        # agent could write (a successor's, read again from its tree; one read from the
+        # agent's own checkout) keeps no command run outside the sandbox (docs/SECURITY.md).
+        """
+        CREATE TABLE setup_marks (
+            tree    TEXT PRIMARY KEY,
+            lineage TEXT NOT NULL,
+            at      REAL NOT NULL
+        );
+        UPDATE lineages SET record = CAST(json_remove(CAST(record AS TEXT),
+                '$.config.repo.setup', '$.config.repo.archive',
+                '$.config.repo.handoff.command') AS BLOB)
+            WHERE json_type(CAST(record AS TEXT), '$.config.repo') = 'object'
+              AND (json_extract(CAST(record AS TEXT), '$.predecessor') IS NOT NULL
+                   OR json_extract(CAST(record AS TEXT), '$.config.git_dir') IS NULL
+                   OR json_extract(CAST(record AS TEXT), '$.config.git_dir') =
+                      rtrim(json_extract(CAST(record AS TEXT), '$.config.worktree'), '/')
+                      || '/.git');
+        """,
+    ),
 ]

@@ -32,6 +32,7 @@ from tether.model.records import (
 )
 from tether.model.states import ExecState, LineageStatus, SandboxState, check_transition
 from tether.store.base import DAEMON_STREAM, Page, SchemaTooNew
+from tether.store.marks import SetupMarks
 from tether.store.migrations import MIGRATIONS
 from tether.store.ports import PortLeases
 from tether.store.schedules import ScheduleStore
@@ -87,6 +88,7 @@ class Store:
         self._epoch: str | None = None
         self.schedules = ScheduleStore(self)
         self.ports = PortLeases(self)
+        self.setup_marks = SetupMarks(self)
 
     @property
     def epoch(self) -> str:

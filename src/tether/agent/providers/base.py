@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import io
 import os
+from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 
 @dataclass(frozen=True)
@@ -207,15 +208,64 @@ def split_args(args: list[str], *, value_opts: frozenset[str],
 MAX_AGENT_FILE_BYTES = 256 * 1024 * 1024  # a longer transcript or rollout is not read
 
 
+@dataclass
+class AgentFiles:
+    """Where files an agent names (a transcript, a rollout) may be read from while one of
+    its hook events is translated: ``roots`` are real directories the agent can write
+    anyway (its provider config, its state dir, its workspace), so the daemon reads
+    nothing for it that it could not read itself; ``refused`` collects the paths turned
+    down, for the daemon to journal."""
+
+    roots: tuple[str, ...]
+    refused: list[str] = field(default_factory=list)
+
+
+#: Set by the daemon around ``parse_hook`` for a sandboxed agent; None: an unsandboxed
+#: agent, which runs as the user and may name any file the user can read.
+AGENT_FILES: ContextVar[AgentFiles | None] = ContextVar("agent_files", default=None)
+
+
 def open_agent_file(path: str) -> TextIO | None:
     """Open a file an agent named (a transcript, a rollout) for reading, or None. The
     path comes from the agent: never block on a FIFO or device, never follow a planted
-    symlink, never read without bound. (Imported here: the daemon reads agent files,
+    symlink, never read without bound, and under :data:`AGENT_FILES` only beneath its
+    roots, with no symlink at any level. (Imported here: the daemon reads agent files,
     the hook program, which loads this module, never does.)"""
     from tether.hostio.untrusted import NotRegular, open_regular
 
+    policy = AGENT_FILES.get()
     try:
-        raw = open_regular(os.path.expanduser(path), max_bytes=MAX_AGENT_FILE_BYTES)
+        if policy is None:
+            raw = open_regular(os.path.expanduser(path), max_bytes=MAX_AGENT_FILE_BYTES)
+        else:
+            raw = _open_beneath(os.path.expanduser(path), policy)
     except (OSError, ValueError, NotRegular):
         return None
     return io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
+
+
+def _open_beneath(path: str, policy: AgentFiles) -> BinaryIO:
+    import stat
+
+    from tether.hostio.beneath import open_beneath
+    from tether.hostio.paths import is_within
+    from tether.hostio.untrusted import NotRegular
+
+    full = os.path.normpath(os.path.abspath(path))
+    root = next((r for r in policy.roots if is_within(full, r) and full != r), None)
+    if root is None:
+        policy.refused.append(path)
+        raise NotRegular(path, "not where the agent keeps its files")
+    dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = open_beneath(dfd, os.path.relpath(full, root), os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        policy.refused.append(path)  # a symlink on the way, or gone
+        raise
+    finally:
+        os.close(dfd)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_AGENT_FILE_BYTES:
+        os.close(fd)
+        raise NotRegular(path, "not a regular file of a bounded size")
+    return os.fdopen(fd, "rb")

@@ -68,8 +68,9 @@ def lineage_finish(ctx: click.Context, commit: bool, ref: str) -> None:
         return
     bad = next((s for s in h.get("steps", []) if s["exit_code"] != 0), None)
     tail = (bad or {}).get("output_tail", "").strip()
-    click.echo(f"tether: {rec.id}: hand-off failed at {(bad or {}).get('step')}: {tail}\n"
-               f"fix it and run `tether lineage finish {rec.id}` again", err=True)
+    step = (bad or {}).get("step")
+    said = out.printable(f"tether: {rec.id}: hand-off failed at {step}: {tail}", lines=True)
+    click.echo(f"{said}\nfix it and run `tether lineage finish {rec.id}` again", err=True)
     sys.exit(1)
 
 

@@ -36,6 +36,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
         click.echo(f"{name:<8} {mark}" + (f" ({detail})" if detail else ""))
     click.echo(f"execs    {execs} (watched {counts.watched})")
     click.echo(f"sandboxes {counts.sandboxes}, clients {counts.connections}")
+    for warning in st.warnings:
+        click.echo(f"warning  {warning}")
 
 
 @click.group(invoke_without_command=True)
@@ -57,7 +59,11 @@ def status(ctx: click.Context, as_json: bool) -> None:
 @click.option("--keep-events", metavar="AGE", help="compact journal events older than AGE "
               "(default: $TETHER_KEEP_EVENTS, else 30d)")
 @click.option("--fleet", "fleet_url", default=None, metavar="URL",
-              help="join the fleet whose PostgreSQL is URL (after `tether fleet init URL`)")
+              help="join the fleet whose PostgreSQL is URL (after `tether fleet init`); "
+              "or TETHER_FLEET_URL, or --fleet-url-file: a password here is on the command "
+              "line, where every local user can read it")
+@click.option("--fleet-url-file", default=None, metavar="FILE",
+              help="fleet: read the URL from FILE (yours, mode 600)")
 @click.option("--host-name", default=None, help="fleet: this host's name (default: hostname)")
 @click.option("--capacity", type=click.IntRange(0, 10000), default=4, show_default=True,
               help="fleet: placements this host runs at once")
@@ -66,7 +72,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
 def daemon(ctx: click.Context, pool: int, default_runtime: str | None,
            recover_store: bool, log_format: str | None, keep_logs: str | None,
            logs_max: str | None, keep_events: str | None, fleet_url: str | None,
-           host_name: str | None, capacity: int, labels: tuple[str, ...]) -> None:
+           fleet_url_file: str | None, host_name: str | None, capacity: int,
+           labels: tuple[str, ...]) -> None:
     """Run the daemon in the foreground (systemd Type=notify friendly)."""
     if ctx.invoked_subcommand is not None:
         return
@@ -84,16 +91,27 @@ def daemon(ctx: click.Context, pool: int, default_runtime: str | None,
                         ("--keep-events", keep_events)):
         if value is not None:
             argv += [flag, value]
-    fleet_url = fleet_url or ctx.obj.fleet
+    from tether.fleet import url as fleet
+
+    try:
+        own = fleet.resolve(fleet_url, fleet_url_file, {})
+    except (ValueError, fleet.SecretFileError) as e:
+        raise click.UsageError(str(e)) from None
+    if fleet_url and (warning := fleet.warn_argv(fleet_url)):
+        out.note(warning)
+    fleet_url = own or ctx.obj.fleet
     _check_fleet_options(ctx, fleet_url, host_name, labels)
+    # Never on the daemon's command line: in its environment (only its user reads that).
+    env = {k: v for k, v in os.environ.items() if k not in (fleet.ENV, fleet.FILE_ENV)}
     if fleet_url:
-        argv += ["--fleet", fleet_url, "--capacity", str(capacity)]
+        env[fleet.ENV] = fleet_url
+        argv += ["--capacity", str(capacity)]
         argv += ["--host-name", host_name] if host_name else []
         for label in labels:
             argv += ["--label", label]
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, argv)
+    os.execve(sys.executable, argv, env)
 
 
 def _check_fleet_options(ctx: click.Context, url: str | None, host_name: str | None,
@@ -105,7 +123,8 @@ def _check_fleet_options(ctx: click.Context, url: str | None, host_name: str | N
     if not url:
         if given:
             raise click.UsageError(f"{', '.join(given).replace('--labels', '--label')} "
-                                   "only apply to a fleet host: add --fleet URL")
+                                   "only apply to a fleet host: add --fleet URL (or "
+                                   "TETHER_FLEET_URL, or --fleet-url-file FILE)")
         return
     from tether.fleet import names
 

@@ -57,11 +57,12 @@ def _story(s: LineageStory) -> None:
         took = (a.ended_at or time.time()) - (a.started_at or a.created_at)
         end = (f"exit {a.exit_code}" if a.exit_code is not None
                else f"signal {a.signal}" if a.signal is not None else "")
-        click.echo(f"  attempt {number}  {a.id}  {_when(a.started_at or a.created_at)}  "
-                   f"{_span(max(0.0, took))}  {a.state} {end}".rstrip()
-                   + (f"  ({a.reason})" if a.reason else ""))
+        click.echo(out.printable(
+            f"  attempt {number}  {a.id}  {_when(a.started_at or a.created_at)}  "
+            f"{_span(max(0.0, took))}  {a.state} {end}".rstrip()
+            + (f"  ({a.reason})" if a.reason else "")))
         for line in by_exec.get(a.id, []):
-            click.echo(f"      {line}")
+            click.echo(out.printable(f"      {line}"))
 
 
 @click.command()

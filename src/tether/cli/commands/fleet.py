@@ -17,7 +17,20 @@ from tether.cli.context import die
 def _url(ctx: click.Context) -> str:
     url: str | None = ctx.obj.fleet
     if not url:
-        die("this command needs the fleet's PostgreSQL: tether --fleet URL ...", 2)
+        die("this command needs the fleet's PostgreSQL: tether --fleet URL ... (or "
+            "TETHER_FLEET_URL, or --fleet-url-file FILE)", 2)
+    return url
+
+
+def _given(ctx: click.Context, url: str | None) -> str:
+    """A command's own URL argument (warned about when it carries a password), else the
+    fleet's."""
+    if url is None:
+        return _url(ctx)
+    from tether.fleet import url as fleet_url
+
+    if (warning := fleet_url.warn_argv(url)) is not None:
+        out.note(warning)
     return url
 
 
@@ -43,10 +56,11 @@ def _ready(url: str) -> Any:
     conn = _connect(url)
     have = schema.version(conn)
     if have == 0:
-        die("the fleet database is not initialised", 1, hint=f"tether fleet init {url}")
+        die("the fleet database is not initialised", 1,
+            hint="tether --fleet URL fleet init (with the same URL)")
     if have < schema.LATEST:
         die(f"the fleet database is at schema {have}, older than this tether's "
-            f"{schema.LATEST}", 1, hint=f"tether fleet init {url}")
+            f"{schema.LATEST}", 1, hint="tether --fleet URL fleet init (with the same URL)")
     return conn
 
 
@@ -56,11 +70,14 @@ def fleet() -> None:
 
 
 @fleet.command("init")
-@click.argument("url")
-def fleet_init(url: str) -> None:
-    """Create or upgrade the fleet's schema in PostgreSQL URL (safe to run again)."""
+@click.argument("url", required=False)
+@click.pass_context
+def fleet_init(ctx: click.Context, url: str | None) -> None:
+    """Create or upgrade the fleet's schema in PostgreSQL URL (safe to run again); without
+    URL, the fleet's (--fleet, TETHER_FLEET_URL, --fleet-url-file)."""
     from tether.fleet import schema
 
+    url = _given(ctx, url)
     with _connect(url) as conn:
         try:
             applied = schema.migrate(conn)
@@ -146,14 +163,16 @@ def forget(ctx: click.Context, host: str) -> None:
 @fleet.command("rotate-token")
 @click.option("--grace", type=click.FloatRange(min=0), default=300.0, show_default=True,
               help="seconds the previous token is still accepted")
-@click.argument("url")
-def fleet_rotate_token(url: str, grace: float) -> None:
+@click.argument("url", required=False)
+@click.pass_context
+def fleet_rotate_token(ctx: click.Context, url: str | None, grace: float) -> None:
     """Make a new token for the hosts' host-to-host API (logs, events, attach across
     hosts). Hosts pick it up within a third of a lease; the old one is accepted for
-    --grace seconds more, and streams already open are never cut."""
+    --grace seconds more, and streams already open are never cut. Without URL, the
+    fleet's (--fleet, TETHER_FLEET_URL, --fleet-url-file)."""
     from tether.fleet import admin
 
-    with _ready(url) as conn:
+    with _ready(_given(ctx, url)) as conn:
         try:
             admin.rotate_token(conn, grace)
         except admin.NoHost as e:
@@ -409,9 +428,20 @@ def fleet_attach(ctx: click.Context, work_ref: str, keys: bytes, read_only: bool
     from tether.cli import fleet_attach as fa
 
     at = _remote(ctx, work_ref)
+    grant = None
+    if not read_only:  # typing: prove we may write to the fleet database (fleet_http)
+        import hashlib
+        import secrets
+
+        from tether.fleet import store as fs
+
+        grant = secrets.token_hex(32)
+        with _ready(_url(ctx)) as conn:
+            fs.grant_attach(conn, at.host, at.query,
+                            hashlib.sha256(grant.encode()).hexdigest())
     return fa.attach(at.api, at.token, at.query, what=f"placement {work_ref} on {at.host}",
                      again=f"tether --fleet URL attach {work_ref}", keys=keys,
-                     read_only=read_only,
+                     read_only=read_only, grant=grant,
                      gone=None if at.live else gone(at.host, at.api, "sessions cannot be attached"))
 
 

@@ -35,7 +35,8 @@ def _target(h: WebhookView) -> str:
 @click.option("--exec", "use_exec", is_flag=True,
               help="run COMMAND (after --) with each event as JSON on its stdin")
 @click.option("--secret-file", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="sign bodies: X-Tether-Signature-256: sha256=HMAC(file's bytes, body)")
+              help="sign each try: X-Tether-Signature-256: t=TIME,v1=HMAC-SHA256 of "
+              "TIME.KEY.BODY with the file's bytes (surrounding whitespace stripped)")
 @click.option("--sandbox", default=None, help="only events of this sandbox (name or id)")
 @click.option("--name", "match_name", default=None,
               help="only events of execs (or agents) whose name matches this glob")

@@ -104,6 +104,9 @@ class Attempts:
         if refusal is not None:
             raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS", refusal)
         cfg = msgspec.structs.replace(cfg, sandbox=sandbox.id)  # its event stream
+        # The user's start, the one time the repository's config is read (a successor
+        # and every revival use this copy: docs/SECURITY.md, "Repository config").
+        cfg = await self.scripts.freeze(cfg, sandbox.spec)
         return await self.create(cfg, name, request_key=request_key)
 
     async def create(self, cfg: AgentConfig, name: str | None, *,
@@ -111,7 +114,7 @@ class Attempts:
                      predecessor: str | None = None) -> LineageRecord:
         """A new lineage, then its first attempt."""
         ident = self.core.store.reserve_id("lineage", nbytes=5)
-        cfg = await self.scripts.prepare(cfg, ident)  # copy, ports, setup: or refuse
+        cfg = await self.scripts.prepare(cfg, ident, predecessor)  # copy, ports, setup
         now = time.time()
         rec = LineageRecord(id=ident, name=name, config=cfg, created_at=now, updated_at=now,
                             request_key=request_key, predecessor=predecessor)
@@ -472,7 +475,9 @@ class Attempts:
         return await self.begin(rec, resume=True)
 
     async def start_successor(self, lineage: str) -> None:
-        """A new lineage with a DEAD one's config, started with its handoff."""
+        """A new lineage with a DEAD one's config, started with its handoff: the config
+        frozen at the user's start (its repository scripts too), never read again from
+        the tree its predecessor's agent wrote."""
         prev = self.core.store.get_lineage(lineage)
         if prev is None:
             return

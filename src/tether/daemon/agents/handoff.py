@@ -6,6 +6,11 @@ The outcome is a ``lineage.handoff`` event committed with the lineage's ``handed
 ("ok" or "failed"), each step's exit code and output tail in its data. Until then the
 hand-off is owed: a daemon killed mid-way runs it again at its next start (every step
 is safe to repeat but the command, which is therefore at least once).
+
+The tree is the agent's: git (the steps', and any the command runs) is pointed at the
+repository of the lineage's start, with hooks and ``core.fsmonitor`` off
+(``tether.agent.gitpin``); a git directory replaced since is refused (journaled
+``agent.refused``) and the hand-off fails. The command itself was frozen at that start.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from tether.agent import gitpin
 from tether.daemon.agents.core import AgentCore
+from tether.daemon.agents.scripts import pin_of
 from tether.daemon.steps import run_step
 from tether.model.records import LineageRecord
 from tether.model.repo import Handoff
@@ -57,10 +64,20 @@ async def hand_off(core: AgentCore, rec: LineageRecord, h: Handoff,
         return code, tail
 
     branch = ""
-    if tree is None or not os.path.isdir(tree):
+    broken = None
+    if tree is not None and os.path.isdir(tree):
+        try:
+            env.update(gitpin.env(pin_of(rec.config, tree), tree))
+        except gitpin.PinBroken as e:
+            broken = str(e)
+            core.journal.record(rec.config.sandbox, "agent.refused", state="git_dir",
+                                reason=f"hand-off of lineage {rec.id}: {broken}",
+                                data={"lineage": rec.id, "what": "git_dir",
+                                      "worktree": tree})
+    if tree is None or not os.path.isdir(tree) or broken is not None:
         ok = False
         steps.append({"step": "worktree", "exit_code": None,
-                      "output_tail": f"the worktree {tree} is gone"})
+                      "output_tail": broken or f"the worktree {tree} is gone"})
     else:
         code, out = await _run(["git", "symbolic-ref", "--short", "HEAD"], tree, env)
         branch = out.strip() if code == 0 else ""
@@ -83,7 +100,7 @@ async def hand_off(core: AgentCore, rec: LineageRecord, h: Handoff,
         if ok and h.command:
             await step("command", ["/bin/sh", "-c", h.command])
     _, head = await _run(["git", "rev-parse", "HEAD"], tree, env) if tree and \
-        os.path.isdir(tree) else (None, "")
+        os.path.isdir(tree) and broken is None else (None, "")
     failed = next((s["step"] for s in steps if s["exit_code"] != 0), None)
     data = {"ok": ok, "branch": branch or None, "remote": h.remote,
             "head": head.strip() or None, "steps": steps}

@@ -7,8 +7,10 @@ handoff, and provider hooks translated into those. Every call is a sign of life.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import functools
 import logging
+import os
 import secrets
 import signal
 import time
@@ -16,8 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from tether.agent import lifecycle as lc
 from tether.agent import snapshot
+from tether.agent.confinement import AGENT_CONFIG_PATHS
 from tether.agent.providers import get as get_provider
-from tether.agent.providers.base import HookEvent, Usage
+from tether.agent.providers.base import AGENT_FILES, AgentFiles, HookEvent, Usage
+from tether.cost import limits
+from tether.cost.prices import PriceTable
+from tether.cost.prices import load as load_prices
 from tether.daemon.agents.core import AgentCore, token_digest
 from tether.daemon.agents.worktree import WorktreeFiles
 from tether.hostio.atomic import atomic_write
@@ -43,11 +49,22 @@ def _token_matches(rec: LineageRecord, token: str) -> bool:
         return secrets.compare_digest(rec.token_sha256, token_digest(token))
     return bool(rec.token) and secrets.compare_digest(rec.token, token)  # an older row
 
+@functools.cache
+def _shipped_prices() -> PriceTable:
+    """The shipped price table, for an agent service without a cost service (tests)."""
+    return load_prices(None)
+
+
+def _counts(usage: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v:,}" for k, v in sorted(usage.items())) or "nothing"
+
+
 class Protocol:
     def __init__(self, core: AgentCore, worktree: WorktreeFiles) -> None:
         self.core = core
         self.worktree = worktree
         self._unreadable: set[str] = set()  # lineages whose snapshot could not be read
+        self._refused_paths: set[str] = set()  # lineages whose refused path was journaled
         #: Budgets, checked at every turn's end and tool call (set by the composition
         #: root; None: no cost accounting, as in a bare AgentService).
         self.budget: CostService | None = None
@@ -86,8 +103,9 @@ class Protocol:
         th = lc.Thresholds(rec.config.aging_pct, rec.config.dying_pct)
         before = rec.lifecycle
         after = lc.on_turn_end(before, context_pct, th)
+        usage, capped = self._bounded(rec, model or rec.model, dict(usage or {}))
         total = dict(rec.usage)
-        for k, v in (usage or {}).items():
+        for k, v in usage.items():
             total[k] = total.get(k, 0) + int(v)
         # A new list, cached only once the snapshot is durable: a failed write followed
         # by the agent's retry must not record the turn's messages twice.
@@ -107,6 +125,11 @@ class Protocol:
         self._unreadable.discard(rec.id)
         core.messages[rec.id] = convo
         now = time.time()
+        once: dict[str, Any] = {}
+        if capped is not None and rec.usage_capped_attempt != rec.attempt:
+            # Before the turn's commit: at least once per attempt, whatever crashes.
+            self._refused_usage(rec, capped)
+            once["usage_capped_attempt"] = rec.attempt
         rec = core.commit(core.store.update_lineage(
             rec.id, event="agent.turn", turns=turn_no, lifecycle=str(after),
             context_pct=context_pct if context_pct is not None else rec.context_pct,
@@ -115,9 +138,10 @@ class Protocol:
             waiting_since=(rec.waiting_since or now) if rec.config.tty else None,
             reason=f"turn {turn_no}" + (f" at {context_pct:.0f}% context"
                                         if context_pct is not None else ""),
-            data={"turn": turn_no, "context_pct": context_pct, "usage": dict(usage or {}),
-                  "model": model or rec.model, "lineage": rec.id}))
-        reached = (self.budget.enforce(rec, (model or rec.model, dict(usage or {})))
+            data={"turn": turn_no, "context_pct": context_pct, "usage": dict(usage),
+                  "model": model or rec.model, "lineage": rec.id,
+                  **({"capped": capped} if capped is not None else {})}, **once))
+        reached = (self.budget.enforce(rec, (model or rec.model, dict(usage)))
                    if self.budget else [])
         if after != before:
             self._lifecycle_event(rec, before, after, "turn report")
@@ -133,6 +157,33 @@ class Protocol:
                 "snapshot": str(snapshot.path_for(core.layout.root, rec.id)),
                 "budget": [{"scope": o.scope, "policy": o.policy, "reason": o.reason}
                            for o in reached]}
+
+    def _bounded(self, rec: LineageRecord, model: str | None, usage: dict[str, int],
+                 ) -> tuple[dict[str, int], dict[str, Any] | None]:
+        """The turn's usage as a model could have produced it since the lineage's
+        previous turn (``tether.cost.limits``), and what was cut (None: nothing)."""
+        if not usage:
+            return usage, None
+        table = self.budget.table() if self.budget is not None else _shipped_prices()
+        window, max_output = table.limits(model, datetime.date.today())
+        since = max(rec.last_turn_at or 0.0, rec.created_at)
+        b = limits.bound(usage, window=window, max_output=max_output,
+                         elapsed=time.time() - since)
+        if not b.capped:
+            return b.usage, None
+        return b.usage, {"reported": usage, "kept": b.usage, "model": model,
+                         "calls": b.calls, "input_limit": b.input_limit,
+                         "output_limit": b.output_limit}
+
+    def _refused_usage(self, rec: LineageRecord, capped: dict[str, Any]) -> None:
+        self.core.journal.record(
+            rec.config.sandbox, "agent.refused", exec_id=rec.exec_id, state="usage",
+            reason=f"lineage {rec.id} reported usage no model could have produced: "
+                   f"{_counts(capped['reported'])} for {capped['model'] or 'an unknown model'}"
+                   f" in at most {capped['calls']} request(s) since its previous turn; "
+                   f"counted as {_counts(capped['kept'])} (journaled once per attempt; "
+                   "each turn's agent.turn event keeps what was reported)",
+            data={"lineage": rec.id, "what": "usage", "attempt": rec.attempt, **capped})
 
     async def _reap_dead(self, exec_id: str) -> None:
         try:
@@ -204,6 +255,35 @@ class Protocol:
                                               reason=f"handoff of {len(text)} characters"))
         return {"ok": True, "path": str(path)}
 
+    def _agent_files(self, rec: LineageRecord) -> AgentFiles | None:
+        """Where a sandboxed agent's hook may name files for the daemon to read: only
+        places it can write itself (docs/SECURITY.md, "Files an agent names"). None for
+        an agent that is not sandboxed (it is the user)."""
+        try:
+            sandbox = self.core.sandboxes.resolve(rec.config.sandbox)
+            confined = self.core.sandboxes.runtime_of(sandbox).confines_agents
+        except Exception:  # its sandbox is gone: the strict answer
+            confined = True
+        if not confined:
+            return None
+        user_home = os.path.expanduser("~")
+        places = [*(os.path.join(user_home, n) for n in AGENT_CONFIG_PATHS),
+                  str(self.core.layout.root / "agents" / rec.id),
+                  rec.config.worktree, rec.config.cwd]
+        return AgentFiles(tuple(dict.fromkeys(os.path.realpath(p) for p in places
+                                              if p and os.path.isdir(p))))
+
+    def _refused_path(self, rec: LineageRecord, provider_name: str, path: str) -> None:
+        if rec.id in self._refused_paths:
+            return  # the first per lineage (and daemon run): a hook fires every turn
+        self._refused_paths.add(rec.id)
+        self.core.journal.record(
+            rec.config.sandbox, "agent.refused", exec_id=rec.exec_id, state="transcript_path",
+            reason=f"{provider_name} hook of lineage {rec.id} named {path} as its transcript: "
+                   "not read (the daemon reads only files beneath the agent's own config "
+                   "directories, state dir and workspace, with no symlink on the way)",
+            data={"lineage": rec.id, "what": "transcript_path", "path": path})
+
     def follow_session(self, rec: LineageRecord, provider_name: str,
                        ev: HookEvent) -> LineageRecord:
         """A session (re)start. A ``/clear`` or a compaction starts a new provider session
@@ -229,8 +309,14 @@ class Protocol:
         """A provider's hook program calling back: translate, act, answer in its format."""
         core = self.core
         provider = get_provider(provider_name)
-        # In a thread: a turn-end hook reads the transcript file, which may be large.
-        ev: HookEvent = await asyncio.to_thread(provider.parse_hook, event, payload)
+        files = self._agent_files(rec)
+        ctx = AGENT_FILES.set(files)
+        try:  # in a thread: a turn-end hook reads the transcript file, which may be large
+            ev: HookEvent = await asyncio.to_thread(provider.parse_hook, event, payload)
+        finally:
+            AGENT_FILES.reset(ctx)
+        for path in files.refused if files is not None else ():
+            self._refused_path(rec, provider_name, path)
         core.touch(rec)
         allowed, reason = True, "ok"
         if ev.kind == "session_start" and ev.provider_session_id:

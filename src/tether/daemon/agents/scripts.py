@@ -2,38 +2,45 @@
 ``setup`` script before the first attempt, the ``run`` companion beside the agent, and
 the ``archive`` script at the lineage's end.
 
-``setup`` and ``archive`` run unsandboxed, as the daemon's user, in the worktree: they
-are the repository's own commands, read from its main checkout at start (not from the
-worktree, which the agent may rewrite), like a Makefile the user runs. ``run`` is an
-ordinary exec in the lineage's sandbox. Their output goes to
-``<home>/agents/<lineage>/{setup,archive}.log`` and a tail to the journal.
+``setup`` and ``archive`` (and a hand-off's command) run unsandboxed, as the daemon's user,
+in the worktree: they are the repository's own commands, like a Makefile the user runs.
+So they are read once, when the user starts the lineage (:meth:`WorktreeScripts.freeze`),
+from the repository's main checkout — never from the agent's tree — and frozen in the
+lineage's config: successors and revivals use that copy. Where the config can only be
+read from a place the agent can write (a ``--workdir`` that is its own checkout), a config
+naming such commands is refused. The setup's mark (it ran for this worktree) lives in the
+home (``Store.setup_marks``), not in the tree. ``run`` is an ordinary exec in the
+lineage's sandbox. Their output goes to ``<home>/scripts/<lineage>/{setup,archive}.log``
+(not the lineage's state dir, which its agent can write) and a tail to the journal.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import shutil
 import socket
-import time
 from pathlib import Path
 
 import msgspec
 
-from tether.agent import repoconfig
+from tether.agent import gitpin, repoconfig
 from tether.agent.confinement import git_common_dir
 from tether.daemon.agents.core import AgentCore
+from tether.hostio.paths import is_within
+from tether.hostio.trust import open_private
 from tether.model.errors import RpcCode, TetherError
-from tether.model.records import AgentConfig, ExecSpec, LineageRecord
-from tether.model.repo import RepoConfig
+from tether.model.records import AgentConfig, ExecSpec, LineageRecord, SandboxSpec
+from tether.model.repo import GitPin, RepoConfig, unsandboxed
 
 log = logging.getLogger("tether.agents")
 
 TAIL = 2000  # characters of a script's output kept in its event
-SETUP_MARK = os.path.join(".agent", "tether-setup.json")  # setup ran here once
+#: Where older tethers marked a worktree's setup as done, in the tree itself. Honoured
+#: (and moved into the home) so that an upgrade runs no setup again; never written.
+LEGACY_MARK = os.path.join(".agent", "tether-setup.json")
 
 
 def repo_root(tree: str) -> str:
@@ -43,6 +50,21 @@ def repo_root(tree: str) -> str:
     if common and os.path.basename(common) == ".git":
         return os.path.dirname(common)
     return tree
+
+
+def agent_writable(cfg: AgentConfig, spec: SandboxSpec) -> list[str]:
+    """The places (real paths) a lineage's agent can write besides its own state: its
+    worktree and working directory, its sandbox's workspace and read-write mounts."""
+    places = [cfg.worktree, cfg.cwd, spec.workspace,
+              *(m.source for m in spec.mounts if m.mode == "rw")]
+    return [os.path.realpath(p) for p in places if p]
+
+
+def tree_key(tree: str) -> str:
+    """A worktree's identity for its setup mark: real path, device and inode."""
+    real = os.path.realpath(tree)
+    st = os.stat(real)
+    return f"{real}:{st.st_dev}:{st.st_ino}"
 
 
 def _free(lo: int, hi: int) -> bool:
@@ -86,7 +108,7 @@ async def run_script(script: str, cwd: str, env: dict[str, str], timeout: float,
     """``sh -c script`` in ``cwd``; its output to ``log_path``. Returns (exit code, or None
     on timeout, and the output's tail)."""
     log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with open(log_path, "wb") as out:
+    with os.fdopen(open_private(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as out:
         proc = await asyncio.create_subprocess_exec(
             "/bin/sh", "-c", script, cwd=cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
             stdout=out, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
@@ -102,12 +124,23 @@ async def run_script(script: str, cwd: str, env: dict[str, str], timeout: float,
         return code, f.read().decode("utf-8", "replace")
 
 
-def script_env(cfg: AgentConfig, lineage: str, tree: str) -> dict[str, str]:
+def script_env(cfg: AgentConfig, lineage: str, tree: str, *, pinned: bool = False
+               ) -> dict[str, str]:
+    """A script's environment; ``pinned``: it runs outside the sandbox, so git in it is
+    pointed at the repository of the lineage's start (``tether.agent.gitpin``; raises
+    ``PinBroken`` when that was replaced)."""
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/"),
            **cfg.env, "TETHER_LINEAGE": lineage, "TETHER_WORKTREE": tree}
     if cfg.port_base is not None:
         env["TETHER_PORT_BASE"] = str(cfg.port_base)
+    if pinned:
+        env.update(gitpin.env(pin_of(cfg, tree), tree))
     return env
+
+
+def pin_of(cfg: AgentConfig, tree: str) -> GitPin | None:
+    """The lineage's git pin (an older tether's lineage: made from its ``git_dir``)."""
+    return cfg.git_pin if cfg.git_pin is not None else gitpin.legacy_pin(cfg.git_dir, tree)
 
 
 class WorktreeScripts:
@@ -115,37 +148,92 @@ class WorktreeScripts:
         self.core = core
 
     def log_path(self, lineage: str, what: str) -> Path:
-        return self.core.layout.root / "agents" / lineage / f"{what}.log"
+        return self.core.layout.root / "scripts" / lineage / f"{what}.log"
 
-    async def prepare(self, cfg: AgentConfig, lineage: str) -> AgentConfig:
-        """Before the lineage exists: read the repository's config, copy its files, lease
-        its ports and run its setup (once per worktree). Raises, with the lease freed, if
-        any of it fails: no lineage is created."""
-        # A successor's config is its predecessor's: read and lease afresh.
-        env = {k: v for k, v in cfg.env.items()
-               if k not in ("TETHER_PORT_BASE", "TETHER_PORT_COUNT")}
-        cfg = msgspec.structs.replace(cfg, repo=None, port_base=None, env=env)
+    async def freeze(self, cfg: AgentConfig, spec: SandboxSpec) -> AgentConfig:
+        """When the user starts a lineage (``agent.start``, never a successor or a
+        revival): read the repository's config once, from its main checkout, and keep it,
+        where it was and the worktree's git directories in the lineage's config. Refuses
+        a config that names commands run outside the sandbox when it lies where the agent
+        can write. Also pins the git directories of the checkout the agent works in
+        (``tether.agent.gitpin``), for the daemon's own git there later."""
+        if cfg.worktree or cfg.cwd:  # the checkout the agent works in, if it is one
+            pin = await asyncio.to_thread(gitpin.pin, cfg.worktree or cfg.cwd or "")
+            cfg = msgspec.structs.replace(cfg, git_pin=pin)
         tree = cfg.worktree
         if not tree:
             return cfg
         root = await asyncio.to_thread(repo_root, tree)
         try:
-            repo = await asyncio.to_thread(repoconfig.load, root)
+            found = await asyncio.to_thread(repoconfig.read, root)
         except repoconfig.RepoConfigError as e:
             raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_REPO_CONFIG",
                               f"{e}; fix the file and start again") from None
+        cfg = msgspec.structs.replace(cfg, repo=None, repo_root=root, repo_file=None,
+                                      repo_sha256=None)
+        if found is None:
+            return cfg
+        keys = unsandboxed(found.config)
+        real = os.path.realpath(root)
+        inside = next((w for w in agent_writable(cfg, spec) if is_within(real, w)), None)
+        if keys and inside is not None:
+            why = ("is the agent's own working directory" if real == inside else
+                   f"is inside {inside}, which the agent can write")
+            raise TetherError(
+                RpcCode.INVALID_PARAMS, "UNSAFE_REPO_CONFIG",
+                f"{found.path} names {', '.join(keys)}, which tether runs outside the "
+                f"sandbox, but {real} {why}: the agent could rewrite them for its "
+                "successors. Start it in a separate checkout (--worktree BRANCH; the "
+                "repository's main checkout keeps the config), or remove "
+                f"{', '.join(keys)} from the file",
+                {"file": found.path, "keys": keys, "writable": inside})
+        return msgspec.structs.replace(cfg, repo=found.config, repo_file=found.path,
+                                       repo_sha256=found.sha256)
+
+    async def prepare(self, cfg: AgentConfig, lineage: str,
+                      predecessor: str | None = None) -> AgentConfig:
+        """Before the lineage exists: copy the repository's files, lease its ports and
+        run its setup (once per worktree), all from the config frozen at the user's start
+        (a successor's is its predecessor's). Raises, with the lease freed, if any of it
+        fails: no lineage is created."""
+        env = {k: v for k, v in cfg.env.items()
+               if k not in ("TETHER_PORT_BASE", "TETHER_PORT_COUNT")}
+        cfg = msgspec.structs.replace(cfg, port_base=None, env=env)  # leased afresh
+        tree = cfg.worktree
+        if not tree:
+            return cfg
+        if predecessor is not None:
+            await asyncio.to_thread(self._ignored, cfg, lineage, predecessor)
+        repo = cfg.repo
         if repo is None:
             return cfg
-        cfg = msgspec.structs.replace(cfg, repo=repo)
         try:
-            return await self._prepare(cfg, repo, root, tree, lineage)
+            return await self._prepare(cfg, repo, cfg.repo_root, tree, lineage)
         except BaseException:
             self.core.store.ports.release(lineage)
             raise
 
-    async def _prepare(self, cfg: AgentConfig, repo: RepoConfig, root: str, tree: str,
+    def _ignored(self, cfg: AgentConfig, lineage: str, predecessor: str) -> None:
+        """A successor starts in its predecessor's tree: if the tree now holds another
+        repository config than the one frozen at the start (the agent's, or a commit's),
+        say it is ignored (``agent.refused``)."""
+        tree = cfg.worktree or ""
+        now = repoconfig.fingerprint(tree)
+        if now is None or now[1] == cfg.repo_sha256:
+            return
+        frozen = cfg.repo_file or "none"
+        self.core.journal.record(
+            cfg.sandbox, "agent.refused", state="repo_config",
+            reason=f"{now[0]} in the agent's tree is not the repository config read when "
+                   f"lineage {predecessor}'s user started it ({frozen}): ignored; "
+                   f"successor {lineage} runs with the one read then",
+            data={"lineage": lineage, "predecessor": predecessor, "what": "repo_config",
+                  "file": now[0], "sha256": now[1], "frozen_file": cfg.repo_file,
+                  "frozen_sha256": cfg.repo_sha256})
+
+    async def _prepare(self, cfg: AgentConfig, repo: RepoConfig, root: str | None, tree: str,
                        lineage: str) -> AgentConfig:
-        if os.path.realpath(root) != os.path.realpath(tree):
+        if root is not None and os.path.realpath(root) != os.path.realpath(tree):
             for rel in repo.copy:
                 await asyncio.to_thread(_copy, root, tree, rel)
         if repo.ports is not None:
@@ -161,26 +249,44 @@ class WorktreeScripts:
             cfg = msgspec.structs.replace(
                 cfg, port_base=base, env={**cfg.env, "TETHER_PORT_BASE": str(base),
                                           "TETHER_PORT_COUNT": str(pt.per_session)})
-        mark = os.path.join(tree, SETUP_MARK)
-        if repo.setup and not os.path.exists(mark):
-            code, tail = await run_script(repo.setup, tree, script_env(cfg, lineage, tree),
-                                          repo.setup_timeout, self.log_path(lineage, "setup"))
-            self.core.journal.record(cfg.sandbox, "lineage.setup", state="ok" if code == 0
-                                     else "failed", reason=f"setup exited {code}",
-                                     data={"lineage": lineage, "exit_code": code,
-                                           "output_tail": tail})
-            if code != 0:
-                what = (f"timed out after {repo.setup_timeout:g} s" if code is None
-                        else f"exited {code}")
-                raise TetherError(RpcCode.INVALID_STATE, "SETUP_FAILED",
-                                  f"the worktree's setup script {what}; its output is in "
-                                  f"{self.log_path(lineage, 'setup')}; fix it and start "
-                                  f"again. Last output:\n{tail[-500:]}",
-                                  {"exit_code": code, "worktree": tree})
-            os.makedirs(os.path.dirname(mark), exist_ok=True)
-            with open(mark, "w") as f:
-                json.dump({"lineage": lineage, "at": time.time()}, f)
+        if repo.setup:
+            await self._setup(cfg, repo, repo.setup, tree, lineage)
         return cfg
+
+    async def _setup(self, cfg: AgentConfig, repo: RepoConfig, script: str, tree: str,
+                     lineage: str) -> None:
+        marks = self.core.store.setup_marks
+        try:
+            key = await asyncio.to_thread(tree_key, tree)
+        except OSError as e:
+            raise TetherError(RpcCode.INVALID_STATE, "WORKTREE_BROKEN",
+                              f"the worktree {tree} cannot be used ({e.strerror}); its "
+                              "setup was not run", {"worktree": tree}) from None
+        if marks.get(key) is not None:
+            return
+        if await asyncio.to_thread(os.path.lexists, os.path.join(tree, LEGACY_MARK)):
+            marks.put(key, lineage)  # an older tether ran it here: never again
+            return
+        try:
+            env = script_env(cfg, lineage, tree, pinned=True)
+        except gitpin.PinBroken as e:
+            raise TetherError(RpcCode.INVALID_STATE, "SETUP_FAILED", f"setup not run: {e}",
+                              {"worktree": tree}) from None
+        code, tail = await run_script(script, tree, env, repo.setup_timeout,
+                                      self.log_path(lineage, "setup"))
+        self.core.journal.record(cfg.sandbox, "lineage.setup", state="ok" if code == 0
+                                 else "failed", reason=f"setup exited {code}",
+                                 data={"lineage": lineage, "exit_code": code,
+                                       "output_tail": tail})
+        if code != 0:
+            what = (f"timed out after {repo.setup_timeout:g} s" if code is None
+                    else f"exited {code}")
+            raise TetherError(RpcCode.INVALID_STATE, "SETUP_FAILED",
+                              f"the worktree's setup script {what}; its output is in "
+                              f"{self.log_path(lineage, 'setup')}; fix it and start "
+                              f"again. Last output:\n{tail[-500:]}",
+                              {"exit_code": code, "worktree": tree})
+        marks.put(key, lineage)
 
     async def start_companion(self, rec: LineageRecord) -> None:
         """The ``run`` script as an ordinary exec in the lineage's sandbox, once per
@@ -202,23 +308,37 @@ class WorktreeScripts:
         except Exception as e:  # the agent runs on without its companion
             log.warning("lineage %s: companion `run` did not start: %s", rec.id, e)
 
+    async def stop_companion(self, rec: LineageRecord) -> None:
+        """Stop the ``run`` companion (before a hand-off: nothing of the sandbox may run
+        while the daemon's git works in the tree)."""
+        if rec.config.repo is None:
+            return
+        for n in range(1, rec.attempt + 1):
+            x = self.core.store.exec_by_request_key(f"lineage-{rec.id}-run-{n}")
+            if x is not None and x.ended_at is None:
+                with contextlib.suppress(Exception):
+                    await self.core.execs.cancel(x, 15, 5.0, f"lineage {rec.id} ended")
+
     async def on_end(self, rec: LineageRecord) -> None:
         """The lineage ended: stop its companion, free its ports, run ``archive``."""
         core, cfg = self.core, rec.config
         if cfg.repo is None:
             return
-        for n in range(1, rec.attempt + 1):
-            x = core.store.exec_by_request_key(f"lineage-{rec.id}-run-{n}")
-            if x is not None and x.ended_at is None:
-                with contextlib.suppress(Exception):
-                    await core.execs.cancel(x, 15, 5.0, f"lineage {rec.id} ended")
+        await self.stop_companion(rec)
         if cfg.port_base is not None:
             core.store.ports.release(rec.id)
         if not cfg.repo.archive or not cfg.worktree \
                 or not os.path.isdir(cfg.worktree):
             return
-        code, tail = await run_script(cfg.repo.archive, cfg.worktree,
-                                      script_env(cfg, rec.id, cfg.worktree),
+        try:
+            env = script_env(cfg, rec.id, cfg.worktree, pinned=True)
+        except gitpin.PinBroken as e:
+            core.journal.record(cfg.sandbox, "lineage.archive", state="failed",
+                                reason=f"archive not run: {e}",
+                                data={"lineage": rec.id, "exit_code": None,
+                                      "output_tail": str(e)})
+            return
+        code, tail = await run_script(cfg.repo.archive, cfg.worktree, env,
                                       cfg.repo.archive_timeout,
                                       self.log_path(rec.id, "archive"))
         core.journal.record(cfg.sandbox, "lineage.archive",

@@ -240,6 +240,7 @@ class AgentService:
             if rec is None:
                 return
             h = wanted(rec)
+            await self.scripts.stop_companion(rec)  # no process of the sandbox meanwhile
             if rec.status == LineageStatus.FINISHED and h and rec.handed_off is None:
                 rec, _ = await hand_off(self.core, rec, h)
             await self.scripts.on_end(rec)

@@ -3,9 +3,12 @@
 Headers of a POST (docs/PROTOCOL.md, "Webhooks"): ``Tether-Delivery`` and
 ``Idempotency-Key`` (the same key, ``<gseq>-<hook>``, at every try), ``Tether-Event``
 (the event's type) and, when the hook has a secret, ``X-Tether-Signature-256:
-sha256=<hex HMAC-SHA256 of the body>`` (like GitHub's ``X-Hub-Signature-256``).
+t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<key>.<body>">`` — as Stripe signs: the
+timestamp lets a receiver refuse an old delivery replayed, and the key is signed so a
+replay cannot pass as a new delivery under another one. Each try is signed anew.
 A 2xx answer delivers; anything else, a timeout or a refused connection is a failed
-try. A command delivers by exiting 0 within :data:`EXEC_TIMEOUT`.
+try. A command delivers by exiting 0 within :data:`EXEC_TIMEOUT`. An error kept from a
+try never shows the URL's credentials.
 """
 
 from __future__ import annotations
@@ -16,10 +19,13 @@ import hashlib
 import hmac
 import os
 import signal
+import time
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from tether import __version__
 from tether.model.hooks import HookRecord
+from tether.model.secrets import HIDDEN, redact_url
 
 if TYPE_CHECKING:
     import httpx
@@ -35,18 +41,30 @@ class DeliveryFailed(Exception):
     """A try that did not deliver; the message is kept as the delivery's last error."""
 
 
-def signature(secret: bytes, body: bytes) -> str:
-    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+def signature(secret: bytes, key: str, body: bytes, at: int) -> str:
+    """``t=<at>,v1=<hex HMAC-SHA256 of "<at>.<key>.<body>">``."""
+    signed = f"{at}.{key}.".encode() + body
+    return f"t={at},v1=" + hmac.new(secret, signed, hashlib.sha256).hexdigest()
 
 
 def headers(hook: HookRecord, key: str, event_type: str, body: bytes,
-            secret: bytes | None) -> dict[str, str]:
+            secret: bytes | None, at: int | None = None) -> dict[str, str]:
     h = {"Content-Type": "application/json", "User-Agent": f"tether/{__version__}",
          "Tether-Delivery": key, "Idempotency-Key": key, "Tether-Event": event_type,
          "Tether-Hook": hook.name}
-    if secret is not None:
-        h["X-Tether-Signature-256"] = signature(secret, body)
+    if secret is not None:  # the real time of this try (not a test clock's): receivers
+        h["X-Tether-Signature-256"] = signature(  # compare it with theirs
+            secret, key, body, int(time.time()) if at is None else at)
     return h
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` (an error about ``url``) without the URL's credentials."""
+    text = text.replace(url, redact_url(url))
+    userinfo = urlsplit(url).netloc.rpartition("@")[0] if "@" in url else ""
+    for secret in {userinfo, userinfo.partition(":")[2]} - {""}:
+        text = text.replace(secret, HIDDEN)
+    return text
 
 
 class Sender:
@@ -83,9 +101,10 @@ class Sender:
             r = await self._http.post(hook.url, content=body,
                                       headers=headers(hook, key, event_type, body, secret))
         except httpx.HTTPError as e:
-            raise DeliveryFailed(f"{type(e).__name__}: {e}"[:ERROR_TAIL] or "HTTP error") from None
+            raise DeliveryFailed(scrub(f"{type(e).__name__}: {e}", hook.url)[:ERROR_TAIL]
+                                 or "HTTP error") from None
         if not 200 <= r.status_code < 300:
-            raise DeliveryFailed(f"HTTP {r.status_code} from {hook.url}")
+            raise DeliveryFailed(f"HTTP {r.status_code} from {redact_url(hook.url)}")
 
     async def _run(self, hook: HookRecord, key: str, event_type: str, body: bytes) -> None:
         assert hook.exec is not None

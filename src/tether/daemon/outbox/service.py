@@ -21,11 +21,12 @@ from typing import Any
 
 from tether.daemon.clock import Clock
 from tether.daemon.journal import Journal
-from tether.daemon.outbox.deliver import DeliveryFailed, Sender
+from tether.daemon.outbox.deliver import DeliveryFailed, Sender, scrub
 from tether.hostio.atomic import atomic_write
 from tether.model.errors import RpcCode, TetherError
 from tether.model.hooks import DeliveryState, HookRecord, backoff
 from tether.model.records import to_builtins
+from tether.model.secrets import redact_url
 from tether.store.outbox import Delivery, Outbox
 
 log = logging.getLogger("tether.daemon.outbox")
@@ -97,14 +98,20 @@ class HookService:
         return rec
 
     def view(self, rec: HookRecord) -> dict[str, Any]:
+        """A hook as every reply shows it: its URL's credentials as ``***`` (the CLI, its
+        ``--json`` and the dashboard all show this)."""
         out: dict[str, Any] = to_builtins(rec)
+        if rec.url is not None:
+            out["url"] = redact_url(rec.url)
         out["counts"] = self.outbox.counts(rec.name)
         return out
 
     def show(self, name: str, limit: int) -> dict[str, Any]:
-        out = self.view(self.get(name))
-        out["deliveries"] = [_delivery_view(d) for d in self.outbox.deliveries(name, limit=limit)]
-        out["dead"] = [_delivery_view(d) for d in
+        rec = self.get(name)
+        out = self.view(rec)
+        out["deliveries"] = [_delivery_view(d, rec) for d in
+                             self.outbox.deliveries(name, limit=limit)]
+        out["dead"] = [_delivery_view(d, rec) for d in
                        self.outbox.deliveries(name, states=("DEAD",), limit=limit)]
         return out
 
@@ -215,8 +222,11 @@ class HookService:
         self.outbox.finish(d, DeliveryState.FAILED, next_at=at, error=error)
 
 
-def _delivery_view(d: Delivery) -> dict[str, Any]:
+def _delivery_view(d: Delivery, hook: HookRecord) -> dict[str, Any]:
+    error = d.last_error  # (an older tether kept the URL as it was in some)
+    if error is not None and hook.url is not None:
+        error = scrub(error, hook.url)
     return {"id": d.id, "key": d.key, "gseq": d.gseq, "type": d.type, "state": d.state,
-            "tries": d.tries, "next_at": d.next_at, "last_error": d.last_error,
+            "tries": d.tries, "next_at": d.next_at, "last_error": error,
             "updated_at": d.updated_at}
 
