@@ -7,7 +7,10 @@ from __future__ import annotations
 import io
 import os
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from tether.model.records import UsageCursor
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,12 @@ class SessionContext:
     # argv prefix of the hook program, e.g. [python, "-m", "tether.agent.hook", "--home", H];
     # a provider appends its name and the event name.
     hook_command: tuple[str, ...]
+    # For a resume: what asks the session to carry on (built from the drain snapshot: the
+    # last request, the handoff, why the last attempt ended). A headless resume needs a
+    # prompt; an interactive one uses it only when ``interrupted``.
+    continuation: str = ""
+    # The last attempt ended in the middle of a turn (not at its prompt).
+    interrupted: bool = False
 
 
 @dataclass
@@ -74,8 +83,9 @@ class HookEvent:
     tool_name: str | None = None
     tool_input: dict[str, Any] | None = None
     model: str | None = None
-    # turn_failed: the CLI's error class (Claude Code's StopFailure ``error``) and its
-    # message, e.g. a usage limit and when it resets.
+    # turn_failed: the CLI's error class (``usage_limit`` for a usage or rate limit,
+    # which tether waits out; else the CLI's own name) and its message, e.g. when the
+    # limit resets.
     error: str | None = None
     error_message: str | None = None
     # status: the context window the CLI really uses (tokens).
@@ -137,6 +147,19 @@ class Provider:
     def parse_hook(self, event: str, payload: dict[str, Any]) -> HookEvent:
         """Translate one hook call (its event name and JSON payload)."""
         raise NotImplementedError
+
+    def settle_turn(self, ev: HookEvent, cursor: UsageCursor | None) -> UsageCursor | None:
+        """A ``turn_end``'s usage, model and messages from the agent's own record of its
+        API calls, read from ``cursor`` once the record holds the turn's end (waiting a
+        moment for it: a CLI may run its hook before it has written the turn); returns
+        the cursor after what was counted, so that each call is counted exactly once.
+        The default: the hook payload says it all (``parse_hook``)."""
+        return cursor
+
+    def follow_record(self, ev: HookEvent, cursor: UsageCursor | None) -> UsageCursor | None:
+        """A ``session_start`` of a new session whose record is another file: what is
+        left of the old one is kept as pending usage, and counting goes on in the new."""
+        return cursor
 
     def reply(self, event: HookEvent, allowed: bool, reason: str) -> HookReply:
         """The hook program's output for a decision (deny output when not allowed)."""

@@ -19,10 +19,11 @@ from tether.agent import snapshot
 from tether.agent.providers import get as get_provider
 from tether.agent.providers.base import HookEvent, Usage
 from tether.daemon.agents.core import AgentCore, token_digest
+from tether.daemon.agents.ending import LIMIT_STOP
 from tether.daemon.agents.worktree import WorktreeFiles
 from tether.hostio.atomic import atomic_write
 from tether.model.errors import RpcCode, TetherError
-from tether.model.records import LineageRecord
+from tether.model.records import LineageRecord, UsageCursor
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE
 
 if TYPE_CHECKING:
@@ -80,7 +81,7 @@ class Protocol:
     async def _turn(self, rec: LineageRecord, *, context_pct: float | None,
                     usage: dict[str, int] | None, model: str | None,
                     messages: list[dict[str, Any]], config: dict[str, Any] | None = None,
-                    ) -> dict[str, Any]:
+                    cursor: UsageCursor | None = None) -> dict[str, Any]:
         core = self.core
         core.touch(rec)
         th = lc.Thresholds(rec.config.aging_pct, rec.config.dying_pct)
@@ -111,6 +112,7 @@ class Protocol:
             rec.id, event="agent.turn", turns=turn_no, lifecycle=str(after),
             context_pct=context_pct if context_pct is not None else rec.context_pct,
             model=model or rec.model, usage=total, last_turn_at=now, conversation=True,
+            usage_cursor=cursor or rec.usage_cursor,
             # An interactive agent now waits for its user (until the next turn starts).
             waiting_since=(rec.waiting_since or now) if rec.config.tty else None,
             reason=f"turn {turn_no}" + (f" at {context_pct:.0f}% context"
@@ -204,8 +206,8 @@ class Protocol:
                                               reason=f"handoff of {len(text)} characters"))
         return {"ok": True, "path": str(path)}
 
-    def follow_session(self, rec: LineageRecord, provider_name: str,
-                       ev: HookEvent) -> LineageRecord:
+    def follow_session(self, rec: LineageRecord, provider_name: str, ev: HookEvent,
+                       cursor: UsageCursor | None = None) -> LineageRecord:
         """A session (re)start. A ``/clear`` or a compaction starts a new provider session
         inside the same agent (a fork): the lineage follows it, so that a revival resumes
         the newest session, never the one the agent left."""
@@ -220,7 +222,8 @@ class Protocol:
         rec = self.core.commit(self.core.store.update_lineage(
             rec.id, provider_session_id=new, event="agent.session", reason=what,
             data={"from": old, "to": new, "source": source, "fork": forked},
-            conversation=rec.conversation and not fresh))
+            conversation=False if fresh else rec.conversation,
+            usage_cursor=cursor or rec.usage_cursor))
         self.worktree.update(rec)
         return rec
 
@@ -229,25 +232,26 @@ class Protocol:
         """A provider's hook program calling back: translate, act, answer in its format."""
         core = self.core
         provider = get_provider(provider_name)
-        # In a thread: a turn-end hook reads the transcript file, which may be large.
+        # In a thread: a provider may read a file the payload names.
         ev: HookEvent = await asyncio.to_thread(provider.parse_hook, event, payload)
         core.touch(rec)
         allowed, reason = True, "ok"
         if ev.kind == "session_start" and ev.provider_session_id:
-            rec = self.follow_session(rec, provider_name, ev)
+            cursor = await asyncio.to_thread(provider.follow_record, ev, rec.usage_cursor)
+            rec = self.follow_session(rec, provider_name, ev, cursor)
         elif ev.kind == "turn_start":
             core.turn_started(rec, f"{provider_name} {event}")
         elif ev.kind == "turn_end":
-            u: Usage | None = ev.usage
-            usage = None if u is None else {
-                "input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
-                "cache_read_tokens": u.cache_read_tokens,
-                "cache_creation_tokens": u.cache_creation_tokens}
             if ev.provider_session_id and ev.provider_session_id != rec.provider_session_id:
                 ev.session_source = ev.session_source or "turn"  # learned at a turn's end
                 rec = self.follow_session(rec, provider_name, ev)
-            await self.turn(rec, context_pct=u.context_pct if u else None, usage=usage,
-                            model=ev.model, messages=ev.messages)
+            await self.hook_turn(rec, ev)
+        elif ev.kind == "turn_failed":
+            self.turn_failed(rec, provider_name, ev)
+        elif ev.kind == "status":
+            if ev.context_window and ev.context_window != rec.context_window:
+                # The window the CLI really uses: the context % is taken against it.
+                core.commit(core.store.update_lineage(rec.id, context_window=ev.context_window))
         elif ev.kind == "waiting":
             message = ev.raw.get("message")
             core.wait_for_user(rec, "notification",
@@ -260,3 +264,47 @@ class Protocol:
         reply = provider.reply(ev, allowed, reason)
         return {"kind": ev.kind, "allowed": allowed, "reason": reason,
                 "stdout": reply.stdout, "exit_code": reply.exit_code}
+
+    async def hook_turn(self, rec: LineageRecord, ev: HookEvent) -> dict[str, Any]:
+        """A ``turn_end`` hook: the turn's usage read from where the last one stopped
+        (the lineage's usage cursor, under its lock: each API call counted once), its
+        context % against the window the CLI reported if it did, then the turn."""
+        provider = get_provider(rec.config.provider)
+        async with self.core.lock(rec.id):
+            fresh = self.core.store.get_lineage(rec.id) or rec
+            cursor = await asyncio.to_thread(provider.settle_turn, ev, fresh.usage_cursor)
+            u: Usage | None = ev.usage
+            usage = None if u is None else {
+                "input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
+                "cache_read_tokens": u.cache_read_tokens,
+                "cache_creation_tokens": u.cache_creation_tokens}
+            if u is not None and fresh.context_window:
+                u.context_window = fresh.context_window
+            return await self._turn(fresh, context_pct=u.context_pct if u else None,
+                                    usage=usage, model=ev.model, messages=ev.messages,
+                                    cursor=cursor)
+
+    def turn_failed(self, rec: LineageRecord, provider_name: str, ev: HookEvent) -> None:
+        """A turn ended on an API error. A usage limit: tether stops the attempt (an
+        interactive CLI would sit at its prompt showing it) and the lineage waits for
+        the reset (WAITING_LIMIT, no revival spent). Any other error: the turn is over,
+        and an interactive agent waits for its user."""
+        core = self.core
+        what = f"{ev.error or 'error'}: {ev.error_message or 'no message'}"
+        if ev.error != "usage_limit":
+            core.wait_for_user(rec, "error", f"{provider_name}'s turn failed: {what}",
+                               error=ev.error, message=ev.error_message)
+            return
+        x = core.store.get_exec(rec.exec_id) if rec.exec_id else None
+        if x is None or x.state in EXEC_TERMINAL or not core.tasks.open:
+            return
+        reason = f"{LIMIT_STOP}{ev.error_message or provider_name + ' reported a usage limit'}"
+        core.tasks.spawn(self._stop(x.id, reason[:1000]), name=f"limit-{x.id}")
+
+    async def _stop(self, exec_id: str, reason: str) -> None:
+        try:
+            x = self.core.store.get_exec(exec_id)
+            if x is not None and x.state not in EXEC_TERMINAL:
+                await self.core.execs.cancel(x, signal.SIGTERM, 5.0, reason)
+        except Exception:  # never into the daemon's TaskGroup
+            log.exception("stopping exec %s for its usage limit failed", exec_id)
