@@ -63,6 +63,7 @@ class ExitFacts:
     # tether stopped it because its CLI reported a usage limit (its message), e.g.
     # Claude Code's StopFailure hook with error rate_limit
     limited: str | None = None
+    reason: str = ""  # the exec's own reason ("killed by SIGKILL", "exited with code 1")
 
 
 @dataclass(frozen=True)
@@ -103,11 +104,12 @@ def classify(facts: ExitFacts, tail: str, rules: ExitRules, now: float) -> Exit:
     text = clean(tail)
     if facts.dead:
         return Exit(ExitReason.OUT_OF_CONTEXT, "context exhausted (DEAD)")
-    if facts.limited is not None:  # the CLI said so; its output may say when it resets
+    if facts.limited is not None:  # the CLI said so (its words); its output may say more
         m = _search(rules.usage_limit, text)
-        line = _line_of(text, m) if m is not None else clean(facts.limited).strip()[:300]
-        return Exit(ExitReason.USAGE_LIMITED, line,
-                    reset_time(line, now) or reset_time(facts.limited, now))
+        shown = _line_of(text, m) if m is not None else ""
+        said = clean(facts.limited).strip()[:300]
+        return Exit(ExitReason.USAGE_LIMITED, said or shown,
+                    reset_time(said, now) or (reset_time(shown, now) if shown else None))
     if facts.state == "CANCELLED" and not facts.hung:
         return Exit(ExitReason.KILLED, "stopped by a user")
     m = _search(rules.usage_limit, text)
@@ -125,7 +127,7 @@ def classify(facts: ExitFacts, tail: str, rules: ExitRules, now: float) -> Exit:
     if facts.state == "FINISHED" and facts.exit_code == 0:
         return Exit(ExitReason.FINISHED, "exited 0")
     code = f" (exit {facts.exit_code})" if facts.exit_code is not None else ""
-    return Exit(ExitReason.CRASHED, f"{facts.state.lower()}{code}")
+    return Exit(ExitReason.CRASHED, facts.reason or f"{facts.state.lower()}{code}")
 
 
 # ---------------------------------------------------------------------- reset times

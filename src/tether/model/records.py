@@ -316,6 +316,9 @@ class LineageRecord(msgspec.Struct, kw_only=True):
     # a revival of a session without one starts the agent afresh. None: not known (a
     # lineage of an older daemon), resumed as before.
     conversation: bool | None = None
+    # The provider session the last turn started in (a hook's session id): a session_start
+    # of that session, delivered after its first prompt's hook, does not clear the above.
+    turn_session: str | None = None
     # Why the last attempt ended, when it ended in the middle of a turn (a conversation
     # started, not waiting at its prompt): its revival is asked to continue the turn.
     interrupted: str | None = None

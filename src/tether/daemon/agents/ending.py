@@ -51,5 +51,5 @@ def classify(core: AgentCore, rec: LineageRecord, x: ExecRecord, provider: Provi
     facts = exits.ExitFacts(state=str(x.state), exit_code=x.exit_code, hung=hung,
                             dead=rec.lifecycle == lc.Lifecycle.DEAD,
                             limited=reason.removeprefix(LIMIT_STOP)
-                            if reason.startswith(LIMIT_STOP) else None)
+                            if reason.startswith(LIMIT_STOP) else None, reason=reason)
     return exits.classify(facts, output_tail(core, x), rules_of(provider), core.clock.now())

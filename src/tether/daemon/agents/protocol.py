@@ -211,6 +211,7 @@ class Protocol:
         """A session (re)start. A ``/clear`` or a compaction starts a new provider session
         inside the same agent (a fork): the lineage follows it, so that a revival resumes
         the newest session, never the one the agent left."""
+        rec = self.core.store.get_lineage(rec.id) or rec  # another hook may have committed
         new, old = ev.provider_session_id, rec.provider_session_id
         source = ev.session_source or "startup"
         forked = old is not None and new != old
@@ -218,7 +219,8 @@ class Protocol:
                 else f"{provider_name} session {new} ({source})")
         # A new session that starts empty (a /clear, a fresh start) has no conversation
         # to resume yet; a compaction's carries its summary on.
-        fresh = new != old and source in ("startup", "clear")
+        # (A hook of its first prompt may have come first: that session is not empty.)
+        fresh = new != old and source in ("startup", "clear") and new != rec.turn_session
         rec = self.core.commit(self.core.store.update_lineage(
             rec.id, provider_session_id=new, event="agent.session", reason=what,
             data={"from": old, "to": new, "source": source, "fork": forked},
@@ -240,7 +242,7 @@ class Protocol:
             cursor = await asyncio.to_thread(provider.follow_record, ev, rec.usage_cursor)
             rec = self.follow_session(rec, provider_name, ev, cursor)
         elif ev.kind == "turn_start":
-            core.turn_started(rec, f"{provider_name} {event}")
+            core.turn_started(rec, f"{provider_name} {event}", ev.provider_session_id)
         elif ev.kind == "turn_end":
             if ev.provider_session_id and ev.provider_session_id != rec.provider_session_id:
                 ev.session_source = ev.session_source or "turn"  # learned at a turn's end
