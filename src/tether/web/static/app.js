@@ -33,6 +33,13 @@ function duration(x) {
        : s >= 60 ? `${Math.floor(s / 60)}m${String(s % 60).padStart(2, "0")}s` : `${s}s`;
 }
 
+// An ended lineage has no lifecycle to show, unless its context ended it (DEAD): a FAILED
+// agent is not "HEALTHY" (one coherent status per agent; the CLI's pstable.lifecycle_cell).
+const LIVE = new Set(["ACTIVE", "ORPHANED", "ASK_PENDING", "REVIVING", "WAITING_LIMIT"]);
+function lifecycleOf(l) {
+  return LIVE.has(l.status) || l.lifecycle === "DEAD" ? l.lifecycle : "-";
+}
+
 function bar(pct, lifecycle) {
   const p = pct == null ? 0 : Math.max(0, Math.min(100, pct));
   const cls = lifecycle === "AGING" ? "aging" : (lifecycle === "DYING" || lifecycle === "DRAINING") ? "dying" : "";
@@ -70,7 +77,7 @@ function render(st) {
   $("#agents tbody").innerHTML = lineages.map((l) => `<tr data-lineage="${esc(l.id)}">
     <td>${esc(l.name || short(l.id))}</td><td>${esc(l.provider)}</td>
     <td class="state-${esc(l.status)}">${esc(l.status)}${l.status === "WAITING_LIMIT" && l.revive_at
-      ? ` <span class="muted">until ${when(l.revive_at)}</span>` : ""}</td><td class="lc-${esc(l.lifecycle)}">${esc(l.lifecycle)}</td>
+      ? ` <span class="muted">until ${when(l.revive_at)}</span>` : ""}</td><td class="lc-${esc(lifecycleOf(l))}">${esc(lifecycleOf(l))}</td>
     <td>${bar(l.context_pct, l.lifecycle)}</td><td class="hb-${esc(l.heartbeat)}">${esc(l.heartbeat || "")}</td>
     <td>${l.turns}</td><td>${l.revivals}</td><td>${l.attempt}${l.exec ? " · " + esc(short(l.exec)) : ""}</td>
     <td>${costCell(l, cost.get(l.id), budget.get(l.id))}</td><td class="exit">${esc(l.exit_reason || "")}</td>
