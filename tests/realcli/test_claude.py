@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness import wait_for
 from tests.realcli.claude_env import ClaudeUnderTether
 from tests.realcli.fake_anthropic import FakeAnthropic, Reply, Usage, rate_limited
 from tether.runtime import bwrap
@@ -153,8 +154,9 @@ def test_interactive_turns_tokens_window_idle_clear_and_revivals(
 
 def test_interactive_killed_mid_turn_carries_on_then_dying_fences_its_tool_call(
         ct: ClaudeUnderTether, api: FakeAnthropic) -> None:
-    """kill -9 in the middle of an interactive turn: resumed with `--resume` and a
-    continuation prompt, which carries the turn on. Its context then passes --dying-pct:
+    """kill -9 before the first prompt: started afresh (finding 2). kill -9 in the middle
+    of an interactive turn: resumed with `--resume` and a continuation prompt, which
+    carries the turn on. Its context then passes --dying-pct:
     the next turn's first tool call is the finalization call, the second is denied
     through the PreToolUse hook (the CLI sends the model the denial), the turn's end
     makes it DEAD and it is reaped with exit reason `out_of_context` (finding 8)."""
@@ -173,13 +175,18 @@ def test_interactive_killed_mid_turn_carries_on_then_dying_fences_its_tool_call(
                      tool_input={"file_path": str(p / "extra.txt"), "content": "x\n"}),
                Reply(text="Stopping.", usage=uf3))
     lin = ct.start(tty=True, aging_pct=40.0, dying_pct=50.0)
+    fresh = ct.get(lin.id)
+    ct.wait(lin.id, "its session", lambda r: r.provider_session_id is not None)
+    ct.kill9(lin.id)  # before its first prompt: nothing to resume ("No conversation found")
+    rec = ct.wait(lin.id, "started afresh", lambda r: r.attempt == 2 and r.status == "ACTIVE")
+    assert rec.exec != fresh.exec and "--resume" not in ct.argv(rec.exec or "")
     t = ct.terminal(lin.id)
     t.type("start working")
     api.wait_received(2)  # w.txt written, its next call in flight: kill -9
     t.close()
     ct.kill9(lin.id)
     rec = ct.wait(lin.id, "carried on", lambda r: r.turns == 1, timeout=90)
-    assert (rec.attempt, rec.revivals, rec.lifecycle) == (2, 1, "DYING")
+    assert (rec.attempt, rec.revivals, rec.lifecycle) == (3, 2, "DYING")
     argv = ct.argv(rec.exec or "")
     assert argv[1:3] == ["--resume", rec.provider_session_id]
     assert argv[-2] == "--" and argv[-1].startswith("[tether] This session was interrupted "
@@ -213,6 +220,7 @@ def test_budget_pause_denies_the_real_tool_call(ct: ClaudeUnderTether,
     t = ct.terminal(lin.id)
     t.type("expensive")
     ct.wait(lin.id, "turn 1", lambda r: r.turns == 1)
+    wait_for(lambda: ct.events(lin.id, "agent.budget"), what="the budget reached")
     assert [e.data["scope"] for e in ct.events(lin.id, "agent.budget")] == ["lineage"]
     t.type("now a tool")
     rec = ct.wait(lin.id, "turn 2", lambda r: r.turns == 2)
@@ -242,13 +250,19 @@ def test_headless_subscription_limit_waits_for_its_reset_without_a_revival(
 
         assert rec.revive_at is not None and abs(rec.revive_at - (time.time() + 7200)) < 120
         api.failing = None
-        api.answer("(usage limited", Reply(text="Done after the reset.", usage=Usage(500, 9)))
+        done = Reply(text="Done after the reset.", usage=Usage(500, 9))
+        api.answer("(usage limited", done)
+        api.answer("limited task", done)
         ct.move_clock(rec.revive_at + 5)
         rec = ct.wait(lin.id, "finished", lambda r: r.status == "FINISHED", timeout=90)
         assert (rec.exit_reason, rec.attempt, rec.revivals, rec.turns) == (
             "finished", 2, 0, 1)
+        # Resumed headless, if the CLI had written its session down before it exited
+        # (it writes lazily); else started afresh with its own prompt ("No conversation
+        # found with session ID" otherwise).
         argv = ct.argv(rec.exec or "")
-        assert argv[1:3] == ["-p", "--resume"] and argv[-2] == "--"
+        assert (argv[1:3] == ["-p", "--resume"] and argv[-2] == "--") or (
+            "--resume" not in argv and argv[-2:] == ["-p", "limited task"]), argv
         assert rec.usage == api.total().as_tether() == Usage(500, 9).as_tether()
     finally:
         ct.close()
@@ -259,7 +273,9 @@ def test_interactive_api_key_limit_and_stop_failure_wait_then_carry_on(
     """An API key's 429 once the CLI's retries are spent ("API Error: Request rejected
     (429)"): its StopFailure hook (`error: rate_limit`) makes tether stop the session
     that would sit at its prompt; no reset time is given, so it waits 30 minutes (the
-    test clock), then the session is resumed and asked to carry the turn on."""
+    test clock), then the session is asked to carry the turn on: resumed, or, when the
+    CLI had not yet written the session down (it writes lazily: "No conversation found
+    with session ID"), started afresh with the continuation as its first prompt."""
     api.failing = rate_limited(reset_in=600)
     lin = ct.start(tty=True)
     t = ct.terminal(lin.id)

@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from tether.agent.providers import REGISTRY, for_command, get
+from tether.agent.providers import REGISTRY, claude, for_command, get
 from tether.agent.providers.base import HookEvent, SessionContext
 from tether.agent.providers.claude import (
     EVENT_KINDS,
@@ -69,6 +69,13 @@ def ctx_for(tmp_path: Path) -> SessionContext:
 @pytest.fixture
 def ctx(tmp_path: Path) -> SessionContext:
     return ctx_for(tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def quick_settle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A turn's count waits for its answer at most 2 s here (a transcript cut short on
+    purpose never gets it)."""
+    monkeypatch.setattr(claude, "SETTLE_TIMEOUT", 2.0)
 
 
 # ---------------------------------------------------------------------------- registry
@@ -192,6 +199,26 @@ def test_claude_resume_of_a_headless_attempt_is_headless_with_a_continuation(
     assert plan.argv[-2:] == ["--", "Continue where you left off."]
 
 
+def test_claude_only_a_written_session_is_resumed_else_a_fresh_start_carries_on(
+        ctx: SessionContext, tmp_path: Path) -> None:
+    """Claude Code writes a session's transcript lazily: one stopped at its first
+    prompt's 429 has none, and `--resume` fails ("No conversation found")."""
+    p = ClaudeProvider()
+    path = tmp_path / "s.jsonl"
+    assert p.can_resume(SESSION_ID, None)  # nothing known: try
+    assert not p.can_resume(SESSION_ID, UsageCursor(path=str(path)))
+    path.write_text('{"type":"queue-operation","operation":"enqueue"}\n')
+    assert not p.can_resume(SESSION_ID, UsageCursor(path=str(path)))
+    path.write_text((CLAUDE / "transcript.jsonl").read_text())
+    assert p.can_resume(SESSION_ID, UsageCursor(path=str(path)))
+    going = dataclasses.replace(ctx, continuation="[tether] carry on", interrupted=True)
+    assert p.launch(["claude", "--model", "opus"], going).argv[-2:] == [
+        "--", "[tether] carry on"]
+    assert p.launch(["claude", "fix it"], going).argv[-1] == "fix it"  # its own prompt
+    assert p.launch(["claude", "-p", "fix it"], going).argv[-2:] == ["-p", "fix it"]
+    assert "--" not in p.launch(["claude"], ctx).argv  # a first start
+
+
 def test_claude_resume_drops_continue_and_session_flags(ctx: SessionContext) -> None:
     argv = ["claude", "--continue", "--session-id", "1111", "--fork-session", "-n", "work",
             "--", "-not-an-option"]
@@ -273,7 +300,7 @@ def test_claude_first_turn_counts_each_api_message_once(tmp_path: Path) -> None:
 
 
 def test_claude_stop_waits_for_the_turn_to_be_written_and_counts_late_lines_once(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 20 finding 4: Claude Code runs Stop before it has written the turn's last
     entries (7 lines at Stop, 9 lines 50 ms later). The hook waits for the final answer;
     what is written later still is counted at the next turn, never twice."""
@@ -303,6 +330,7 @@ def test_claude_stop_waits_for_the_turn_to_be_written_and_counts_late_lines_once
     t.join()
     u = ev.usage
     assert u is not None and (u.input_tokens, u.output_tokens) == (12, 700)  # waited
+    monkeypatch.setattr(claude, "SETTLE_TIMEOUT", 0.5)  # the answer never comes again
     again = ClaudeProvider().parse_hook("Stop", stop_payload(path))
     settle(again, cursor)
     assert again.usage is None  # nothing new: nothing counted twice

@@ -319,6 +319,9 @@ class LineageRecord(msgspec.Struct, kw_only=True):
     # The provider session the last turn started in (a hook's session id): a session_start
     # of that session, delivered after its first prompt's hook, does not clear the above.
     turn_session: str | None = None
+    # The prompt of the turn last started (a turn_start hook's, at most 4,000 characters):
+    # a revival's continuation names it, even when the turn never ended.
+    last_prompt: str | None = None
     # Why the last attempt ended, when it ended in the middle of a turn (a conversation
     # started, not waiting at its prompt): its revival is asked to continue the turn.
     interrupted: str | None = None

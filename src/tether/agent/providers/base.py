@@ -131,6 +131,9 @@ class Provider:
     usage_pattern: str | None = None
     # Where this profile comes from and how deep it goes (``tether`` docs, README).
     notes = ""
+    # True when ``settle_turn`` reads a record the CLI may write only after its turn-end
+    # hook has returned: the daemon answers the hook at once and counts the turn after.
+    settles_turns = False
 
     def launch(self, argv: list[str], ctx: SessionContext) -> LaunchPlan:
         raise NotImplementedError
@@ -147,6 +150,12 @@ class Provider:
     def parse_hook(self, event: str, payload: dict[str, Any]) -> HookEvent:
         """Translate one hook call (its event name and JSON payload)."""
         raise NotImplementedError
+
+    def can_resume(self, provider_session_id: str | None,
+                   cursor: UsageCursor | None) -> bool:
+        """Whether the agent's session can be resumed (its CLI wrote its conversation
+        down); when not, a revival starts the agent afresh."""
+        return True
 
     def settle_turn(self, ev: HookEvent, cursor: UsageCursor | None) -> UsageCursor | None:
         """A ``turn_end``'s usage, model and messages from the agent's own record of its

@@ -108,12 +108,16 @@ DEFAULT_CONTEXT_WINDOW = 200_000
 LARGE_CONTEXT_WINDOW = 1_000_000
 _NATIVE_1M_PREFIXES = ("claude-sonnet-5", "claude-opus-5", "claude-opus-4-7",
                        "claude-opus-4-8", "claude-fable-5")
-#: How long a ``Stop`` hook waits for the transcript to hold the turn's end (Claude Code
-#: runs the hook before it has written the turn's last entries), polling this often.
-SETTLE_TIMEOUT = 3.0
+#: How long the count of a turn waits for the transcript to hold the turn's end, polling
+#: this often: Claude Code runs ``Stop`` before it has written the turn's last entries,
+#: and a new session's transcript was seen written 6-10 s after its first turn's ``Stop``
+#: on a loaded machine (the daemon counts in the background: the hook is answered first).
+SETTLE_TIMEOUT = 30.0
 SETTLE_POLL = 0.05
 #: Message ids whose counted usage a cursor remembers (a message's entries straddle).
 SEEN_IDS = 16
+#: How much of a transcript's start is read to see whether it holds a prompt.
+RESUME_PROBE_BYTES = 1024 * 1024
 
 # Options of ``claude`` that take a value, as listed by ``claude --help`` and the
 # CLI reference. Variadic ones (``<x...>``) take every following word up to the
@@ -474,6 +478,9 @@ class ClaudeProvider(Provider):
     # Its permission prompt ("Do you want to proceed?", "Do you want to make this edit").
     waiting_patterns = (r"do you want to (?:proceed|make this edit|create)",)
     notes = "hooks (documented): launch, resume, turns, tool fencing, usage, session forks"
+    # Its Stop hook runs before the transcript holds the turn, which may be written only
+    # once the hook has returned: counted in the background (``settle_turn``).
+    settles_turns = True
 
     def settings_path(self, ctx: SessionContext) -> str:
         return os.path.join(ctx.state_dir, SETTINGS_FILE)
@@ -498,9 +505,33 @@ class ClaudeProvider(Provider):
         return LaunchPlan(argv=argv, env=env, files={path: data})
 
     def launch(self, argv: list[str], ctx: SessionContext) -> LaunchPlan:
+        """``claude --settings FILE <args>``. A revival that must start afresh (its session
+        has nothing to resume) after an interrupted turn, interactively and without a
+        prompt of its own, is given ``ctx.continuation`` as its first prompt."""
         if not argv:
             raise ValueError("empty command line")
-        return self._plan([argv[0]], _split_args(argv[1:]), ctx, {})
+        items = _split_args(argv[1:])
+        plan = self._plan([argv[0]], items, ctx, {})
+        positional = any(name is None for name, _ in items)
+        headless = any(name in _PRINT_FLAGS for name, _ in items)
+        if ctx.interrupted and ctx.continuation and not positional and not headless:
+            plan.argv += ["--", ctx.continuation]
+        return plan
+
+    def can_resume(self, provider_session_id: str | None,
+                   cursor: UsageCursor | None) -> bool:
+        """Only a session whose transcript holds a prompt: Claude Code writes it lazily,
+        and a session stopped before it did cannot be resumed ("No conversation found
+        with session ID")."""
+        if cursor is None:
+            return True  # nothing known of it: try (as before)
+        try:
+            f = open_regular(os.path.expanduser(cursor.path), max_bytes=MAX_AGENT_FILE_BYTES)
+        except (OSError, ValueError, NotRegular):
+            return False
+        with f:
+            head = f.read(RESUME_PROBE_BYTES)
+        return b'"type":"user"' in head or b'"type": "user"' in head
 
     def resume(self, argv: list[str], provider_session_id: str | None, snapshot_path: str,
                ctx: SessionContext) -> LaunchPlan:
@@ -548,6 +579,11 @@ class ClaudeProvider(Provider):
             # "compact": a /clear or a compaction starts a new session id) and ``model``.
             hook.model = _str(payload, "model")
             hook.session_source = _str(payload, "source")
+        elif kind == "turn_start":
+            # HOOKS, "UserPromptSubmit input": ``prompt``.
+            prompt = _str(payload, "prompt")
+            if prompt is not None:
+                hook.messages = [{"role": "user", "content": prompt}]
         elif kind == "waiting" and payload.get("notification_type") == "auth_success":
             hook.kind = "other"  # HOOKS, "Notification": a login notice, not a question
         elif kind == "tool_request":
@@ -580,13 +616,14 @@ class ClaudeProvider(Provider):
 
     def settle_turn(self, ev: HookEvent, cursor: UsageCursor | None) -> UsageCursor | None:
         """The turn's usage from the transcript past ``cursor``, once the transcript holds
-        the turn's final answer (at most :data:`SETTLE_TIMEOUT` s after ``Stop``, which
-        Claude Code runs before it has written the turn's last entries); whatever is
-        written later is counted at the next turn, from the cursor, never twice."""
+        the turn's final answer (waiting at most :data:`SETTLE_TIMEOUT` s: Claude Code
+        runs ``Stop`` before it has written the turn's last entries); whatever is written
+        later is counted at the next turn, from the cursor, never twice."""
         if not ev.transcript_path:
             return cursor
         answer = next((m["content"] for m in ev.messages if m["role"] == "assistant"), None)
-        ev.model, ev.usage, messages, cursor = count_turn(ev.transcript_path, cursor, answer)
+        ev.model, ev.usage, messages, cursor = count_turn(ev.transcript_path, cursor, answer,
+                                                          settle=SETTLE_TIMEOUT)
         if answer is not None:
             messages = [m for m in messages if m["role"] != "assistant"]
             messages.append({"role": "assistant", "content": answer})

@@ -150,10 +150,11 @@ class Attempts:
                 None, snapshot.compact, layout.root, rec.id)
         # A session without a conversation yet (never prompted, or cleared since) has
         # nothing to resume: it starts afresh ("No conversation found with session ID").
-        resume = resume and rec.conversation is not False
         if resume:
             ctx = dataclasses.replace(ctx, interrupted=rec.interrupted is not None,
                                       continuation=continuation(rec, snap_path))
+        resume = resume and rec.conversation is not False and await asyncio.to_thread(
+            provider.can_resume, rec.provider_session_id, rec.usage_cursor)
         plan = (provider.resume(cfg.argv, rec.provider_session_id, str(snap_path), ctx)
                 if resume else provider.launch(cfg.argv, ctx))
         for path, content in plan.files.items():
@@ -504,8 +505,9 @@ def continuation(rec: LineageRecord, snap_path: Path) -> str:
         messages = snapshot.read(snap_path).get("messages") or []
     except (OSError, snapshot.SnapshotError, ValueError):
         messages = []
-    last = next((m.get("content") for m in reversed(messages) if isinstance(m, dict)
-                 and m.get("role") == "user" and isinstance(m.get("content"), str)), None)
+    last = rec.last_prompt or next(
+        (m.get("content") for m in reversed(messages) if isinstance(m, dict)
+         and m.get("role") == "user" and isinstance(m.get("content"), str)), None)
     if last:
         text += f" The last request was: «{last[:CONTINUATION_QUOTE]}»."
     if rec.handoff:

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("tether.agents")
 
 REAP_DELAY = 1.0  # seconds between a DEAD turn's reply and SIGTERM to the agent
+#: How long a tool call waits for the turn before it to be counted (its lifecycle).
+SETTLE_WAIT = 15.0
 
 
 
@@ -49,6 +51,8 @@ class Protocol:
         self.core = core
         self.worktree = worktree
         self._unreadable: set[str] = set()  # lineages whose snapshot could not be read
+        # lineage -> its turn being counted in the background (settles_turns providers)
+        self._settling: dict[str, asyncio.Task[None]] = {}
         #: Budgets, checked at every turn's end and tool call (set by the composition
         #: root; None: no cost accounting, as in a bare AgentService).
         self.budget: CostService | None = None
@@ -81,7 +85,10 @@ class Protocol:
     async def _turn(self, rec: LineageRecord, *, context_pct: float | None,
                     usage: dict[str, int] | None, model: str | None,
                     messages: list[dict[str, Any]], config: dict[str, Any] | None = None,
-                    cursor: UsageCursor | None = None) -> dict[str, Any]:
+                    cursor: UsageCursor | None = None, settled_late: bool = False,
+                    ) -> dict[str, Any]:
+        """``settled_late``: the turn ended a while ago (its wait for its user began then,
+        and a next turn may have started since): its waiting state is left as it is."""
         core = self.core
         core.touch(rec)
         th = lc.Thresholds(rec.config.aging_pct, rec.config.dying_pct)
@@ -114,7 +121,8 @@ class Protocol:
             model=model or rec.model, usage=total, last_turn_at=now, conversation=True,
             usage_cursor=cursor or rec.usage_cursor,
             # An interactive agent now waits for its user (until the next turn starts).
-            waiting_since=(rec.waiting_since or now) if rec.config.tty else None,
+            waiting_since=rec.waiting_since if settled_late else (
+                (rec.waiting_since or now) if rec.config.tty else None),
             reason=f"turn {turn_no}" + (f" at {context_pct:.0f}% context"
                                         if context_pct is not None else ""),
             data={"turn": turn_no, "context_pct": context_pct, "usage": dict(usage or {}),
@@ -123,7 +131,7 @@ class Protocol:
                    if self.budget else [])
         if after != before:
             self._lifecycle_event(rec, before, after, "turn report")
-        if rec.config.tty:
+        if rec.config.tty and rec.waiting_since is not None:
             core.waiting(rec, "idle", f"turn {turn_no} done; the agent waits at its prompt",
                          turn=turn_no)
         self.worktree.update(rec)
@@ -239,15 +247,29 @@ class Protocol:
         core.touch(rec)
         allowed, reason = True, "ok"
         if ev.kind == "session_start" and ev.provider_session_id:
-            cursor = await asyncio.to_thread(provider.follow_record, ev, rec.usage_cursor)
-            rec = self.follow_session(rec, provider_name, ev, cursor)
+            async with core.lock(rec.id):  # the usage cursor moves under the turns' lock
+                fresh = core.store.get_lineage(rec.id) or rec
+                cursor = await asyncio.to_thread(provider.follow_record, ev,
+                                                 fresh.usage_cursor)
+                rec = self.follow_session(fresh, provider_name, ev, cursor)
         elif ev.kind == "turn_start":
-            core.turn_started(rec, f"{provider_name} {event}", ev.provider_session_id)
+            prompt = next((m["content"] for m in ev.messages if m.get("role") == "user"
+                           and isinstance(m.get("content"), str)), None)
+            core.turn_started(rec, f"{provider_name} {event}", ev.provider_session_id, prompt)
         elif ev.kind == "turn_end":
             if ev.provider_session_id and ev.provider_session_id != rec.provider_session_id:
                 ev.session_source = ev.session_source or "turn"  # learned at a turn's end
                 rec = self.follow_session(rec, provider_name, ev)
-            await self.hook_turn(rec, ev)
+            if provider.settles_turns and core.tasks.open:
+                # Its record of the turn may be written only once this hook has returned:
+                # the turn is counted in the background; the wait for its user begins now.
+                if rec.config.tty:
+                    rec = core.commit(core.store.update_lineage(
+                        rec.id, waiting_since=rec.waiting_since or time.time()))
+                self._settling[rec.id] = core.tasks.spawn(self._settle(rec, ev),
+                                                          name=f"turn-{rec.id}")
+            else:
+                await self.hook_turn(rec, ev)
         elif ev.kind == "turn_failed":
             self.turn_failed(rec, provider_name, ev)
         elif ev.kind == "status":
@@ -261,13 +283,16 @@ class Protocol:
                                else f"{provider_name} waits for its user",
                                message=message, notification=ev.raw.get("notification_type"))
         elif ev.kind == "tool_request":
+            await self._settled(rec.id)  # the fence follows the last turn's lifecycle
+            rec = core.store.get_lineage(rec.id) or rec
             decision = self.authorize_tool(rec, ev.tool_name or "?")
             allowed, reason = decision["allowed"], decision["reason"]
         reply = provider.reply(ev, allowed, reason)
         return {"kind": ev.kind, "allowed": allowed, "reason": reason,
                 "stdout": reply.stdout, "exit_code": reply.exit_code}
 
-    async def hook_turn(self, rec: LineageRecord, ev: HookEvent) -> dict[str, Any]:
+    async def hook_turn(self, rec: LineageRecord, ev: HookEvent, *,
+                        settled_late: bool = False) -> dict[str, Any]:
         """A ``turn_end`` hook: the turn's usage read from where the last one stopped
         (the lineage's usage cursor, under its lock: each API call counted once), its
         context % against the window the CLI reported if it did, then the turn."""
@@ -276,6 +301,9 @@ class Protocol:
             fresh = self.core.store.get_lineage(rec.id) or rec
             cursor = await asyncio.to_thread(provider.settle_turn, ev, fresh.usage_cursor)
             u: Usage | None = ev.usage
+            if u is None and ev.transcript_path:
+                log.info("lineage %s: no usage in %s at its turn's end yet (counted at the "
+                         "next)", rec.id, ev.transcript_path)
             usage = None if u is None else {
                 "input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
                 "cache_read_tokens": u.cache_read_tokens,
@@ -284,7 +312,24 @@ class Protocol:
                 u.context_window = fresh.context_window
             return await self._turn(fresh, context_pct=u.context_pct if u else None,
                                     usage=usage, model=ev.model, messages=ev.messages,
-                                    cursor=cursor)
+                                    cursor=cursor, settled_late=settled_late)
+
+    async def _settled(self, lineage: str) -> None:
+        """Wait (bounded) for a turn still being counted in the background."""
+        task = self._settling.get(lineage)
+        if task is not None and not task.done():
+            await asyncio.wait({task}, timeout=SETTLE_WAIT)
+
+    async def _settle(self, rec: LineageRecord, ev: HookEvent) -> None:
+        try:
+            fresh = self.core.store.get_lineage(rec.id)
+            if fresh is not None and fresh.status in LINEAGE_LIVE:
+                await self.hook_turn(fresh, ev, settled_late=True)
+        except Exception:  # never into the daemon's TaskGroup
+            log.exception("counting a turn of lineage %s failed", rec.id)
+        finally:
+            if self._settling.get(rec.id) is asyncio.current_task():
+                self._settling.pop(rec.id, None)
 
     def turn_failed(self, rec: LineageRecord, provider_name: str, ev: HookEvent) -> None:
         """A turn ended on an API error. A usage limit: tether stops the attempt (an
