@@ -76,6 +76,8 @@ class ClaudeUnderTether:
             "HOME": str(self.home), "PATH": os.environ["PATH"], "TERM": "xterm-256color",
             "ANTHROPIC_BASE_URL": api.base_url, "CLAUDE_CODE_MAX_RETRIES": "0",
             "DISABLE_AUTOUPDATER": "1",
+            # (a tether checkout run from its source tree, e.g. an older one to compare)
+            **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}),
             **({"ANTHROPIC_AUTH_TOKEN": gateway_token()} if subscription
                else {"ANTHROPIC_API_KEY": KEY}),
         }
