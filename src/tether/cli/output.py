@@ -89,7 +89,8 @@ def lineage_table(rows: Iterable[LineageView]) -> None:
         t.add_column(col, no_wrap=col != "REASON")
     for r in rows:
         pct = r.context_pct
-        t.add_row(r.id, r.name or "-", r.provider, r.status, r.lifecycle,
+        t.add_row(r.id, r.name or "-", r.provider, r.status,
+                  pstable.lifecycle_cell(r.status, r.lifecycle),
                   r.heartbeat or "-", f"{pct:.0f}%" if pct is not None else "-",
                   str(r.turns), str(r.revivals), r.exec or "-", r.exit_reason or "-",
                   (r.reason or "")[:70])

@@ -119,9 +119,11 @@ class AttachResult:
 Connect = Callable[[tuple[int, int] | None, int | None], Attachment]
 
 
-def attach_session(connect: Connect, keys: bytes, *, read_only: bool) -> int | None:
+def attach_session(connect: Connect, keys: bytes, *, read_only: bool,
+                   ended: Callable[[str], object] | None = None) -> int | None:
     """Attach stdin/stdout and stay until detached or ended; the CLI's exit code, or
     None when the exec was not running (``NOT_RUNNING``) by the time of the attach.
+    ``ended`` is told how the attachment ended (``AttachResult.how``).
 
     This terminal is offered to the monitor (which then writes and reads it directly,
     with no copy through this process); raw mode is set first, since the monitor may
@@ -145,6 +147,8 @@ def attach_session(connect: Connect, keys: bytes, *, read_only: bool) -> int | N
                   copy_loop(att, stdin_fd=in_fd, stdout_fd=out_fd, detach_keys=keys,
                             forward_input=not read_only))
         att.detach()
+    if ended is not None:
+        ended(result.how)
     return report(att.info, result)
 
 

@@ -63,7 +63,8 @@ if TYPE_CHECKING:
 @click.option("--stale-after", type=float, default=STALE_AFTER, show_default=True,
               help="agents: seconds of silence before STALE")
 @click.option("--crashed-after", type=float, default=CRASHED_AFTER, show_default=True,
-              help="agents: seconds of silence before CRASHED (then killed and revived)")
+              help="agents: seconds of silence in a turn before CRASHED (then killed and "
+                   "revived; an interactive agent waiting for its user is never)")
 @click.option("--successor", type=click.Choice(["none", "auto"]), default="none",
               show_default=True, help="agents: start a fresh session from the handoff at DEAD")
 @click.option("--worktree", default=None,
