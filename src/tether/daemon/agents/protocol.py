@@ -63,7 +63,6 @@ class Protocol:
     def __init__(self, core: AgentCore, worktree: WorktreeFiles) -> None:
         self.core = core
         self.worktree = worktree
-        self._unreadable: set[str] = set()  # lineages whose snapshot could not be read
         self._refused_paths: set[str] = set()  # lineages whose refused path was journaled
         #: Budgets, checked at every turn's end and tool call (set by the composition
         #: root; None: no cost accounting, as in a bare AgentService).
@@ -107,13 +106,12 @@ class Protocol:
         total = dict(rec.usage)
         for k, v in usage.items():
             total[k] = total.get(k, 0) + int(v)
-        # A new list, cached only once the snapshot is durable: a failed write followed
-        # by the agent's retry must not record the turn's messages twice.
-        convo = [*self._conversation(rec), *messages]
         turn_no = rec.turns + 1
+        # Only the header: the conversation stays on disk (a rewrite reads it back there,
+        # in the worker thread), so no turn, however large, is held here after its reply.
         snap = snapshot.build(
             lineage=rec.id, instance=core.instance, provider=rec.config.provider,
-            model=model or rec.model, usage=total, messages=convo, turn=turn_no,
+            model=model or rec.model, usage=total, messages=[], turn=turn_no,
             provider_session_id=rec.provider_session_id,
             loop_config={"argv": rec.config.argv, "revival": rec.config.revival,
                          "max_revivals": rec.config.max_revivals,
@@ -121,9 +119,8 @@ class Protocol:
                          "tty": rec.config.tty, **(config or {})})
         await asyncio.get_running_loop().run_in_executor(
             None, functools.partial(snapshot.record_turn, core.layout.root, snap, messages,
-                                    full=rec.id in self._unreadable))
-        self._unreadable.discard(rec.id)
-        core.messages[rec.id] = convo
+                                    verify=rec.id not in core.verified))
+        core.verified.add(rec.id)
         now = time.time()
         once: dict[str, Any] = {}
         if capped is not None and rec.usage_capped_attempt != rec.attempt:
@@ -194,20 +191,6 @@ class Protocol:
                                              "DEAD: context exhausted; reaping the session")
         except Exception:  # never into the daemon's TaskGroup
             log.exception("reaping DEAD exec %s failed", exec_id)
-
-    def _conversation(self, rec: LineageRecord) -> list[dict[str, Any]]:
-        convo = self.core.messages.get(rec.id)
-        if convo is None:
-            try:
-                convo = list(snapshot.read(snapshot.path_for(self.core.layout.root, rec.id))
-                             ["messages"])
-            except FileNotFoundError:
-                convo = []
-            except snapshot.SnapshotError:
-                convo = []
-                self._unreadable.add(rec.id)  # the next turn rewrites it whole
-            self.core.messages[rec.id] = convo
-        return convo
 
     def _lifecycle_event(self, rec: LineageRecord, before: str, after: str, why: str) -> None:
         self.core.journal.record(
@@ -342,8 +325,9 @@ class Protocol:
                          rec.provider_session_id)
                 return {"kind": "other", "allowed": True, "reason": "another session's turn",
                         "stdout": b"", "exit_code": 0}
+            # Read from the provider's transcript, not chosen by tether: cut to fit.
             await self.turn(rec, context_pct=u.context_pct if u else None, usage=usage,
-                            model=ev.model, messages=ev.messages)
+                            model=ev.model, messages=snapshot.fit_turn(ev.messages))
         elif ev.kind == "waiting":
             message = ev.raw.get("message")
             core.wait_for_user(rec, "notification",
