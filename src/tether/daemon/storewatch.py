@@ -56,8 +56,10 @@ class StoreWatch:
                               self.every)
 
     async def checkpoint(self) -> None:
+        t0 = time.monotonic()
         done = await asyncio.get_running_loop().run_in_executor(None, self.store.checkpoint)
         if done["truncated"]:
             self.truncations += 1
-            log.info("the store's WAL passed %d bytes: checkpointed and truncated (%d bytes "
-                     "now)", self.store.wal_limit, done["wal_bytes"])
+            log.info("the store's WAL passed %d bytes: checkpointed and truncated in %.0f ms "
+                     "(%d bytes now)", self.store.wal_limit, (time.monotonic() - t0) * 1000,
+                     done["wal_bytes"])
