@@ -265,9 +265,16 @@ class Scheduler:
         try:
             await self._start_run(run_id)
         except Exception as e:
-            # A commit failed (its exec may have started: the request key finds it).
-            # The run stays as the store has it (PENDING), and is re-driven.
-            self._failed(f"starting scheduled run {run_id}", e)
+            try:  # FAILED, as a refused start is; if the store refuses that too (a full
+                # disk), the run stays PENDING and is re-driven (its request key finds
+                # its exec if one was made)
+                self.journal.commit(self.db.transition_run(
+                    run_id, RunState.FAILED, f"could not start: {e}",
+                    ended_at=self.clock.now()))
+                log.warning("scheduled run %s could not start: %s", run_id, e,
+                            exc_info=not isinstance(e, (TetherError, OSError, sqlite3.Error)))
+            except Exception as again:
+                self._failed(f"starting scheduled run {run_id}", again)
         finally:
             self._starting.discard(run_id)
 
