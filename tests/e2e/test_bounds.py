@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,11 +22,12 @@ needs_bwrap = pytest.mark.skipif(not PROBE.available, reason=f"bwrap: {PROBE.rea
 
 AUTO = {"TETHER_DEFAULT_RUNTIME": "auto"}  # the default sandbox is bwrap
 
-# A hostile agent: calls one agent.* method as fast as it can for N seconds on its
-# socket (agent.sock inside bwrap), by hand (no SDK retries), and reports what it got.
+# A hostile agent: calls one agent.* method as fast as it can on its socket (agent.sock
+# inside bwrap), by hand (no SDK retries): N times, then on until told to stop (a file
+# "stop"); it says when its first N are done ("drained") and reports what it got.
 FLOOD = r'''
 import json, os, socket, sys, time
-method, seconds, size = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+method, count, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 s = socket.socket(socket.AF_UNIX)
 s.connect(os.environ["TETHER_SOCKET"])
 f = s.makefile("rwb")
@@ -38,7 +38,9 @@ if method == "agent.turn":
 ok, codes, first, n = 0, {}, None, 0
 open("flooding", "w").close()
 t0 = time.monotonic()
-while time.monotonic() - t0 < seconds:
+while not os.path.exists("stop") and time.monotonic() - t0 < 60:
+    if n == count:
+        open("drained", "w").close()
     n += 1
     f.write(json.dumps({"jsonrpc": "2.0", "id": n, "method": method,
                         "params": params}).encode() + b"\n")
@@ -52,7 +54,7 @@ while time.monotonic() - t0 < seconds:
         first = first or r["error"]
 with open("report.tmp", "w") as out:
     json.dump({"ok": ok, "codes": codes, "first": first, "calls": n,
-               "socket": os.environ["TETHER_SOCKET"]}, out)
+               "seconds": time.monotonic() - t0, "socket": os.environ["TETHER_SOCKET"]}, out)
 os.rename("report.tmp", "report.json")
 time.sleep(600)
 '''
@@ -114,17 +116,20 @@ def test_a_sandboxed_agent_flooding_agent_sock_is_rate_limited_and_journaled_onc
     d = auto_home
     d.start()
     flood, quiet = tmp_path / "flood", tmp_path / "quiet"
-    lineage = agent(d, flood, FLOOD, "agent.turn", "4", "100")
+    lineage = agent(d, flood, FLOOD, "agent.turn", "800", "100")
     other = agent(d, quiet, ONE_TURN)
-    wait_for(lambda: (flood / "flooding").exists(), 20, what="the flood to start")
-    time.sleep(1.0)
-    (quiet / "go").touch()  # mid-flood: the other lineage's bucket is its own
+    wait_for(lambda: (flood / "drained").exists(), 60, what="800 calls of the flood")
+    (quiet / "go").touch()  # mid-flood, its bucket empty: the other lineage's is its own
+    reply = json.loads(wait_for(lambda: report(quiet / "turn.json"), 20, what="other turn")
+                       and (quiet / "turn.json").read_text())
+    (flood / "stop").touch()
     got = wait_for(lambda: report(flood / "report.json"), 30, what="the flood's report")
     assert got["socket"] == str(d.home / "agent" / "agent.sock")
     refused = got["codes"].pop("RATE_LIMITED", 0)
     assert got["codes"] == {}, got
-    # 200 at once, then 20 a second for 4 s (with room for a slow start).
-    assert 200 <= got["ok"] <= 200 + 20 * 6, got
+    # 200 at once, then 20 a second for as long as it flooded.
+    assert 200 <= got["ok"] <= 200 + 20 * (got["seconds"] + 1), got
+    assert got["calls"] > 800, got
     assert refused > 0 and got["first"]["code"] == 1003, got
     data = got["first"]["data"]
     assert (data["limit"], data["burst"], data["session"]) == (20.0, 200.0, lineage)
@@ -136,8 +141,6 @@ def test_a_sandboxed_agent_flooding_agent_sock_is_rate_limited_and_journaled_onc
     assert limited[0].data["method"] == "agent.turn"
     c = d.client()
     assert c.lineage_get(lineage).turns == got["ok"]  # every refused call left nothing
-    reply = json.loads(wait_for(lambda: report(quiet / "turn.json"), 20, what="other turn")
-                       and (quiet / "turn.json").read_text())
     assert reply["result"]["turn"] == 1, reply
     assert c.lineage_get(other).turns == 1
     assert c.health().status == "SERVING"
@@ -175,10 +178,15 @@ def test_the_wal_is_truncated_once_it_passes_its_limit(tmp_path: Path) -> None:
 
 
 def _token(d: DaemonProc, exec_id: str) -> str:
-    """The attempt's token, from its process's environment (it is nowhere else)."""
-    pid = d.handles(exec_id)["child"]["pid"]
-    env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    return next(e for e in env if e.startswith(b"TETHER_TOKEN=")).split(b"=", 1)[1].decode()
+    """The attempt's token, from its process's environment (it is nowhere else; the
+    start gate's shell has not got it: wait until the command runs)."""
+    def token() -> str | None:
+        pid = d.handles(exec_id)["child"]["pid"]
+        env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        found = [e for e in env if e.startswith(b"TETHER_TOKEN=")]
+        return found[0].split(b"=", 1)[1].decode() if found else None
+    found: str = wait_for(token, 10, what="the agent's token in its environment")
+    return found
 
 
 # An agent reporting big turns: N turns of a message of S bytes (waiting as told when
