@@ -6,7 +6,7 @@ BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: demo demo-fleet test test-fast lint typecheck unit bench chaos agents test-agents screenshots clean
+.PHONY: demo demo-fleet test test-fast lint typecheck unit bench soak chaos agents test-agents screenshots clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "tether needs Python 3.11+"'
@@ -74,6 +74,12 @@ screenshots: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# Ten minutes of mixed load on one daemon (bench/soak.py): its RSS, store and health p99
+# at the start, the peak and the end, and whether they stay bounded and flat.
+SOAK_SECONDS ?= 600
+soak: $(STAMP)
+	$(BIN)/python -m bench --only soak --soak-seconds $(SOAK_SECONDS) $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -29,6 +29,7 @@ from bench import (
     rpc,
     sandboxes,
     scheduler,
+    soak,
     start_latency,
     store_backends,
     store_check,
@@ -71,7 +72,10 @@ BENCHMARKS: dict[str, Runner] = {
     "fleet": lambda o, c: fleet.run(o),
     "store_backends": lambda o, c: store_backends.run(o),
     "egress": lambda o, c: egress.run(o),
+    "soak": lambda o, c: soak.run(o),
 }
+#: Run only when asked by name (``--only soak``, ``make soak``): ten minutes on its own.
+NOT_BY_DEFAULT = {"soak"}
 ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
            "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents",
            "sandbox": "sandboxes", "docker": "sandboxes", "flood": "floods",
@@ -131,6 +135,8 @@ def parse(argv: list[str] | None) -> tuple[Options, list[str]]:
     p.add_argument("--sandbox-samples", type=int, default=None,
                    help="sandbox samples per docker row (default 10, quick 4); process and "
                         "bwrap rows take 3x (create) and 5x (exec) as many")
+    p.add_argument("--soak-seconds", type=float, default=None,
+                   help="length of the soak (--only soak), seconds (default 600)")
     p.add_argument("--results", type=Path, default=RESULTS,
                    help="directory for the JSON files (default bench/results)")
     a = p.parse_args(argv)
@@ -146,8 +152,9 @@ def parse(argv: list[str] | None) -> tuple[Options, list[str]]:
         rpc_seconds=a.rpc_seconds or (1.0 if q else 3.0),
         results=a.results,
         sandbox_samples=max(1, a.sandbox_samples) if a.sandbox_samples else None,
+        soak_seconds=a.soak_seconds,
     )
-    return opts, a.only or list(BENCHMARKS)
+    return opts, a.only or [n for n in BENCHMARKS if n not in NOT_BY_DEFAULT]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,6 +25,8 @@ class _Reply(msgspec.Struct, kw_only=True):
 class Health(_Reply):
     status: str  # SERVING | NOT_SERVING
     state: str
+    #: why it is NOT_SERVING while RUNNING (``STORE_LOST: …``), else None
+    reason: str | None = None
 
 
 class RuntimeStatus(_Reply):

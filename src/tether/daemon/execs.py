@@ -25,7 +25,7 @@ from tether.daemon.logfmt import ids
 from tether.daemon.metrics import Histogram
 from tether.daemon.signals import describe_exit
 from tether.daemon.tasks import Tasks
-from tether.daemon.terminal_events import watch_terminal
+from tether.daemon.terminal_events import catch_up, watch_terminal
 from tether.hostio.pidfd import signal_verified_group
 from tether.hostio.proc import is_same_process
 from tether.model.errors import (
@@ -102,6 +102,9 @@ class ExecService:
         # committed (e.g. the disk is full): the sweep settles them again.
         self._unsettled: set[str] = set()
         self._terminal_watchers: dict[str, asyncio.Task[None]] = {}
+        # exec id -> the number of its next terminal event the journal lacks, as far as
+        # its watcher knows (so the end's catch-up need not ask the journal)
+        self._terminal_next: dict[str, int] = {}
         self.pool_wanted = asyncio.Event()
         # The daemon's group: owner of the long-lived per-exec tasks.
         self.tasks = tasks
@@ -304,7 +307,8 @@ class ExecService:
             asyncio.get_running_loop().add_reader(pidfd, self._on_monitor_exit, rec.id)
         if (rec.spec.tty or rec.spec.stdin) and self.tasks.open:
             self._terminal_watchers[rec.id] = self.tasks.spawn(
-                watch_terminal(self.store, self.journal, rec, self.paths(rec).socket),
+                watch_terminal(self.store, self.journal, rec, self.paths(rec).socket,
+                               self._terminal_next),
                 name=f"terminal-{rec.id}")
 
     def _unwatch(self, exec_id: str) -> None:
@@ -362,6 +366,10 @@ class ExecService:
 
     def _apply(self, rec: ExecRecord, insp: Inspection) -> str:
         """Bring the record in line with an inspection. Returns what was done."""
+        if insp.kind in ("exited", "lost") and (rec.spec.tty or rec.spec.stdin):
+            # Attaches and detaches no daemon journaled (none was watching), before the end.
+            catch_up(self.store, self.journal, rec, self.paths(rec).events,
+                     self._terminal_next.pop(rec.id, None))
         if insp.kind == "exited":
             assert insp.exit is not None
             st = insp.exit

@@ -108,6 +108,7 @@ class HomeLayout:
             socket=self.run / f"{exec_id}.sock",
             claim=self.run / f"{exec_id}.claim",
             monitor_log=self.run / f"{exec_id}.monitor.log",
+            events=self.run / f"{exec_id}.events.jsonl",
         )
 
 
@@ -121,6 +122,9 @@ class ExecPaths:
     socket: Path
     claim: Path
     monitor_log: Path
+    #: the monitor's terminal events (attach, detach, resize), for a daemon that was not
+    #: watching: one JSON line each, numbered as on its watch connection
+    events: Path
 
     def log(self, stream: str) -> Path:
         return {"stderr": self.stderr, "pty": self.pty}.get(stream, self.stdout)

@@ -321,7 +321,7 @@ class MonitorPool:
             "umask": self.umask,
             "paths": {k: str(getattr(paths, k)) for k in ("stdout", "stderr", "exit", "pty",
                                                             "handles", "socket", "claim",
-                                                            "monitor_log")},
+                                                            "monitor_log", "events")},
         }
         if fence is not None:
             spec["fence"] = {"path": fence.path, "epoch": fence.epoch, "reason": fence.reason}

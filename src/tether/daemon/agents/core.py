@@ -1,9 +1,9 @@
 """The state the parts of the agent service share, explicitly.
 
 The daemon's services the parts call, and the lineages' memory of category C:
-heartbeats, the message cache, hung kills and the rest are lost on a restart by
-design (a restarted daemon gives every live session a fresh grace period and
-reloads messages from the snapshot). One object, so that ``forget`` drops a
+heartbeats, hung kills and the rest are lost on a restart by design (a restarted
+daemon gives every live session a fresh grace period and reads each drain snapshot
+back once, at its next turn). One object, so that ``forget`` drops a
 lineage's memory in one place whichever part ends it.
 """
 
@@ -58,7 +58,7 @@ class AgentCore:
         self.heartbeat: dict[str, float] = {}  # lineage -> last sign of life (C)
         self.hb_class: dict[str, lc.HeartbeatClass] = {}
         self.wt_written: dict[str, float] = {}
-        self.messages: dict[str, list[dict[str, Any]]] = {}  # cache of the snapshot's
+        self.verified: set[str] = set()  # lineages whose drain snapshot was read back once
         self.hung_kills: set[str] = set()  # exec ids we cancelled as hung
         self.successor_wanted: list[str] = []  # DEAD lineages whose successor is due
         self.tool_calls: dict[str, int] = {}  # for heartbeat.json toolCallsCount
@@ -98,7 +98,7 @@ class AgentCore:
         if lock is not None and not lock.locked():
             self.locks.pop(lineage, None)
         self.hb_class.pop(lineage, None)
-        self.messages.pop(lineage, None)
+        self.verified.discard(lineage)
         self.tokens.pop(lineage, None)
         self.output_marks.pop(lineage, None)
 

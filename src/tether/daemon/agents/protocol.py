@@ -68,7 +68,6 @@ class Protocol:
     def __init__(self, core: AgentCore, worktree: WorktreeFiles) -> None:
         self.core = core
         self.worktree = worktree
-        self._unreadable: set[str] = set()  # lineages whose snapshot could not be read
         self._refused_paths: set[str] = set()  # lineages whose refused path was journaled
         # lineage -> its turn being counted in the background (settles_turns providers)
         self._settling: dict[str, asyncio.Task[None]] = {}
@@ -117,13 +116,12 @@ class Protocol:
         total = dict(rec.usage)
         for k, v in usage.items():
             total[k] = total.get(k, 0) + int(v)
-        # A new list, cached only once the snapshot is durable: a failed write followed
-        # by the agent's retry must not record the turn's messages twice.
-        convo = [*self._conversation(rec), *messages]
         turn_no = rec.turns + 1
+        # Only the header: the conversation stays on disk (a rewrite reads it back there,
+        # in the worker thread), so no turn, however large, is held here after its reply.
         snap = snapshot.build(
             lineage=rec.id, instance=core.instance, provider=rec.config.provider,
-            model=model or rec.model, usage=total, messages=convo, turn=turn_no,
+            model=model or rec.model, usage=total, messages=[], turn=turn_no,
             provider_session_id=rec.provider_session_id,
             loop_config={"argv": rec.config.argv, "revival": rec.config.revival,
                          "max_revivals": rec.config.max_revivals,
@@ -131,9 +129,8 @@ class Protocol:
                          "tty": rec.config.tty, **(config or {})})
         await asyncio.get_running_loop().run_in_executor(
             None, functools.partial(snapshot.record_turn, core.layout.root, snap, messages,
-                                    full=rec.id in self._unreadable))
-        self._unreadable.discard(rec.id)
-        core.messages[rec.id] = convo
+                                    verify=rec.id not in core.verified))
+        core.verified.add(rec.id)
         now = time.time()
         once: dict[str, Any] = {}
         if capped is not None and rec.usage_capped_attempt != rec.attempt:
@@ -206,20 +203,6 @@ class Protocol:
                                              "DEAD: context exhausted; reaping the session")
         except Exception:  # never into the daemon's TaskGroup
             log.exception("reaping DEAD exec %s failed", exec_id)
-
-    def _conversation(self, rec: LineageRecord) -> list[dict[str, Any]]:
-        convo = self.core.messages.get(rec.id)
-        if convo is None:
-            try:
-                convo = list(snapshot.read(snapshot.path_for(self.core.layout.root, rec.id))
-                             ["messages"])
-            except FileNotFoundError:
-                convo = []
-            except snapshot.SnapshotError:
-                convo = []
-                self._unreadable.add(rec.id)  # the next turn rewrites it whole
-            self.core.messages[rec.id] = convo
-        return convo
 
     def _lifecycle_event(self, rec: LineageRecord, before: str, after: str, why: str) -> None:
         self.core.journal.record(
@@ -423,7 +406,10 @@ class Protocol:
             if u is not None and fresh.context_window:
                 u.context_window = fresh.context_window
             return await self._turn(fresh, context_pct=u.context_pct if u else None,
-                                    usage=usage, model=ev.model, messages=ev.messages,
+                                    usage=usage, model=ev.model,
+                                    # read from the agent's own files, not chosen by
+                                    # tether: cut to fit
+                                    messages=snapshot.fit_turn(ev.messages),
                                     cursor=cursor, settled_late=settled_late)
 
     async def _settled(self, lineage: str) -> None:
