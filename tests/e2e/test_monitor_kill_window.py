@@ -86,6 +86,29 @@ def kill_during_start(c: Client, home: Path, mon: int, mark: Path, rng: random.R
     return exec_id, rec
 
 
+def test_a_killed_idle_monitor_is_replaced(stopped_daemon: DaemonProc, tmp_path: Path) -> None:
+    """An idle pooled monitor that dies (OOM killer, an admin, a kill during its spawn) is
+    replaced at once, not kept in the pool as if it were ready: the next start finds a
+    live one. Seen as the test below waiting 10 s for an idle monitor on a loaded machine:
+    a monitor killed while the refill that spawned it was still in the executor."""
+    d = stopped_daemon
+    d.start(pool=1)
+    c = d.client(reconnect=5)
+    for _ in range(3):
+        # The one idle monitor (the last round's exec's monitor may still be exiting).
+        idle = wait_for(lambda: len(m := sorted(monitor_children(d.pid))) == 1 and m, 10,
+                        what="one idle monitor")
+        os.kill(idle[0], signal.SIGKILL)
+        fresh = wait_for(lambda i=idle: sorted(monitor_children(d.pid) - set(i)), 10,
+                         what="the killed idle monitor replaced")
+        mark = tmp_path / "ran"
+        rec = c.exec_start(["/bin/sh", "-c", 'touch "$0"; sleep 30', str(mark)])
+        claim = (d.home / "run" / f"{rec.id}.claim").read_text().split()
+        assert claim == ["monitor", str(fresh[0])], (claim, fresh)  # the pooled one ran it
+        c.exec_cancel(rec.id, signal="KILL", grace=0)
+        wait_for(lambda r=rec: c.exec_get(r.id).state == "CANCELLED", 15)
+
+
 def test_monitor_killed_around_the_spawn_leaves_nothing_untracked(
         stopped_daemon: DaemonProc, tmp_path: Path) -> None:
     d = stopped_daemon

@@ -89,7 +89,6 @@ class ExecService:
         # committed (e.g. the disk is full): the sweep settles them again.
         self._unsettled: set[str] = set()
         self._terminal_watchers: dict[str, asyncio.Task[None]] = {}
-        self.pool_wanted = asyncio.Event()
         # The daemon's group: owner of the long-lived per-exec tasks.
         self.tasks = tasks
         # The default sandbox's runtime is ``auto``: where it cannot confine an exec (its
@@ -222,7 +221,7 @@ class ExecService:
             raise TetherError(RpcCode.START_FAILED, e.code, str(e),
                               {"exec": failed.id}) from None
         finally:
-            self.pool_wanted.set()
+            self.monitors.wanted.set()
         self.faults.hit("exec.after_handoff")
         try:
             rec = self._commit(self.store.transition_exec(
