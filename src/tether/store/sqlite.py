@@ -11,6 +11,7 @@ never corrupts the file. ``docs/STATE.md`` states this promise.
 
 from __future__ import annotations
 
+import os
 import secrets
 import sqlite3
 import time
@@ -34,6 +35,7 @@ from tether.model.states import ExecState, LineageStatus, SandboxState, check_tr
 from tether.store.base import DAEMON_STREAM, SchemaTooNew
 from tether.store.migrations import MIGRATIONS
 from tether.store.ports import PortLeases
+from tether.store.reads import Reads
 from tether.store.schedules import ScheduleStore
 
 _enc = msgspec.json.Encoder()
@@ -80,6 +82,8 @@ class Store:
         self._epoch: str | None = None
         self.schedules = ScheduleStore(self)
         self.ports = PortLeases(self)
+        #: Heavy reads in worker threads, each with its own connection (store/reads.py).
+        self.reads = Reads(path)
 
     @property
     def epoch(self) -> str:
@@ -101,7 +105,15 @@ class Store:
         finally:
             con.close()
 
+    def wal_bytes(self) -> int:
+        """The write-ahead log's size now (0 when there is none)."""
+        try:
+            return os.stat(f"{self.path}-wal").st_size
+        except OSError:
+            return 0
+
     def close(self) -> None:
+        self.reads.close()
         self._db.close()
 
     def _quick_check(self) -> None:
