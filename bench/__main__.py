@@ -21,6 +21,7 @@ from bench import (
     fleet,
     floods,
     logs,
+    maintenance,
     memory,
     outbox,
     recovery,
@@ -65,6 +66,7 @@ BENCHMARKS: dict[str, Runner] = {
     "web": lambda o, c: web.run(o),
     "scheduler": lambda o, c: scheduler.run(o),
     "retention": lambda o, c: retention.run(o),
+    "maintenance": lambda o, c: maintenance.run(o),
     "fleet": lambda o, c: fleet.run(o),
     "store_backends": lambda o, c: store_backends.run(o),
 }
@@ -74,7 +76,8 @@ ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "
            "quick_check": "store_check", "store": "store_check",
            "startup": "cli", "hook": "cli", "rollup": "digest", "webhooks": "outbox",
            "webhook": "outbox", "dashboard": "web", "schedule": "scheduler",
-           "cron": "scheduler", "prune": "retention", "pgstore": "store_backends",
+           "cron": "scheduler", "prune": "retention",
+           "lag": "maintenance", "loop_lag": "maintenance", "pgstore": "store_backends",
            "postgres": "store_backends"}
 
 
