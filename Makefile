@@ -38,12 +38,12 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
-# The fleet's randomised host kills, the long version (make test runs 9 rounds): 200
-# rounds with a 3 s lease take about 11 minutes. CHAOS_SEED=N replays a failure.
+# The fleet's randomised host kills and stalls, the long version (make test runs 8 rounds):
+# 200 rounds with a 3 s lease take about 11 minutes. CHAOS_SEED=N replays a failure.
 CHAOS_ROUNDS ?= 200
 chaos: $(STAMP)
 	TETHER_FLEET_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(if $(CHAOS_SEED),TETHER_FLEET_CHAOS_SEED=$(CHAOS_SEED)) \
-	    $(BIN)/pytest -q --timeout 3600 \
+	    $(BIN)/pytest -q \
 	    tests/e2e/test_fleet.py::test_randomised_host_kills_keep_every_lineage_on_one_host
 
 # The real agent CLIs (Claude Code, Codex, Gemini CLI, Aider), pinned in .ci/agents.sh, into

@@ -22,6 +22,7 @@ from bench import (
     fleet,
     floods,
     logs,
+    maintenance,
     memory,
     outbox,
     recovery,
@@ -69,6 +70,7 @@ BENCHMARKS: dict[str, Runner] = {
     "web_scale": lambda o, c: web_scale.run(o),
     "scheduler": lambda o, c: scheduler.run(o),
     "retention": lambda o, c: retention.run(o),
+    "maintenance": lambda o, c: maintenance.run(o),
     "fleet": lambda o, c: fleet.run(o),
     "store_backends": lambda o, c: store_backends.run(o),
     "egress": lambda o, c: egress.run(o),
@@ -83,7 +85,8 @@ ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "
            "startup": "cli", "hook": "cli", "rollup": "digest", "webhooks": "outbox",
            "webhook": "outbox", "dashboard": "web", "dashboard_scale": "web_scale",
            "schedule": "scheduler",
-           "cron": "scheduler", "prune": "retention", "pgstore": "store_backends",
+           "cron": "scheduler", "prune": "retention",
+           "lag": "maintenance", "loop_lag": "maintenance", "pgstore": "store_backends",
            "postgres": "store_backends", "proxy": "egress"}
 
 

@@ -333,6 +333,50 @@ def test_the_sdk_and_the_cli_show_jobs_and_runs(s: Sched) -> None:
     assert c.schedule_list() == [] and [j.name for j in c.schedule_list(all=True)] == ["sdk"]
 
 
+def test_scheduler_status_pages_its_jobs_and_old_callers_get_a_bounded_first_page(
+        s: Sched) -> None:
+    """Issue 22 #7: ``scheduler.status`` returned every job at once (35-51 MB and seconds
+    of the daemon's loop for 100,000; the dashboard asks on every refresh). Now a page at
+    a time: ``limit`` and ``after`` (the ``next`` of the page before), ``total``; a caller
+    without them gets the first 1,000 jobs; ``tether scheduler status`` follows the pages."""
+    s.d.start()
+    n = 1005
+    with RawConn(s.d.socket, 60.0) as conn:  # two JSON-RPC batches of schedule.add
+        for lo in range(0, n, 1000):
+            conn.send_obj([{"jsonrpc": "2.0", "id": i, "method": "schedule.add",
+                            "params": {"name": f"j{i:04d}", "argv": ["true"], "every": HOUR}}
+                           for i in range(lo, min(n, lo + 1000))])
+            replies = conn.recv_obj()
+            assert all("result" in r for r in replies), [r for r in replies if "error" in r][:1]
+    s.call("schedule.remove", {"job": "j0003"})  # removed: on no page, not counted
+    names = [f"j{i:04d}" for i in range(n) if i != 3]
+    old = s.call("scheduler.status")  # a caller from before paging
+    assert [j["name"] for j in old["jobs"]] == names[:1000]
+    assert old["total"] == n - 1 and old["next"] is not None and old["next_due"] is not None
+    c = s.d.client()
+    seen: list[str] = []
+    after: str | None = None
+    pages = 0
+    while True:
+        page = c.scheduler_status(limit=400, after=after)
+        seen += [j.name for j in page.jobs]
+        pages += 1
+        assert page.total == n - 1
+        if page.next is None:
+            break
+        after = page.next
+    assert seen == names and pages == 3
+    with pytest.raises(RpcFailed) as bad:
+        s.call("scheduler.status", {"after": "not-a-cursor"})
+    assert bad.value.error["code"] == -32602 and "next" in bad.value.error["message"]
+    with pytest.raises(RpcFailed):
+        s.call("scheduler.status", {"limit": 5001})
+    r = s.d.cli("scheduler", "status")
+    assert r.returncode == 0, r.stderr
+    rows = r.stdout.decode().splitlines()[1:]
+    assert [row.split()[0] for row in rows] == names
+
+
 def test_the_cli_shows_periods_in_the_users_unit_and_times_with_their_zone(s: Sched) -> None:
     """`--every 15m` read back as `every 900s`, and times without a zone (a cron job has a
     zone of its own: 02:00 in which?)."""

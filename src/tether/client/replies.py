@@ -437,8 +437,10 @@ class JobList(_Reply):
 
 
 class SchedulerStatus(_Reply):
-    jobs: list[JobView]
+    jobs: list[JobView]  # one page
     next_due: float | None = None
+    total: int | None = None  # jobs on every page (None: a daemon from before paging)
+    next: str | None = None  # the next page's cursor (``after``), None after the last
 
 
 __all__ = ["AgentStarted", "AgentSummary", "CopyReport", "DeliveryView", "DigestBuilt",

@@ -176,7 +176,7 @@ METHODS: dict[str, type[Any]] = {
     "schedule.resume": m.ScheduleRef,
     "schedule.run_now": m.ScheduleRef,
     "schedule.remove": m.ScheduleRef,
-    "scheduler.status": m.Empty,
+    "scheduler.status": m.SchedulerStatus,
 }
 
 #: All a sandboxed agent can reach (on ``agent.sock``): its own session, by token.
@@ -315,10 +315,10 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         return {"removed": await d.retention.remove_execs(recs)}
 
     async def retention_prune(p: m.RetentionPrune, c: Connection) -> Any:
-        return await owned(d.retention.prune(p.older_than, p.dry_run))
+        return await owned(d.retention.prune_reply(p.older_than, p.dry_run))
 
     async def retention_df(p: m.Empty, c: Connection) -> Any:
-        return d.retention.df()
+        return await d.retention.df()
 
     def _same_epoch(epoch: str | None, since: int) -> None:
         """A cursor from another journal (a store rebuilt by --recover-store) would

@@ -436,14 +436,14 @@ class Daemon:
     # ------------------------------------------------------------------ background
     async def _pool_loop(self) -> None:
         while True:
-            self.execs.pool_wanted.clear()
+            self.monitors.wanted.clear()
             try:
                 await self.monitors.refill_pool()
             except OSError:  # e.g. EAGAIN from fork: starts spawn on demand meanwhile
                 log.exception("could not pre-start a monitor; retrying in 1 s")
                 await asyncio.sleep(1.0)
                 continue
-            await self.execs.pool_wanted.wait()
+            await self.monitors.wanted.wait()
 
     async def _sweep_loop(self) -> None:
         while True:

@@ -105,7 +105,6 @@ class ExecService:
         # exec id -> the number of its next terminal event the journal lacks, as far as
         # its watcher knows (so the end's catch-up need not ask the journal)
         self._terminal_next: dict[str, int] = {}
-        self.pool_wanted = asyncio.Event()
         # The daemon's group: owner of the long-lived per-exec tasks.
         self.tasks = tasks
         # The default sandbox's runtime is ``auto``: where it cannot confine an exec (its
@@ -271,7 +270,7 @@ class ExecService:
             raise TetherError(RpcCode.START_FAILED, e.code, str(e),
                               {"exec": failed.id}) from None
         finally:
-            self.pool_wanted.set()
+            self.monitors.wanted.set()
         self.faults.hit("exec.after_handoff")
         try:
             rec = self._commit(self.store.transition_exec(

@@ -6,7 +6,9 @@ period; once the period less :data:`FENCE_MARGIN` of it has passed since the las
 renewal that was *sent* and acknowledged (by this host's monotonic clock, so before
 PostgreSQL can consider the lease expired), the host is fenced: it starts nothing
 more, writes no fleet intent and withdraws its agents (they are revived elsewhere),
-then takes a new lease with a new token when it can, without resuming the old work.
+then takes a new lease with a new token when it can, without resuming the old work
+(a placement that new lease carries over, its lineage withdrawn, is revived once, on
+another host if one has room, else here as its next generation: never reported ended).
 The same deadline goes into the lease file (:mod:`tether.daemon.fleet_lease`) that
 the monitors of fleet agents watch, so they stop their agents at that point even when
 this daemon is dead. The work loop wakes on a ``NOTIFY`` or every ``interval``: start
@@ -46,6 +48,11 @@ Dispatch = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 REQUEST_PREFIX = "fleet-"
 #: The reason a lineage stopped here to be handed over begins with this (a drain).
 HANDOVER = "handed over to another host: "
+#: The reason a lineage was withdrawn because this host's lease does not own it (at a
+#: fence, or a stray found by a work pass) begins with this. If a later lease of this
+#: host carries its placement over (it stalled just past its fence point, PostgreSQL's
+#: lease still live), the work pass revives the placement instead of reporting it ended.
+WITHDRAWN = "withdrawn from this host: "
 #: The fence point comes this share of the lease before its expiry in PostgreSQL: room
 #: for the clocks' and the kill's delays (renewals, every third, never come near it).
 FENCE_MARGIN = 1 / 6
@@ -295,8 +302,8 @@ class FleetService:
         for rec in self.store.list_lineages(tuple(LINEAGE_LIVE)):
             key = rec.request_key or ""
             if key.startswith(REQUEST_PREFIX) and key not in keep:
-                await self.agents.withdraw(rec.id, f"host {self.cfg.host} lost its fleet "
-                                           "lease: the lineage runs elsewhere")
+                await self.agents.withdraw(rec.id, f"{WITHDRAWN}host {self.cfg.host} lost "
+                                           "its fleet lease: the lineage runs elsewhere")
 
     # ------------------------------------------------------------------ work
     async def _work_loop(self) -> None:
@@ -356,6 +363,9 @@ class FleetService:
         self._pushed = {k: v for k, v in self._pushed.items() if k in owned}
         self._drain_turns = {k: v for k, v in self._drain_turns.items() if k in owned}
         for w in running:
+            if self._withdrawn(w):  # a fence stopped it, and this lease carried its row
+                await self._revive_withdrawn(w, token)
+                continue
             ended = self._ended(w)
             if ended is not None and not self._handing(w):
                 await self._sync_branch(w, force=True)  # its last commits
@@ -396,6 +406,33 @@ class FleetService:
         reply = await self.dispatch(method, params)
         self.faults.hit("fleet.after_start")
         return str(reply["id"])
+
+    def _withdrawn(self, w: dict[str, Any]) -> bool:
+        """Whether ``w``'s local lineage was withdrawn because a lease of this host did
+        not own it (``WITHDRAWN``): it did not end, it was stopped to run elsewhere."""
+        rec = self.store.get_lineage(w["local_id"]) if w["kind"] == "agent" else None
+        return (rec is not None and rec.status not in LINEAGE_LIVE
+                and (rec.reason or "").startswith(WITHDRAWN))
+
+    async def _revive_withdrawn(self, w: dict[str, Any], token: int) -> None:
+        """Revive a placement whose local copy a fence withdrew, though this lease
+        carried its row over (the host stalled just past its fence point while
+        PostgreSQL's lease still ran): once, on another host if one has room, else here
+        as its next generation, never reported ENDED (``fleet.store.revive_withdrawn``).
+        A crash before the commit leaves the row for the next pass."""
+        from tether.fleet import store as fs
+
+        host = self.cfg.host
+        await self._sync_branch(w, force=True)  # its last commits, for whoever revives it
+        got = await self._call("work", fs.revive_withdrawn, w["id"], host, token,
+                               f"host {host} was fenced and withdrew lineage {w['local_id']}")
+        if got is not None:
+            self.journal.record(None, "fleet.revived", reason=(
+                f"placement {w['id']} withdrawn at a fence: "
+                + (f"revived on host {got['host']} (generation {got['generation']})"
+                   if got["state"] == "PLACED" else f"now {got['state']}")),
+                data={"work": w["id"], "lineage": w["local_id"], "state": got["state"],
+                      "host": got.get("host"), "generation": got.get("generation")})
 
     def _handing(self, w: dict[str, Any]) -> bool:
         """Whether ``w``'s local lineage was stopped to be handed over (a drain)."""

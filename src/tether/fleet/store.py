@@ -208,33 +208,73 @@ def sweep_orphans(conn: Any, name: str, token: int, lease: float = 10.0,
             "AND (h.lease_expires <= now() OR h.token <> w.token) "
             "ORDER BY w.id FOR UPDATE OF w SKIP LOCKED").fetchall()
         for w in orphans:
-            why = f"host {w['host']} lost its lease"
-            if w["kind"] == "exec" or w["revival"] == "reap":
-                state = states.LOST if w["kind"] == "exec" else states.REAPED
-                states.check(w["id"], w["state"], state)
-                conn.execute("UPDATE work SET state = %s, reason = %s, updated_at = now() "
-                             "WHERE id = %s", (state, why, w["id"]))
-                _journal(conn, f"work.{state.lower()}", host=w["host"], work=w["id"],
-                         reason=why, by=name)
-                done.append({"id": w["id"], "state": state})
-            elif w["revival"] == "ask":
-                states.check(w["id"], w["state"], states.ASK)
-                conn.execute("UPDATE work SET state = %s, reason = %s, updated_at = now() "
-                             "WHERE id = %s", (states.ASK, why + ": waiting for a human",
-                                               w["id"]))
-                _journal(conn, "work.ask", host=w["host"], work=w["id"], reason=why, by=name)
-                done.append({"id": w["id"], "state": states.ASK})
-            else:
-                target = _pick(conn, w["labels"], None, exclude=w["host"])
-                if target is None:
-                    continue  # no live host with room: the next sweep tries again
-                _place_again(conn, w, target, why + ": revived")
-                _journal(conn, "work.revived", host=target["name"], token=target["token"],
-                         work=w["id"], previous=w["host"], generation=w["generation"] + 1,
-                         by=name)
-                conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, target["name"]))
-                done.append({"id": w["id"], "state": states.PLACED, "host": target["name"]})
+            got = _settle_orphan(conn, w, f"host {w['host']} lost its lease", by=name)
+            if got is not None:
+                done.append(got)
     return done
+
+
+def _settle_orphan(conn: Any, w: dict[str, Any], why: str, *, by: str,
+                   here: str | None = None) -> dict[str, Any] | None:
+    """Settle live placement ``w`` (read ``FOR UPDATE``) whose copy runs nowhere: an exec
+    is LOST; an agent is placed again on the freest live host other than its own
+    (``revive``; ``here``: else on host ``here`` itself, the caller), REAPED or left to a
+    human (``ask``). None when no host has room (the row is left as it was: tried again)."""
+    if w["kind"] == "exec" or w["revival"] == "reap":
+        state = states.LOST if w["kind"] == "exec" else states.REAPED
+        states.check(w["id"], w["state"], state)
+        conn.execute("UPDATE work SET state = %s, reason = %s, updated_at = now() "
+                     "WHERE id = %s", (state, why, w["id"]))
+        _journal(conn, f"work.{state.lower()}", host=w["host"], work=w["id"], reason=why,
+                 by=by)
+        return {"id": w["id"], "state": state}
+    if w["revival"] == "ask":
+        states.check(w["id"], w["state"], states.ASK)
+        conn.execute("UPDATE work SET state = %s, reason = %s, updated_at = now() "
+                     "WHERE id = %s", (states.ASK, why + ": waiting for a human", w["id"]))
+        _journal(conn, "work.ask", host=w["host"], work=w["id"], reason=why, by=by)
+        return {"id": w["id"], "state": states.ASK}
+    target = _pick(conn, w["labels"], None, exclude=w["host"])
+    if target is None and here is not None:
+        target = _room_here(conn, here, w)
+    if target is None:
+        return None  # no live host with room: the next sweep tries again
+    _place_again(conn, w, target, why + ": revived")
+    _journal(conn, "work.revived", host=target["name"], token=target["token"], work=w["id"],
+             previous=w["host"], generation=w["generation"] + 1, by=by)
+    conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, target["name"]))
+    return {"id": w["id"], "state": states.PLACED, "host": target["name"],
+            "generation": w["generation"] + 1}
+
+
+def _room_here(conn: Any, name: str, w: dict[str, Any]) -> dict[str, Any] | None:
+    """Host ``name`` (the caller, whose row ``_guard`` holds) as the target of its own
+    placement ``w``, when it is ACTIVE, has ``w``'s labels and room besides ``w``."""
+    row: dict[str, Any] | None = conn.execute(
+        f"SELECT h.name, h.token FROM hosts h WHERE h.name = %s AND h.state = 'ACTIVE' AND "
+        f"h.lease_expires > now() AND h.labels @> %s::jsonb AND h.capacity > "
+        f"(SELECT count(*) FROM work x WHERE x.host = h.name AND x.state IN {_IN_LIVE} "
+        f"AND x.id <> %s)", (name, json.dumps(w["labels"] or {}), w["id"])).fetchone()
+    return row
+
+
+def revive_withdrawn(conn: Any, work: int, name: str, token: int, why: str,
+                     ) -> dict[str, Any] | None:
+    """This host's live agent placement ``work``, whose local lineage this host withdrew
+    when it was fenced, settled as an orphan is (``_settle_orphan``: revived on the
+    freest other live host, else here as its next generation; or REAPED, or ASK, by its
+    revival policy). Reached when the host stalled past its fence point and took its
+    lease again while PostgreSQL's still ran, carrying the row over. Fenced by
+    ``token``; once: the row moves on. None when nothing changed."""
+    with conn.transaction():
+        _guard(conn, name, token)
+        w = conn.execute(
+            "SELECT id, state, kind, host, revival, generation, labels FROM work WHERE "
+            f"id = %s AND host = %s AND token = %s AND kind = 'agent' AND state IN {_IN_LIVE} "
+            "FOR UPDATE", (work, name, token)).fetchone()
+        if w is None:
+            return None
+        return _settle_orphan(conn, dict(w), why, by=name, here=name)
 
 
 # ---------------------------------------------------------------------- client side

@@ -104,8 +104,11 @@ async def _read_report(fd: int) -> bytes:
 
 
 class _IdleMonitor:
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], pidfd: int | None) -> None:
         self.proc = proc
+        #: Readable once it dies: watched while it waits in the pool (:meth:`MonitorPool.
+        #: _keep`), so a dead one leaves the pool and is replaced at once.
+        self.pidfd = pidfd
 
 
 @dataclass
@@ -150,6 +153,9 @@ class MonitorPool:
         self._children: set[int] = set()
         self._zygotes: dict[str, _Zygotes] = {}  # by sandbox id, least recently used first
         self._runs: dict[int, str] = {}  # pid -> run directory of a monitor made ahead
+        #: Set when the pool is short: after a start took a monitor, or an idle one died.
+        #: The daemon's ``monitor-pool`` task waits on it and calls :meth:`refill_pool`.
+        self.wanted = asyncio.Event()
 
     # ------------------------------------------------------------------ pool
     def _spawn_monitor(self, zygote: _Zygotes | None = None) -> _IdleMonitor:
@@ -159,8 +165,12 @@ class MonitorPool:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             start_new_session=True, close_fds=True, cwd="/",
         )
+        try:  # before reap_children may reap it: the pid is still surely this child
+            pidfd: int | None = os.pidfd_open(proc.pid)
+        except OSError:  # no descriptor left: unwatched, found dead when taken
+            pidfd = None
         self._children.add(proc.pid)
-        mon = _IdleMonitor(proc)
+        mon = _IdleMonitor(proc, pidfd)
         line: dict[str, Any] | None = {"ahead": self._ahead} if self._ahead else None
         if zygote is not None:
             line = {"zygote": {"argv": zygote.argv, "dir": zygote.logs,
@@ -186,14 +196,41 @@ class MonitorPool:
         fork/exec would stall the loop."""
         loop = asyncio.get_running_loop()
         while self.pool_size - len(self._pool) > 0:
-            self._pool.append(await loop.run_in_executor(None, self._spawn_monitor))
+            mon = await loop.run_in_executor(None, self._spawn_monitor)
+            self._keep(mon, self._pool)
         for sandbox, z in list(self._zygotes.items()):
             while self._zygotes.get(sandbox) is z and len(z.idle) < ZYGOTES_PER_SANDBOX:
                 mon = await loop.run_in_executor(None, self._spawn_monitor, z)
                 if self._zygotes.get(sandbox) is not z:  # dropped meanwhile
                     self._end(mon)
                 else:
-                    z.idle.append(mon)
+                    self._keep(mon, z.idle)
+
+    def _keep(self, mon: _IdleMonitor, idle: deque[_IdleMonitor]) -> None:
+        """Put a new monitor in ``idle`` (the pool, or a sandbox's zygotes) and watch it
+        there: one that dies idle (killed while its spawn was still in the thread pool,
+        by the OOM killer, by an admin) leaves it and is replaced (``wanted``), instead of
+        holding a place as if it were ready while the pool stays short."""
+        idle.append(mon)
+        if mon.pidfd is not None:
+            asyncio.get_running_loop().add_reader(mon.pidfd, self._died_idle, mon, idle)
+
+    def _died_idle(self, mon: _IdleMonitor, idle: deque[_IdleMonitor]) -> None:
+        if mon not in idle:  # taken for an exec meanwhile: the exec's watch has it now
+            return
+        idle.remove(mon)
+        self._end(mon)
+        self.reap_children()
+        self.wanted.set()
+
+    @staticmethod
+    def _unkeep(mon: _IdleMonitor) -> None:
+        """Stop watching a monitor that leaves the pool (taken for an exec, or ended)."""
+        if mon.pidfd is not None:
+            with contextlib.suppress(Exception):  # no running loop (close at shutdown)
+                asyncio.get_running_loop().remove_reader(mon.pidfd)
+            os.close(mon.pidfd)
+            mon.pidfd = None
 
     def _take_zygote(self, warm: Warm, logs: str) -> _IdleMonitor | None:
         """An idle zygote set up for ``warm``, if there is one; either way, one is
@@ -213,6 +250,7 @@ class MonitorPool:
             if ready is None:
                 continue  # still setting its sandbox up: a cold start is sooner
             z.idle.remove(mon)
+            self._unkeep(mon)
             if ready:
                 return mon
             self._end(mon)
@@ -243,10 +281,11 @@ class MonitorPool:
         while z.idle:
             self._end(z.idle.popleft())
 
-    @staticmethod
-    def _end(mon: _IdleMonitor) -> None:
+    @classmethod
+    def _end(cls, mon: _IdleMonitor) -> None:
         """An idle monitor ends on EOF of its spec pipe, a zygote's sandbox with it
         (reaped later by :meth:`reap_children`)."""
+        cls._unkeep(mon)
         with contextlib.suppress(OSError):
             assert mon.proc.stdin is not None
             mon.proc.stdin.close()
@@ -254,9 +293,13 @@ class MonitorPool:
     async def _take_monitor(self) -> _IdleMonitor:
         while self._pool:
             mon = self._pool.popleft()
+            self._unkeep(mon)
             if mon.proc.poll() is None:
                 return mon
-        return await asyncio.get_running_loop().run_in_executor(None, self._spawn_monitor)
+            self._end(mon)
+        mon = await asyncio.get_running_loop().run_in_executor(None, self._spawn_monitor)
+        self._unkeep(mon)  # its pidfd: the exec's watch opens its own
+        return mon
 
     def close(self) -> None:
         """Idle monitors exit on EOF of their spec pipe."""
@@ -264,9 +307,7 @@ class MonitorPool:
             self.drop_zygotes(sandbox)
         while self._pool:
             mon = self._pool.popleft()
-            with contextlib.suppress(OSError):
-                assert mon.proc.stdin is not None
-                mon.proc.stdin.close()
+            self._end(mon)
             with contextlib.suppress(Exception):
                 mon.proc.wait(timeout=2)
 

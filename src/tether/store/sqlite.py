@@ -44,6 +44,7 @@ from tether.store.base import DAEMON_STREAM, Page, SchemaTooNew
 from tether.store.marks import SetupMarks
 from tether.store.migrations import MIGRATIONS
 from tether.store.ports import PortLeases
+from tether.store.reads import Reads
 from tether.store.schedules import ScheduleStore
 
 _enc = msgspec.json.Encoder()
@@ -127,6 +128,8 @@ class Store:
         self.schedules = ScheduleStore(self)
         self.ports = PortLeases(self)
         self.setup_marks = SetupMarks(self)
+        #: Heavy reads in worker threads, each with its own connection (store/reads.py).
+        self.reads = Reads(path)
 
     @property
     def epoch(self) -> str:
@@ -194,7 +197,15 @@ class Store:
         if self.lost is not None:
             raise StoreLost(self.path, self.lost)
 
+    def wal_bytes(self) -> int:
+        """The write-ahead log's size now (0 when there is none)."""
+        try:
+            return os.stat(f"{self.path}-wal").st_size
+        except OSError:
+            return 0
+
     def close(self) -> None:
+        self.reads.close()
         self._db.close()
 
     def _quick_check(self) -> None:

@@ -8,11 +8,15 @@ import sys
 from collections.abc import Iterable
 
 import click
+import msgspec
 
 from tether.cli import output as out
 from tether.cli.argvcommand import ArgvCommand
 from tether.cli.context import client, die, kv
 from tether.client.replies import JobView
+
+#: Jobs per ``scheduler.status`` call after the first (the daemon's maximum).
+PAGE = 5000
 
 
 def _duration(value: str | None, flag: str) -> float | None:
@@ -200,7 +204,13 @@ def scheduler() -> None:
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
     """Every job: JOB, STATUS, LAST RUN, NEXT RUN, RUNS, ERRORS."""
-    st = client(ctx).scheduler_status()
+    c = client(ctx)
+    st = c.scheduler_status()
+    jobs = list(st.jobs)
+    while st.next is not None:  # a page at a time: the daemon never builds them all at once
+        st = c.scheduler_status(limit=PAGE, after=st.next)
+        jobs += st.jobs
+    st = msgspec.structs.replace(st, jobs=jobs, next=None)
     if as_json:
         out.emit_json(st)
     else:
