@@ -15,6 +15,7 @@ from rich.console import Console
 
 from bench import (
     agents,
+    burst,
     cli,
     cost,
     digest,
@@ -51,6 +52,7 @@ Runner = Callable[[Options, dict[str, Any]], BenchResult]
 
 BENCHMARKS: dict[str, Runner] = {
     "start": lambda o, c: start_latency.run(o),
+    "burst": lambda o, c: burst.run(o),
     "recovery": recovery.run,
     "rpc": lambda o, c: rpc.run(o),
     "logs": lambda o, c: logs.run(o),
@@ -72,8 +74,9 @@ BENCHMARKS: dict[str, Runner] = {
     "store_backends": lambda o, c: store_backends.run(o),
     "egress": lambda o, c: egress.run(o),
 }
-ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
-           "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents",
+ALIASES = {"start_latency": "start", "latency": "start", "bursts": "burst", "log": "logs",
+           "rss": "memory", "mem": "memory", "tty": "terminal", "pty": "terminal",
+           "agent": "agents",
            "sandbox": "sandboxes", "docker": "sandboxes", "flood": "floods",
            "quick_check": "store_check", "store": "store_check",
            "startup": "cli", "hook": "cli", "rollup": "digest", "webhooks": "outbox",
