@@ -102,7 +102,7 @@ class ExecService:
         # committed (e.g. the disk is full): the sweep settles them again.
         self._unsettled: set[str] = set()
         self._terminal_watchers: dict[str, asyncio.Task[None]] = {}
-        self.pool_wanted = asyncio.Event()
+        self.pool_wanted = monitors.wanted  # set: the monitor-pool task refills
         # The daemon's group: owner of the long-lived per-exec tasks.
         self.tasks = tasks
         # The default sandbox's runtime is ``auto``: where it cannot confine an exec (its
