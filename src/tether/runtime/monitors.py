@@ -130,6 +130,7 @@ class _IdleMonitor:
         #: False for anything else (``failed``, EOF: it died).
         self.said: bool | None = None
         self.watched = False  # the loop reads that line (MonitorPool._watch_zygote)
+        self.kept = False  # the loop watches its pidfd while it waits in the pool
 
     def alive(self) -> bool:
         if self.proc is not None:
@@ -262,7 +263,11 @@ class MonitorPool:
             os.close(in_r)
             os.close(out_w)
         self._children.add(proc.pid)
-        return _IdleMonitor(proc.pid, in_w, out_r, proc=proc)
+        try:  # before reap_children may reap it: the pid is surely this child still
+            pidfd: int | None = os.pidfd_open(proc.pid)
+        except OSError:  # no descriptor left: found dead when taken (Popen.poll)
+            pidfd = None
+        return _IdleMonitor(proc.pid, in_w, out_r, pidfd=pidfd, proc=proc)
 
     def status(self) -> dict[str, Any]:
         """The idle monitors and zygotes now, and how many are wanted (``daemon.status``)."""
@@ -290,7 +295,33 @@ class MonitorPool:
                 raise result
 
     async def _add_idle(self) -> None:
-        self._pool.append(await self._new_monitor())
+        self._keep(await self._new_monitor())
+
+    def _keep(self, mon: _IdleMonitor) -> None:
+        """Put a new monitor in the pool and watch it there: one that dies idle (the OOM
+        killer, an admin, a kill while it was being made) leaves the pool and is replaced
+        at once, instead of holding a place as if it were ready while the pool is short."""
+        self._pool.append(mon)
+        if mon.pidfd is not None:
+            asyncio.get_running_loop().add_reader(mon.pidfd, self._died_idle, mon)
+            mon.kept = True
+
+    def _died_idle(self, mon: _IdleMonitor) -> None:
+        if mon in self._pool:
+            self._pool.remove(mon)
+            self._end(mon)
+            self.reap_children()
+            self.wanted.set()
+        else:
+            self._unkeep(mon)
+
+    @staticmethod
+    def _unkeep(mon: _IdleMonitor) -> None:
+        """Stop watching a monitor that leaves the pool (taken for an exec, or ended)."""
+        if mon.kept and mon.pidfd is not None:
+            mon.kept = False
+            with contextlib.suppress(Exception):  # no running loop (close at shutdown)
+                asyncio.get_running_loop().remove_reader(mon.pidfd)
 
     async def _add_zygote(self, sandbox: str, z: _Zygotes) -> None:
         mon = await self._new_monitor(z)
@@ -416,6 +447,7 @@ class MonitorPool:
         """An idle monitor ends on EOF of its spec pipe, a zygote's sandbox with it
         (reaped by the fork server, or later by :meth:`reap_children`)."""
         self._unwatch_zygote(mon)
+        self._unkeep(mon)
         mon.release()
 
     async def _take_monitor(self) -> _IdleMonitor:
@@ -423,6 +455,7 @@ class MonitorPool:
         self.wanted.set()
         while self._pool:
             mon = self._pool.popleft()
+            self._unkeep(mon)
             if mon.alive():
                 return mon
             self._end(mon)
@@ -436,6 +469,7 @@ class MonitorPool:
             self.drop_zygotes(sandbox)
         while self._pool:
             mon = self._pool.popleft()
+            self._unkeep(mon)
             with contextlib.suppress(OSError):
                 mon.stdin.close()
             with contextlib.suppress(Exception):
