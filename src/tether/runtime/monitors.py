@@ -210,8 +210,10 @@ class MonitorPool:
         self._children: set[int] = set()
         self._zygotes: dict[str, _Zygotes] = {}  # by sandbox id, least recently used first
         self._runs: dict[int, str] = {}  # pid -> run directory of a monitor made ahead
-        #: Set when an idle monitor or zygote was taken or more are wanted: the daemon's
-        #: monitor-pool task then calls :meth:`refill_pool`.
+        #: Set when more idle monitors or zygotes are wanted: the daemon's monitor-pool
+        #: task then calls :meth:`refill_pool`. After a start (``ExecService``); during a
+        #: burst as soon as one is taken — not while starts are paced, when a refill
+        #: beside the start would take a CPU from its monitor.
         self.wanted = asyncio.Event()
         self._zygote_news: set[asyncio.Future[None]] = set()  # starts waiting for a zygote
         self._pool_want = pool_size  # how many idle ones to keep: more during a burst
@@ -384,7 +386,8 @@ class MonitorPool:
                     pending = True  # still setting its sandbox up
                     continue
                 z.idle.remove(mon)
-                self.wanted.set()
+                if z.want > ZYGOTES_PER_SANDBOX:
+                    self.wanted.set()  # a burst: refill now, beside this start
                 if mon.said and mon.alive():
                     return mon
                 self._end(mon)  # failed, or died
@@ -452,15 +455,18 @@ class MonitorPool:
 
     async def _take_monitor(self) -> _IdleMonitor:
         self._pool_used = time.monotonic()
-        self.wanted.set()
         while self._pool:
             mon = self._pool.popleft()
             self._unkeep(mon)
-            if mon.alive():
-                return mon
-            self._end(mon)
+            if not mon.alive():
+                self._end(mon)
+                continue
+            if self._pool_want > self.pool_size or not self._pool:
+                self.wanted.set()  # a burst: refill now, beside this start
+            return mon
         if self.pool_size > 0:  # none left: starts come faster than the pool refills
             self._pool_want = self._grow(self._pool_want, self.pool_size, BURST_POOL)
+            self.wanted.set()
         return await self._new_monitor()
 
     def close(self) -> None:
