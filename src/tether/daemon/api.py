@@ -202,10 +202,10 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
             "runtime": "process",
             "runtimes": {rt.name: (await rt.status()).view() for rt in d.runtimes},
             "recovery": d.recovery_summary, "warnings": list(d.warnings),
-            "monitors": execs.monitors.status(),
             "counts": {"sandboxes": len(store.list_sandboxes()), "execs": store.count_execs(),
                        "watched": execs.live_count(), "connections": d.connection_count(),
                        "subscriptions": len(bus.subs)},
+            "monitors": execs.monitors.status(),
         }
 
     async def sandbox_create(p: m.SandboxCreate, c: Connection) -> Any:
