@@ -344,7 +344,7 @@ class MonitorPool:
 
     def _trim(self, now: float) -> None:
         """After a burst (no start for BURST_IDLE): back to the idle sizes, ending the
-        extra monitors and zygotes (those still setting up first)."""
+        extra monitors and zygotes, the newest first."""
         if self._pool_want > self.pool_size and now - self._pool_used >= BURST_IDLE:
             self._pool_want = self.pool_size
             while len(self._pool) > self._pool_want:
