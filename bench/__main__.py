@@ -15,6 +15,7 @@ from rich.console import Console
 
 from bench import (
     agents,
+    burst,
     cli,
     cost,
     digest,
@@ -53,6 +54,7 @@ Runner = Callable[[Options, dict[str, Any]], BenchResult]
 
 BENCHMARKS: dict[str, Runner] = {
     "start": lambda o, c: start_latency.run(o),
+    "burst": lambda o, c: burst.run(o),
     "recovery": recovery.run,
     "rpc": lambda o, c: rpc.run(o),
     "logs": lambda o, c: logs.run(o),
@@ -78,8 +80,9 @@ BENCHMARKS: dict[str, Runner] = {
 }
 #: Run only when asked by name (``--only soak``, ``make soak``): ten minutes on its own.
 NOT_BY_DEFAULT = {"soak"}
-ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
-           "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents",
+ALIASES = {"start_latency": "start", "latency": "start", "bursts": "burst", "log": "logs",
+           "rss": "memory", "mem": "memory", "tty": "terminal", "pty": "terminal",
+           "agent": "agents",
            "sandbox": "sandboxes", "docker": "sandboxes", "flood": "floods",
            "quick_check": "store_check", "store": "store_check",
            "startup": "cli", "hook": "cli", "rollup": "digest", "webhooks": "outbox",

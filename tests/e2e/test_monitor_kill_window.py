@@ -25,19 +25,36 @@ MAX_DELAY = 0.008  # seconds after exec.start is sent: before, during and after 
 NEVER_RAN = ("never ran", "before starting the command", "was never started")
 
 
-def monitor_children(daemon_pid: int) -> set[int]:
-    pids: set[int] = set()
-    for task in Path(f"/proc/{daemon_pid}/task").iterdir():
+def _children(pid: int) -> list[int]:
+    kids: list[int] = []
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return kids
+    for task in tasks:
         try:
-            kids = (task / "children").read_text().split()
+            kids += [int(k) for k in (task / "children").read_text().split()]
         except OSError:
             continue
-        for k in kids:
-            try:
-                if b"monitor/run.py" in Path(f"/proc/{k}/cmdline").read_bytes():
-                    pids.add(int(k))
-            except OSError:
-                pass
+    return kids
+
+
+def monitor_children(daemon_pid: int) -> set[int]:
+    """The live monitors a daemon made: those its monitor fork server forked (the
+    server's children; the server, ``run.py --fork-server``, is none) and those it
+    started itself (its children running the monitor's ``run.py``)."""
+    pids: set[int] = set()
+    for k in _children(daemon_pid):
+        try:
+            argv = Path(f"/proc/{k}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if not any(a.endswith(b"monitor/run.py") for a in argv):
+            continue
+        if b"--fork-server" in argv:
+            pids.update(_children(k))
+        else:
+            pids.add(k)
     return pids
 
 

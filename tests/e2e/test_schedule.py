@@ -14,6 +14,7 @@ import pytest
 
 from tests.harness import DaemonProc, new_home, remove_home, wait_for
 from tests.rawrpc import RawConn, RpcFailed, raw_call
+from tether.daemon.scheduler.service import STARTS_AT_ONCE
 
 HOUR = 3600.0
 
@@ -187,6 +188,35 @@ def test_random_sigkills_neither_double_nor_lose_a_fire_time(s: Sched, seed: int
     assert [r["state"] for r in done] == ["SUCCESS"] * 6, done
     ran = out.read_text().split()
     assert len(ran) == 6 and sorted(ran) == sorted(r["exec_id"] for r in done)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_many_fire_times_due_at_once_each_run_once_across_a_sigkill(s: Sched,
+                                                                    seed: int) -> None:
+    """More jobs due at one instant than start at once (the rest wait, PENDING, in
+    fire-time order): the daemon SIGKILLed at a random moment of that leaves every fire
+    time run exactly once — by it, or by the next daemon."""
+    rng = random.Random(seed)
+    out = s.home / "out"
+    s.d.start()
+    jobs = [s.add(f"b{i}", ["sh", "-c", f'echo "$TETHER_EXEC_ID b{i}" >> {out}'],
+                  every=HOUR) for i in range(STARTS_AT_ONCE + 16)]
+    s.set_now(max(j["next_fire"] for j in jobs) + 1)
+    time.sleep(rng.uniform(0.05, 0.6))
+    s.d.kill9()
+    s.d.start()
+
+    def settled() -> list[dict[str, Any]] | None:
+        runs = [r for j in jobs for r in s.runs(j["name"])]
+        done = [r for r in runs if r["state"] in ("SUCCESS", "FAILED")]
+        return runs if len(done) == len(jobs) == len(runs) else None
+
+    runs = wait_for(settled, 90, what=f"{len(jobs)} settled runs")
+    time.sleep(1.0)  # a second start would have happened by now
+    assert [r["state"] for r in runs] == ["SUCCESS"] * len(jobs), runs
+    ran = [line.split() for line in out.read_text().splitlines()]
+    assert sorted(name for _, name in ran) == sorted(j["name"] for j in jobs)
+    assert sorted(x for x, _ in ran) == sorted(r["exec_id"] for r in runs)
 
 
 @pytest.mark.parametrize("policy", ["skip", "run-once"])

@@ -63,6 +63,7 @@ class Status(_Reply):
     runtime: str = "process"
     runtimes: dict[str, RuntimeStatus] = msgspec.field(default_factory=dict)
     recovery: dict[str, Any] = msgspec.field(default_factory=dict)
+    monitors: dict[str, Any] = msgspec.field(default_factory=dict)  # idle ones, zygotes
     counts: StatusCounts = msgspec.field(default_factory=StatusCounts)
     warnings: list[str] = msgspec.field(default_factory=list)  # e.g. it runs as root
 

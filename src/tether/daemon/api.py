@@ -222,6 +222,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
             "counts": {"sandboxes": len(store.list_sandboxes()), "execs": store.count_execs(),
                        "watched": execs.live_count(), "connections": d.connection_count(),
                        "subscriptions": len(bus.subs)},
+            "monitors": execs.monitors.status(),
         }
 
     async def sandbox_create(p: m.SandboxCreate, c: Connection) -> Any:

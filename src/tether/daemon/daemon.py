@@ -443,7 +443,10 @@ class Daemon:
                 log.exception("could not pre-start a monitor; retrying in 1 s")
                 await asyncio.sleep(1.0)
                 continue
-            await self.monitors.wanted.wait()
+            # After a burst the pool and zygotes go back to their idle sizes (refill_pool).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.monitors.trim_in()):
+                    await self.monitors.wanted.wait()
 
     async def _sweep_loop(self) -> None:
         while True:

@@ -45,6 +45,11 @@ from tether.store import Store
 
 log = logging.getLogger("tether.scheduler")
 
+#: Runs whose exec is being started at one time; the others wait their turn, in fire-time
+#: order, PENDING in the store. Many due at once then ask for monitors (and the CPU) a
+#: bounded number at a time, and the earlier fire times start first.
+STARTS_AT_ONCE = 64
+
 #: A fire time seen this late (past its jitter) is *missed*: the job's missed-run
 #: policy decides, not the overlap policy (a daemon that was down, a machine asleep).
 MISSED_GRACE = 60.0
@@ -65,6 +70,7 @@ class Scheduler:
         self.tasks = tasks
         self.clock = clock
         self.faults = faults
+        self._slots = asyncio.Semaphore(STARTS_AT_ONCE)
         self._wake = asyncio.Event()
         self._starting: set[int] = set()
         #: after a failed commit: when to fire and re-drive again (monotonic; None while
@@ -305,8 +311,9 @@ class Scheduler:
         try:
             sandbox = self.sandboxes.resolve(job.spec.sandbox)
             while True:
-                rec = await self.execs.start(sandbox, job.spec.exec, run.request_key(),
-                                             unconfined_ok=job.spec.unconfined_ok)
+                async with self._slots:
+                    rec = await self.execs.start(sandbox, job.spec.exec, run.request_key(),
+                                                 unconfined_ok=job.spec.unconfined_ok)
                 if not (rec.state == ExecState.FAILED and rec.never_started):
                     break
                 if run.attempt + 1 >= MAX_ATTEMPTS:
