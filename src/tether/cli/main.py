@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from tether import __version__
-from tether.cli.context import Ctx, die
+from tether.cli.context import Ctx, check_fleet, die
 from tether.client.daemonctl import resolve_home
 from tether.client.errors import DaemonUnavailable, HomeUntrusted, TetherError
 from tether.model.layout import HOME_UNTRUSTED_EXIT
@@ -60,6 +60,7 @@ class TetherGroup(click.Group):
 
     def resolve_command(self, ctx: click.Context, args: list[str]
                         ) -> tuple[str | None, click.Command | None, list[str]]:
+        ctx.meta["tether.args"] = list(args)  # for check_fleet: a plain `CMD [SUB] --help`
         if args and args[0] not in COMMANDS:
             # Not a command: load them all, so click's "Did you mean" sees every name.
             for name in COMMANDS:
@@ -81,13 +82,15 @@ class TetherGroup(click.Group):
 @click.option("--home", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="tether home (default: $TETHER_HOME or ~/.local/state/tether)")
 @click.option("--fleet", default=None, metavar="URL",
-              help="the fleet's PostgreSQL (postgresql://USER@HOST/DB): ps, run, hosts, drain, "
-              "logs, events, attach and lineage resolve act on every host")
+              help="the fleet's PostgreSQL (postgresql://USER@HOST/DB): run, ps, logs, wait, "
+              "kill, attach, events, rm and lineage ls|inspect|resolve act on every "
+              "host's placements; other commands refuse it")
 @click.version_option(__version__, prog_name="tether")
 @click.pass_context
 def cli(ctx: click.Context, home: Path | None, fleet: str | None) -> None:
     """tether — a durable supervisor for AI coding agents and long-running commands."""
     ctx.obj = Ctx(resolve_home(home), fleet)
+    check_fleet(ctx)
 
 
 def main() -> None:

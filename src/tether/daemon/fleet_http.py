@@ -52,6 +52,7 @@ class HostApi:
         self.previous_until = 0.0
         self.app = Starlette(routes=[Route("/v1/logs", self.logs),
                                      Route("/v1/events", self.events),
+                                     Route("/v1/lineage", self.lineage),
                                      WebSocketRoute("/v1/attach", self.attach)])
 
     def set_tokens(self, token: str, previous: str | None, left: float) -> None:
@@ -147,6 +148,16 @@ class HostApi:
         if isinstance(data, str):
             data = base64.b64decode(data)
         return {**reply, "data": data}
+
+    async def lineage(self, req: Request) -> Response:
+        """One lineage's record (``lineage.get``): ``tether --fleet URL lineage inspect``."""
+        if (refused := self._refused(req)) is not None:
+            return refused
+        try:
+            rec = await self.dispatch("lineage.get", {"lineage": req.query_params["lineage"]})
+        except (TetherError, ValueError, KeyError) as e:
+            return _failed(e)
+        return JSONResponse(rec)
 
     async def events(self, req: Request) -> Response:
         """This host's journal after ``since`` as JSON lines, optionally only one exec's

@@ -150,8 +150,14 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
             if provider is None:
                 die("--worktree is for agents: add --agent NAME", 2)
             spec["git"] = fleet_branch(worktree, spec["cwd"])
-        place_run(ctx, "agent" if provider else "exec", spec, fleet_host,
-                  kv(fleet_labels, "host-label"), revival)
+        ident = place_run(ctx, "agent" if provider else "exec", spec, fleet_host,
+                          kv(fleet_labels, "host-label"), revival)
+        if use_tty and not detach:  # as a local `run -it`: this terminal on its session
+            from tether.cli.commands.fleet import fleet_attach, started
+
+            keys = fg.detach_keys(detach_keys)
+            started(ctx, ident)
+            sys.exit(fleet_attach(ctx, str(ident), keys, not interactive))
         return
     keys = fg.detach_keys(detach_keys)
     c = client(ctx)
@@ -371,9 +377,14 @@ def logs(ctx: click.Context, follow: bool, use_stderr: bool, offset: int, plain:
 @click.argument("exec_ref")
 @click.pass_context
 def wait(ctx: click.Context, exec_ref: str) -> None:
-    """Wait for an exec to end; print its exit code and exit with it."""
+    """Wait for an exec to end; print its exit code and exit with it (with --fleet, a
+    placement's: WORK or its name)."""
     from tether.cli import foreground as fg
 
+    if ctx.obj.fleet:
+        from tether.cli.commands.fleet import fleet_wait
+
+        fleet_wait(ctx, exec_ref)
     c = client(ctx)
     while True:
         x = c.exec_wait(exec_ref, timeout=30.0)
@@ -392,7 +403,12 @@ def wait(ctx: click.Context, exec_ref: str) -> None:
 @click.argument("exec_refs", nargs=-1, required=True)
 @click.pass_context
 def kill(ctx: click.Context, sig: str, grace: float, exec_refs: tuple[str, ...]) -> None:
-    """Cancel execs: SIGNAL to the process group, then SIGKILL after GRACE."""
+    """Cancel execs: SIGNAL to the process group, then SIGKILL after GRACE; with --fleet,
+    placements (WORK or name), by the hosts that run them."""
+    if ctx.obj.fleet:
+        from tether.cli.commands.fleet import fleet_kill
+
+        fleet_kill(ctx, exec_refs, sig, grace)
     c = client(ctx)
     status = 0
     for ref in exec_refs:

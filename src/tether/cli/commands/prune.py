@@ -25,7 +25,12 @@ def human(n: float) -> str:
 @click.argument("exec_refs", nargs=-1, required=True)
 @click.pass_context
 def rm(ctx: click.Context, exec_refs: tuple[str, ...]) -> None:
-    """Remove settled execs: their record, logs and run files."""
+    """Remove settled execs: their record, logs and run files; with --fleet, ended
+    placements (WORK or name) from the fleet database."""
+    if ctx.obj.fleet:
+        from tether.cli.commands.fleet import fleet_rm
+
+        fleet_rm(ctx, exec_refs)
     c = client(ctx)
     status = 0
     for ref in exec_refs:  # one at a time: a live one is refused, the others still go
