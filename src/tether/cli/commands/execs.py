@@ -182,10 +182,12 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
         if not ephemeral:
             out.note(f"sandbox {sandbox} created for this run (kept; `tether sandbox rm "
                      f"{sandbox}` removes it)")
+    tree: Worktree | None = None
     try:
         if provider is not None:
-            wt_path = (worktree if workdir_opt else
-                       _prepare_worktree(worktree, workdir) if worktree else None)
+            if worktree and not workdir_opt:
+                tree = _prepare_worktree(worktree, workdir)
+            wt_path = tree.path if tree is not None else worktree
             lin = c.agent_start(
                 list(argv), provider=provider, name=name, sandbox=sandbox, env=env,
                 cwd=wt_path or workdir, tty=use_tty, revival=revival,
@@ -197,9 +199,10 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
             if lin.exec_view is None:
                 # Its program could not be started: exit as the shell (and `tether run`
                 # of a plain command) would, 127 not found, 126 not executable.
+                hint = tree.undo() if tree is not None else None
                 die(f"agent lineage {lin.id} did not start: {lin.reason}",
                     1 if lin.exit_reason != "start_failed" else
-                    127 if "not found" in (lin.reason or "") else 126)
+                    127 if "not found" in (lin.reason or "") else 126, hint=hint)
             x: ExecView = lin.exec_view
             if detach:  # stdout is the exec ref alone: `x=$(tether run -d -- claude)`
                 out.note(f"agent lineage {lin.id}: revived as a new exec if this one dies")
@@ -214,8 +217,11 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
         if made is not None:
             with contextlib.suppress(TetherError):
                 c.sandbox_delete(made, grace=1.0)
+        hint = tree.undo() if tree is not None else None
         if e.code == "START_FAILED":
-            die(e.message, 127 if "not found" in e.message else 126)
+            die(e.message, 127 if "not found" in e.message else 126, hint=hint)
+        if hint is not None:
+            die(e.message, 1, hint=hint)
         raise
     if x.notice:
         click.echo(f"tether: {x.notice}", err=True)
@@ -248,21 +254,67 @@ def _existing_worktrees(top: str) -> dict[str, str]:
     return found
 
 
-def _prepare_worktree(branch: str, cwd: str) -> str:
+class Worktree:
+    """The worktree ``run --worktree`` chose: made by this start (``made``; the branch
+    too, ``new_branch``) or one that existed (adopted). A failed start undoes what it
+    made, so a retry starts afresh from the repository's HEAD instead of adopting a
+    worktree left on an old commit; an adopted one is named, with how to remove it."""
+
+    def __init__(self, path: str, branch: str | None = None, top: str | None = None, *,
+                 made: bool = False, new_branch: bool = False) -> None:
+        self.path, self.branch, self.top = path, branch, top
+        self.made, self.new_branch = made, new_branch
+
+    def undo(self) -> str | None:
+        """After a failed start: remove what this start made (saying so), or name the
+        worktree it reused; the hint for the error, if any."""
+        import subprocess
+
+        if self.top is None or self.branch is None:
+            return None
+        if not self.made:
+            return (f"the worktree {self.path} (branch {self.branch}, at "
+                    f"{_head(self.path)}) was there before this start and was reused; if "
+                    f"it is stale, remove it and start again: git -C {self.top} worktree "
+                    f"remove --force {self.path}")
+        r = subprocess.run(["git", "-C", self.top, "worktree", "remove", "--force",
+                            self.path], capture_output=True, text=True)
+        if r.returncode != 0:
+            return (f"the worktree {self.path} this start made could not be removed "
+                    f"({r.stderr.strip()}): git -C {self.top} worktree remove --force "
+                    f"{self.path}")
+        if self.new_branch:
+            subprocess.run(["git", "-C", self.top, "branch", "-D", self.branch],
+                           capture_output=True)
+        return (f"removed the worktree {self.path}" + (f" and branch {self.branch}"
+                                                        if self.new_branch else "")
+                + " this start made")
+
+
+def _head(path: str) -> str:
+    """``<short sha> <subject>`` of the worktree's HEAD, for a message."""
+    import subprocess
+
+    r = subprocess.run(["git", "-C", path, "log", "-1", "--format=%h %s"],
+                       capture_output=True, text=True)
+    return r.stdout.strip() or "an unknown commit"
+
+
+def _prepare_worktree(branch: str, cwd: str) -> Worktree:
     """``--worktree .`` uses the current directory; ``--worktree PATH`` adopts the
     repository's existing worktree there; ``--worktree B`` adopts the worktree that has
     branch B checked out, else creates (or reuses) ``<repo>.worktrees/<B>`` for it."""
     import subprocess
 
     if branch == ".":
-        return cwd
+        return Worktree(cwd)
     if os.path.isdir(branch):
         real = os.path.realpath(branch)
         top = subprocess.run(["git", "-C", real, "rev-parse", "--show-toplevel"],
                              capture_output=True, text=True).stdout.strip()
         if top and os.path.realpath(top) == real and real in {
                 os.path.realpath(p) for p in _existing_worktrees(cwd)}:
-            return real
+            return Worktree(real)
         die(f"--worktree {branch}: a directory, but not a worktree of the repository at "
             f"{cwd}; use --workdir {branch} to run there as it is", 2)
     ok = not branch.startswith("-") and subprocess.run(
@@ -276,10 +328,10 @@ def _prepare_worktree(branch: str, cwd: str) -> str:
         die(f"--worktree {branch}: {cwd} is not inside a git repository", 2)
     for have, checked_out in _existing_worktrees(top).items():
         if checked_out == branch:
-            return have  # the branch's own worktree, wherever it is: adopted
+            return Worktree(have, branch, top)  # the branch's own worktree: adopted
     path = os.path.join(f"{top}.worktrees", branch.replace("/", "-"))
     if os.path.isdir(path):
-        return path
+        return Worktree(path, branch, top)
     exists = subprocess.run(["git", "-C", top, "rev-parse", "--verify", "--quiet",
                              f"refs/heads/{branch}"], capture_output=True).returncode == 0
     args = ["git", "-C", top, "worktree", "add", path] + ([branch] if exists
@@ -287,7 +339,7 @@ def _prepare_worktree(branch: str, cwd: str) -> str:
     r = subprocess.run(args, capture_output=True, text=True)
     if r.returncode != 0:
         die(f"git worktree add failed: {r.stderr.strip()}", 1)
-    return path
+    return Worktree(path, branch, top, made=True, new_branch=not exists)
 
 
 @click.command()
