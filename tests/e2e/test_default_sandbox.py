@@ -220,7 +220,7 @@ def test_an_agent_in_the_default_sandbox_reaches_only_its_session(
         assert first[method] == [-32601, "METHOD_NOT_FOUND"], method
     assert first["daemon.health"] == "ok"
     assert first["network"] == "reached"  # agents get the host's network by default
-    inspect = tether(d, "lineage", "inspect", lineage_id)
+    inspect = tether(d, "lineage", "inspect", "--json", lineage_id)
     assert inspect.returncode == 0, inspect.stderr
     rec = json.loads(inspect.stdout)
     assert (rec["turns"], rec["attempt"], rec["exec"]) == (1, 1, exec_id)
