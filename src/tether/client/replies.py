@@ -96,6 +96,16 @@ class LogChunk(_Reply):
     size: int = 0
     eof: bool = False
     state: str | None = None
+    # stream ``all``: which of ``data``'s bytes are which, in order: [["stdout", 12], …]
+    runs: list[tuple[str, int]] = msgspec.field(default_factory=list)
+
+    def parts(self) -> list[tuple[str, bytes]]:
+        """``data`` cut into (stream, bytes) by ``runs``."""
+        out, at = [], 0
+        for stream, n in self.runs:
+            out.append((stream, self.data[at:at + n]))
+            at += n
+        return out
 
 
 class EventPage(_Reply):

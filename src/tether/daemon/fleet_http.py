@@ -35,6 +35,9 @@ from tether.model.errors import TetherError
 Dispatch = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 #: How long one long-poll for more log bytes waits on this host (a follow loops on it).
 LOG_WAIT = 5.0
+#: ``/v1/logs?stream=all``: a part of the output is a frame: this letter, its length
+#: (4 bytes, big-endian), its bytes (``tether.cli.commands.fleet.unframe`` reads them).
+FRAMES = {"stdout": b"o", "stderr": b"e", "pty": b"p"}
 EVENT_POLL = 0.5
 
 
@@ -115,7 +118,8 @@ class HostApi:
                           "(?lineage=ID)")
 
     async def logs(self, req: Request) -> Response:
-        """Raw log bytes from ``offset``; with ``follow=1`` until the exec ends."""
+        """Raw log bytes from ``offset``; with ``follow=1`` until the exec ends. Stream
+        ``all``: stdout and stderr interleaved, each part a frame (``FRAMES``)."""
         if (refused := self._refused(req)) is not None:
             return refused
         q = req.query_params
@@ -131,7 +135,13 @@ class HostApi:
         async def body() -> AsyncIterator[bytes]:
             chunk = first
             while True:
-                if chunk["data"]:
+                if chunk["data"] and stream == "all":
+                    at = 0
+                    for name, n in chunk.get("runs", []):
+                        part = chunk["data"][at:at + n]
+                        at += n
+                        yield FRAMES[name] + len(part).to_bytes(4, "big") + part
+                elif chunk["data"]:
                     yield chunk["data"]
                 elif chunk.get("eof") or not follow:
                     return

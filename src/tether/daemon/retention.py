@@ -45,7 +45,7 @@ REMOVED = "removed by exec.remove"
 RUN_FILES_MIN_AGE = 60.0  # a settled exec's monitor may still be exiting for a moment
 BATCH = 500  # execs marked (and finished) per transaction in a pass
 COMPACT_STEP = 5000  # journal events (gseq) removed per transaction
-LOG_SUFFIXES = (".stdout.log", ".stderr.log", ".pty.log")  # what a logs prune removes
+LOG_SUFFIXES = (".stdout.log", ".stderr.log", ".pty.log", ".order")  # a logs prune's
 
 
 @dataclass

@@ -317,7 +317,7 @@ class MonitorPool:
             "gated": launch.gated,
             "paths": {k: str(getattr(paths, k)) for k in ("stdout", "stderr", "exit", "pty",
                                                             "handles", "socket", "claim",
-                                                            "monitor_log")},
+                                                            "monitor_log", "order")},
         }
         if fence is not None:
             spec["fence"] = {"path": fence.path, "epoch": fence.epoch, "reason": fence.reason}

@@ -10,6 +10,7 @@ import os
 import sys
 import threading
 import uuid
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -389,40 +390,61 @@ def ps(ctx: click.Context, all_: bool, sandbox: str | None, as_json: bool) -> No
 
 @click.command()
 @click.option("-f", "--follow", is_flag=True, help="keep printing until the exec ends")
-@click.option("--stderr", "use_stderr", is_flag=True, help="the stderr log instead of stdout")
-@click.option("--offset", type=click.IntRange(min=0), default=0, help="start at this byte")
+@click.option("--stdout", "use_stdout", is_flag=True, help="only its stdout")
+@click.option("--stderr", "use_stderr", is_flag=True, help="only its stderr")
+@click.option("--offset", type=click.IntRange(min=0), default=0,
+              help="start at this byte of what is printed (of the one stream, with "
+                   "--stdout or --stderr)")
 @click.option("--plain", is_flag=True, help="terminal execs: strip escape sequences")
 @click.argument("exec_ref")
 @click.pass_context
-def logs(ctx: click.Context, follow: bool, use_stderr: bool, offset: int, plain: bool,
-         exec_ref: str) -> None:
-    """Print an exec's output, byte for byte (a terminal exec's raw terminal log); with
-    --fleet, a placement's (WORK), streamed from the host that runs it."""
+def logs(ctx: click.Context, follow: bool, use_stdout: bool, use_stderr: bool, offset: int,
+         plain: bool, exec_ref: str) -> None:
+    """Print an exec's output, byte for byte: stdout and stderr interleaved in the order
+    they were written, each to its own stream, as `docker logs` does (a terminal exec's
+    raw terminal log); with --fleet, a placement's (WORK or name), streamed from the host
+    that runs it."""
+    only = None if use_stdout == use_stderr else "stderr" if use_stderr else "stdout"
     if ctx.obj.fleet:
         from tether.cli.commands.fleet import fleet_logs
 
-        fleet_logs(ctx, exec_ref, follow=follow, use_stderr=use_stderr, offset=offset)
+        fleet_logs(ctx, exec_ref, follow=follow, stream=only, offset=offset, plain=plain)
         return
     c = client(ctx)
     x = c.exec_get(exec_ref)
-    stream = "stderr" if use_stderr else ("pty" if x.spec.tty else "stdout")
-    sink = sys.stdout.buffer
-    strip: EscapeStripper | None = None
+    if only is not None and x.spec.tty:
+        only = "pty" if only == "stdout" else only  # a terminal's one log is its stdout
+    # The one stream asked for goes to stdout (`tether logs --stderr x | less`); both go
+    # each to its own, as docker logs does.
+    parts = ((("stdout", data) for data in c.read_logs(x.id, stream=only, offset=offset,
+                                                        follow=follow))
+             if only is not None else c.read_output(x.id, offset=offset, follow=follow))
+    write_output(parts, plain)
+
+
+def write_output(parts: Iterable[tuple[str, bytes]], plain: bool) -> None:
+    """Each part to this process's stdout or stderr (``stderr``'s), in order; ``plain``:
+    less a terminal's escape sequences. A closed pipe or Ctrl-C ends it quietly."""
+    sinks = {"stderr": sys.stderr.buffer}
+    strips: dict[str, EscapeStripper] = {}
     if plain:  # the terminal module (termios, the attach client) only when asked
         from tether.cli.terminal import EscapeStripper
-
-        strip = EscapeStripper()
     try:
-        for data in c.read_logs(x.id, stream=stream, offset=offset, follow=follow):
-            sink.write(strip.feed(data) if strip else data)
+        for stream, data in parts:
+            sink = sinks.get(stream, sys.stdout.buffer)
+            if plain:
+                data = strips.setdefault(stream, EscapeStripper()).feed(data)
+            sink.write(data)
             sink.flush()
-        if strip:
-            sink.write(strip.flush())
-            sink.flush()
+        for stream, strip in strips.items():
+            sinks.get(stream, sys.stdout.buffer).write(strip.flush())
     except KeyboardInterrupt:
         pass
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            sys.stdout.flush()
 
 
 @click.command()

@@ -503,21 +503,33 @@ def _stream(at: Remote, path: str, query: dict[str, str], what: str, *,
         conn.close()
 
 
-def fleet_logs(ctx: click.Context, work_ref: str, *, follow: bool, use_stderr: bool,
-               offset: int) -> None:
-    """``logs`` with ``--fleet``: a placement's output, streamed from its host's daemon."""
-    import sys
+def fleet_logs(ctx: click.Context, work_ref: str, *, follow: bool, stream: str | None,
+               offset: int, plain: bool) -> None:
+    """``logs`` with ``--fleet``: a placement's output, streamed from its host's daemon
+    (both streams interleaved, framed; or the one ``stream``)."""
+    from tether.cli.commands.execs import write_output
 
     at = _remote(ctx, work_ref)
-    query = {**at.query, "offset": str(offset), "follow": "1" if follow else "0"}
-    if use_stderr:
-        query["stream"] = "stderr"
-    try:
-        for data in _stream(at, "/v1/logs", query, "logs are on its disk"):
-            sys.stdout.buffer.write(data)
-            sys.stdout.buffer.flush()
-    except KeyboardInterrupt:
-        pass
+    query = {**at.query, "offset": str(offset), "follow": "1" if follow else "0",
+             "stream": stream or "all"}
+    body = _stream(at, "/v1/logs", query, "logs are on its disk")
+    write_output((("stdout", data) for data in body) if stream else unframe(body), plain)
+
+
+#: ``/v1/logs?stream=all``: each part of the output is a frame, its stream's letter, its
+#: length (4 bytes, big-endian), its bytes.
+FRAME_STREAMS = {b"o": "stdout", b"e": "stderr", b"p": "pty"}
+
+
+def unframe(body: Any) -> Any:
+    """(stream, bytes) of each frame in ``body``'s chunks."""
+    buf = b""
+    for chunk in body:
+        buf += chunk
+        while len(buf) >= 5 and len(buf) >= 5 + int.from_bytes(buf[1:5], "big"):
+            n = int.from_bytes(buf[1:5], "big")
+            yield FRAME_STREAMS.get(buf[:1], "stdout"), buf[5:5 + n]
+            buf = buf[5 + n:]
 
 
 def fleet_events(ctx: click.Context, *, work_ref: str | None, host: str | None,
