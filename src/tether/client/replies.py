@@ -334,7 +334,8 @@ class LineageBudget(_Reply):
     status: str
     budget_usd: float
     policy: str
-    spent_usd: float
+    spent_usd: float  # what its priced turns cost
+    unpriced_turns: int = 0  # turns whose model has no price: their cost is unknown
 
 
 class Budgets(_Reply):
@@ -342,6 +343,7 @@ class Budgets(_Reply):
     spent_today_usd: float
     daily: DailyBudget | None
     lineages: list[LineageBudget]
+    unpriced_today: int = 0
 
 
 class LineageStory(_Reply):

@@ -87,8 +87,8 @@ LONG_POLL_METHODS = {"exec.wait", "exec.logs", "sandbox.stop", "sandbox.delete",
                      *digest_api.LONG, *lineage_api.LONG}
 
 
-def provider_for(argv0: str) -> str:
-    p = for_command(argv0)
+def provider_for(argv0: str, cwd: str | None = None) -> str:
+    p = for_command(argv0, cwd)
     return p.name if p is not None else "generic"
 
 
@@ -359,7 +359,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
     # ------------------------------------------------------------------ agents
     async def agent_start(p: m.AgentStart, c: Connection) -> Any:
         refused = agents.reload_providers()  # <home>/providers/*.toml, edited at any time
-        provider = p.provider or provider_for(p.argv[0])
+        provider = p.provider or provider_for(p.argv[0], p.cwd)
         if refused and provider not in REGISTRY:
             raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
                               f"unknown agent provider {provider!r}; refused provider "

@@ -112,7 +112,6 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
     when the command ends unless --keep-sandbox (an agent's is always kept: it is
     revived there).
     """
-    from tether.agent.providers import for_command
     from tether.cli import foreground as fg
     from tether.cli.terminal import terminal_size
 
@@ -123,7 +122,7 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
         worktree = os.path.abspath(workdir_opt)  # used as it is: never created
     if issue_id is not None and not (issue and worktree):
         die("--issue-id needs --issue and --worktree", 2)
-    auto = for_command(argv[0]) if not no_agent else None
+    auto = _auto_provider(ctx, argv[0], cwd) if not no_agent else None
     provider = agent_provider or (auto.name if auto is not None else None)
     if ctx.obj.fleet or fleet_host or fleet_labels:
         from tether.cli.commands.fleet import place_run
@@ -167,8 +166,6 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
     workdir = os.path.abspath(cwd) if cwd else os.getcwd()
     size = terminal_size(sys.stdin.fileno()) if use_tty else None
     interrupts = fg.Interrupts() if not detach and not use_tty else None
-    auto = for_command(argv[0]) if not no_agent else None
-    provider = agent_provider or (auto.name if auto is not None else None)
     if budget_usd is not None and provider is None:
         die("--budget is for agents: add --agent NAME (or run claude, codex, ...)", 2)
     made: str | None = None
@@ -236,6 +233,26 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
     if interactive:
         threading.Thread(target=fg.forward_stdin, args=(c.home, x.id), daemon=True).start()
     sys.exit(fg.attach_output(c, x.id, interrupts))
+
+
+def _auto_provider(ctx: click.Context, argv0: str, cwd: str | None) -> Any:
+    """The provider a command is (`tether run claude …`, or one a profile of the home's
+    ``providers/`` names in its ``commands``), saying what is wrong with that profile."""
+    from pathlib import Path
+
+    from tether.agent.providers import for_command, load_user, user_warnings
+
+    refused = load_user(Path(ctx.obj.home) / "providers")
+    found = for_command(argv0, os.path.abspath(cwd) if cwd else os.getcwd())
+    name = os.path.basename(argv0)
+    for why in refused:  # a profile meant for this command that could not be used
+        if f"/{name}.toml:" in why:
+            out.note(f"provider file refused, so it runs as a plain command: {why}")
+    if found is not None:
+        for w in user_warnings():
+            if w.startswith(f"{found.name}.toml: "):
+                out.note(f"provider file {w}")
+    return found
 
 
 def _existing_worktrees(top: str) -> dict[str, str]:

@@ -5,9 +5,10 @@ agent tick calls :meth:`OutputTurns.check` for each ACTIVE lineage: when the att
 output (its terminal log, or stdout) has grown since the last counted turn, has been
 quiet for ``turn_idle_seconds``, and its last line matches ``turn_end_pattern`` (when
 set), that is one turn: reported like any other (``agent.turn``, lifecycle, snapshot),
-with the context percent, session id and token counts the provider's regexes find in
-the last output. The mark of the last counted output is memory (C): after a daemon
-restart the output already there is not counted again.
+with the context percent, session id, token counts and model the provider's regexes
+find in the last output (the model: else the one its profile names, for ``tether
+cost``). The mark of the last counted output is memory (C): after a daemon restart the
+output already there is not counted again.
 """
 
 from __future__ import annotations
@@ -97,8 +98,10 @@ class OutputTurns:
         used = _last(provider.usage_pattern, text)
         usage = None if used is None else {"input_tokens": _count(used.group(1)),
                                            "output_tokens": _count(used.group(2))}
+        named = _last(getattr(provider, "model_pattern", None), text)
+        model = named.group(1) if named is not None else getattr(provider, "model", None)
         answer = "\n".join(lines)[-ANSWER_CHARS:]
         messages: list[dict[str, Any]] = [{"role": "assistant", "content": answer}] \
             if answer else []
-        await self.protocol.turn(rec, context_pct=pct, usage=usage, model=None,
+        await self.protocol.turn(rec, context_pct=pct, usage=usage, model=model,
                                  messages=messages)
