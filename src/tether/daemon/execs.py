@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -59,11 +60,14 @@ MAX_LOG_CHUNK = 1024 * 1024
 
 def unsandboxed(problem: str) -> str:
     """The one line ``tether run`` prints when the default sandbox ran a command
-    unconfined: why, and how to have it sandboxed, refused, or silently unconfined."""
-    return (f"ran unsandboxed (process runtime): {problem}. Run from a project directory "
-            "to be sandboxed; --runtime bwrap refuses instead; `tether daemon "
-            "--default-runtime bwrap|process` (or TETHER_DEFAULT_RUNTIME) makes every run "
-            "refuse, or run unsandboxed without this notice")
+    unconfined: why, and how to have it sandboxed or refused (README, Sandboxes, says how
+    to have it unconfined without a notice), short enough to be read."""
+    why = problem.split("; ", 1)[0]  # the fact; how to fix it is said just after
+    same = re.match(r"(\S+) is or contains (the home directory )?\1(?: \(.*\))?$", why)
+    if same is not None:  # "/tmp is or contains /tmp": say it once
+        why = f"{same[1]} is a {'home' if same[2] else 'system'} directory"
+    return (f"ran unsandboxed: {why}; run from a project directory to be sandboxed "
+            "(--runtime bwrap refuses instead)")
 
 
 def not_confinable(problem: str, cwd: str | None) -> TetherError:
