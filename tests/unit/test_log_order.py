@@ -141,3 +141,41 @@ def test_any_interleaving_read_in_any_chunks_is_byte_exact_and_never_changes(
         assert all(shown.startswith(early) for early in seen)  # never taken back
         for offset in range(0, len(shown) + 1, 3):
             assert _text(logs.read(final=True, offset=offset)) == shown[offset:]
+
+
+def test_inotify_sees_the_switches_and_a_stream_that_goes_on_wakes_nobody(
+        tmp_path: Path) -> None:
+    """The monitor's real watch (inotify, through ``_ctypes``): only the log other than
+    the last one written is watched, so a command writing one stream on and on makes no
+    event; a write to the other is seen, in order, and flips the watch."""
+    import select
+
+    logs = Logs(tmp_path)
+    os.close(logs.order.index)
+    order = Order(logs.paths)
+    assert order.open() >= 0, "inotify is not to be had here"
+    poll = select.poll()
+    poll.register(order.notify, select.POLLIN)
+
+    def settle() -> bool:
+        """Handle what inotify says; whether it said anything."""
+        said = bool(poll.poll(200))
+        if said:
+            order.ready()
+        return said
+
+    logs.write(0, b"one\n")
+    assert settle()
+    while settle():  # the removed watch's own last word (IN_IGNORED)
+        pass
+    for i in range(50):  # stdout on and on: its log is not watched any more
+        logs.write(0, b"more %d\n" % i)
+    assert not settle()
+    logs.write(1, b"ERR\n")
+    assert settle()
+    logs.write(0, b"two\n")
+    assert settle()
+    order.close()
+    got = logs.read(final=True)
+    assert [s for s, _ in got] == [0, 1, 0]
+    assert got[1] == (1, b"ERR\n") and got[2] == (0, b"two\n")

@@ -70,6 +70,7 @@ class Order:
         self.index = -1
         self.size = 0  # the index's size
         self.notify = -1
+        self.call: Callable[..., int] | None = None  # libc's inotify functions
         self.wds: dict[int, int] = {}  # inotify watch -> stream
         self.next_look = 0.0  # monotonic; only without inotify
 
@@ -82,20 +83,40 @@ class Order:
                              0o600)
         self.size = os.pwrite(self.index, HEADER, 0)
         try:
-            call = _libc()
-            fd = call("inotify_init1", os.O_NONBLOCK | os.O_CLOEXEC)
-            if fd >= 0:
-                for stream, log in enumerate(self.logs):
-                    wd = call("inotify_add_watch", fd, os.fsencode(log), IN_MODIFY)
-                    if wd < 0:
-                        os.close(fd)
-                        fd = -1
-                        break
-                    self.wds[wd] = stream
+            self.call = _libc()
+            self.notify = self.call("inotify_init1", os.O_NONBLOCK | os.O_CLOEXEC)
+            if self.notify >= 0 and not (self._watch(0) and self._watch(1)):
+                os.close(self.notify)
+                self.notify = -1
         except (ImportError, OSError, AttributeError):
-            fd = -1
-        self.notify = fd
-        return fd
+            self.notify = -1
+        return self.notify
+
+    def _watch(self, stream: int) -> bool:
+        assert self.call is not None
+        wd = self.call("inotify_add_watch", self.notify, os.fsencode(self.logs[stream]),
+                       IN_MODIFY)
+        if wd >= 0:
+            self.wds[wd] = stream
+        return wd >= 0
+
+    def _switched(self, stream: int, prev: int) -> None:
+        """Only a switch of stream makes a record, so only the other log is watched: a
+        command writing one stream on and on wakes nobody (what it costs the writer
+        stays the kernel's, not a process woken at every write)."""
+        if self.notify < 0 or self.call is None:
+            return
+        for wd in [w for w, st in self.wds.items() if st == stream]:
+            self.call("inotify_rm_watch", self.notify, wd)
+            del self.wds[wd]
+        if prev >= 0 and prev not in self.wds.values() and not self._watch(prev):
+            self.notify_lost()
+
+    def notify_lost(self) -> None:
+        """inotify cannot watch any more: look every :data:`POLL` s instead."""
+        os.close(self.notify)
+        self.notify = -1
+        self.wds.clear()
 
     def ready(self) -> None:
         """inotify says the logs changed: note them in the order it saw them."""
@@ -137,16 +158,24 @@ class Order:
             return self.known[stream]
 
     def grew(self, stream: int) -> None:
-        size = self._size(stream)
-        if size <= self.known[stream]:
-            return
-        if stream != self.cur:
-            if self.cur >= 0:  # the one it leaves: its end now, not when it last grew (it
-                # may have gone on since, and a reader may have shown that much: ``runs``)
-                self.known[self.cur] = max(self.known[self.cur], self._size(self.cur))
+        for _ in range(16):  # bounded: a command switching streams on and on is not ours
+            size = self._size(stream)
+            if size <= self.known[stream]:
+                return
+            if stream == self.cur:
+                self.known[stream] = size
+                return
+            prev = self.cur
+            if prev >= 0:  # the one it leaves: its end now, not when it last grew (it may
+                # have gone on since, and a reader may have shown that much: ``runs``)
+                self.known[prev] = max(self.known[prev], self._size(prev))
             if not self._append(stream, *self.known):
                 return
-        self.known[stream] = size
+            self.known[stream] = size
+            self._switched(stream, prev)
+            if prev < 0:
+                return
+            stream = prev  # what it wrote before its watch was back: no event says it
 
     def _append(self, stream: int, out: int, err: int) -> bool:
         try:
