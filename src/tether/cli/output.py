@@ -124,7 +124,9 @@ def lineage_detail(r: dict[str, Any]) -> None:
          count(r.get("fenced_exits"), "fenced exit"))
     line("turns", r.get("turns", 0), f"context {pct:.0f}%" if pct is not None else None)
     if usage:
-        line("tokens", " ".join(f"{k} {v:,}" for k, v in usage.items()))
+        short = {"input_tokens": "in", "output_tokens": "out",
+                 "cache_read_tokens": "cache read", "cache_creation_tokens": "cache write"}
+        line("tokens", "  ".join(f"{short.get(k, k)} {v:,}" for k, v in usage.items()))
     line("last end", r.get("exit_reason"))
     line("reason", r.get("reason"))
     if r.get("revive_at"):
