@@ -122,7 +122,7 @@ def test_each_exit_reason_is_classified_and_shown(fast_daemon_env: DaemonProc,
     for reason, lin in lins.items():
         wait_for(lambda lin=lin: c.lineage_get(lin.id).exit_reason is not None, timeout=30,
                  what=reason)
-        got = json.loads(fast_daemon_env.cli("lineage", "inspect", lin.id).stdout)
+        got = json.loads(fast_daemon_env.cli("lineage", "inspect", "--json", lin.id).stdout)
         assert got["exit_reason"] == reason, got
     assert c.lineage_get(lins["waiting_for_user"].id).status == "ASK_PENDING"
     assert c.lineage_get(lins["out_of_context"].id).lifecycle == "DEAD"

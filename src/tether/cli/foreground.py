@@ -152,9 +152,11 @@ class Interrupts:
             raise _Interrupted
 
 
-def _pump(home: Path, exec_id: str, stream: str, sink: Any) -> None:
+def _pump(home: Path, exec_id: str) -> None:
+    """Both logs as they were written, each to its own stream (a `2>&1` sees the order)."""
     with Client(home) as c:
-        for data in c.read_logs(exec_id, stream=stream, follow=True):
+        for stream, data in c.read_output(exec_id, follow=True):
+            sink = sys.stderr.buffer if stream == "stderr" else sys.stdout.buffer
             sink.write(data)
             sink.flush()
 
@@ -182,8 +184,7 @@ def exec_exit_code(x: ExecView) -> int:
 
 def attach_output(c: Client, exec_id: str, interrupts: Interrupts) -> int:
     """Stream both logs until the exec ends; Ctrl-C cancels it (twice: kill)."""
-    threads = [threading.Thread(target=_pump, args=(c.home, exec_id, s, sink), daemon=True)
-               for s, sink in (("stdout", sys.stdout.buffer), ("stderr", sys.stderr.buffer))]
+    threads = [threading.Thread(target=_pump, args=(c.home, exec_id), daemon=True)]
     for t in threads:
         t.start()
     while True:

@@ -100,6 +100,16 @@ class LogChunk(_Reply):
     size: int = 0
     eof: bool = False
     state: str | None = None
+    # stream ``all``: which of ``data``'s bytes are which, in order: [["stdout", 12], …]
+    runs: list[tuple[str, int]] = msgspec.field(default_factory=list)
+
+    def parts(self) -> list[tuple[str, bytes]]:
+        """``data`` cut into (stream, bytes) by ``runs``."""
+        out, at = [], 0
+        for stream, n in self.runs:
+            out.append((stream, self.data[at:at + n]))
+            at += n
+        return out
 
 
 class EventPage(_Reply):
@@ -355,7 +365,8 @@ class LineageBudget(_Reply):
     status: str
     budget_usd: float
     policy: str
-    spent_usd: float
+    spent_usd: float  # what its priced turns cost
+    unpriced_turns: int = 0  # turns whose model has no price: their cost is unknown
 
 
 class Budgets(_Reply):
@@ -363,6 +374,7 @@ class Budgets(_Reply):
     spent_today_usd: float
     daily: DailyBudget | None
     lineages: list[LineageBudget]
+    unpriced_today: int = 0
 
 
 class LineageStory(_Reply):

@@ -102,8 +102,8 @@ def without_tether_secrets(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in TETHER_SECRETS}
 
 
-def provider_for(argv0: str) -> str:
-    p = for_command(argv0)
+def provider_for(argv0: str, cwd: str | None = None) -> str:
+    p = for_command(argv0, cwd)
     return p.name if p is not None else "generic"
 
 
@@ -389,7 +389,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
     # ------------------------------------------------------------------ agents
     async def agent_start(p: m.AgentStart, c: Connection) -> Any:
         refused = agents.reload_providers()  # <home>/providers/*.toml, edited at any time
-        provider = p.provider or provider_for(p.argv[0])
+        provider = p.provider or provider_for(p.argv[0], p.cwd)
         if refused and provider not in REGISTRY:
             raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
                               f"unknown agent provider {provider!r}; refused provider "

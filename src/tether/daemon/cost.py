@@ -183,22 +183,28 @@ class CostService:
         cached = self._lineage_spent.get(rec.id)
         if cached is not None and cached[0] is table:
             return cached[1]
+        spent = self._lineage_sum(rec, table).priced_usd
+        self._lineage_spent[rec.id] = (table, spent)
+        return spent
+
+    def _lineage_sum(self, rec: LineageRecord, table: px.PriceTable) -> rp.Sum:
         shift = self._shift()
         ids = [x.id for x in self.store.list_execs_of_lineage(rec.id)]
         sums = self.tables.exec_turn_sums(ids, bucket=DAY, shift=shift)
-        spent = rp.total(table, self._turns(sums, DAY, shift)).priced_usd
-        self._lineage_spent[rec.id] = (table, spent)
-        return spent
+        return rp.total(table, self._turns(sums, DAY, shift))
 
     def day_spent(self, day: dt.date, table: px.PriceTable) -> float:
         c = self._daily_spent
         if c is not None and c[0] == day and c[1] is table:
             return c[2]
-        start, end = self._start_of(day), self._start_of(day + dt.timedelta(days=1))
-        sums = self.tables.turn_sums("none", since=start, until=end, bucket=QUARTER)
-        spent = rp.total(table, self._turns(sums, QUARTER, 0.0)).priced_usd
+        spent = self._day_sum(day, table).priced_usd
         self._daily_spent = (day, table, spent)
         return spent
+
+    def _day_sum(self, day: dt.date, table: px.PriceTable) -> rp.Sum:
+        start, end = self._start_of(day), self._start_of(day + dt.timedelta(days=1))
+        sums = self.tables.turn_sums("none", since=start, until=end, bucket=QUARTER)
+        return rp.total(table, self._turns(sums, QUARTER, 0.0))
 
     def _count(self, rec: LineageRecord, model: str | None, usage: dict[str, int],
                at: float) -> None:
@@ -289,15 +295,19 @@ class CostService:
         table = self.prices()
         day = self._day(self.clock.now())
         daily = self.daily_budget()
+        today = self._day_sum(day, table)  # with its unpriced turns: never shown as free
         out: dict[str, Any] = {
-            "day": day.isoformat(), "spent_today_usd": round(self.day_spent(day, table), 6),
+            "day": day.isoformat(), "spent_today_usd": round(today.priced_usd, 6),
+            "unpriced_today": today.unpriced_turns,
             "daily": None if daily is None else {"budget_usd": daily[0], "policy": daily[1]},
             "lineages": []}
         for rec in lineages:
             mine = self.lineage_budget(rec)
             if mine is not None:
+                spent = self._lineage_sum(rec, table)
                 out["lineages"].append({
                     "lineage": rec.id, "name": rec.name, "status": rec.status,
                     "budget_usd": mine[0], "policy": mine[1],
-                    "spent_usd": round(self.lineage_spent(rec, table), 6)})
+                    "spent_usd": round(spent.priced_usd, 6),
+                    "unpriced_turns": spent.unpriced_turns})
         return out

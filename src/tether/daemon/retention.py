@@ -60,7 +60,7 @@ BATCH_MIN, BATCH_FIRST, BATCH_MAX = 20, 100, 5000
 #: a read of a page looks through the WAL's index, and a pass over 100,000 execs in one
 #: ever-growing WAL slowed itself, and every request, down.
 CHECKPOINT_AFTER = 2.0
-LOG_SUFFIXES = (".stdout.log", ".stderr.log", ".pty.log")  # what a logs prune removes
+LOG_SUFFIXES = (".stdout.log", ".stderr.log", ".pty.log", ".order")  # a logs prune's
 
 
 @dataclass

@@ -104,6 +104,7 @@ class HomeLayout:
             stderr=logdir / f"{exec_id}.stderr.log",
             exit=logdir / f"{exec_id}.exit",
             pty=logdir / f"{exec_id}.pty.log",
+            order=logdir / f"{exec_id}.order",
             handles=self.run / f"{exec_id}.handles.json",
             socket=self.run / f"{exec_id}.sock",
             claim=self.run / f"{exec_id}.claim",
@@ -125,6 +126,7 @@ class ExecPaths:
     #: the monitor's terminal events (attach, detach, resize), for a daemon that was not
     #: watching: one JSON line each, numbered as on its watch connection
     events: Path
+    order: Path  # which of stdout and stderr was written when (monitor/order.py)
 
     def log(self, stream: str) -> Path:
         return {"stderr": self.stderr, "pty": self.pty}.get(stream, self.stdout)

@@ -157,7 +157,7 @@ class ExecCancel(_P):
 
 class ExecLogs(_P):
     exec: NonEmpty
-    stream: Literal["stdout", "stderr", "pty"] = "stdout"
+    stream: Literal["stdout", "stderr", "pty", "all"] = "stdout"
     offset: Cursor = 0
     limit: Annotated[int, Meta(gt=0, le=1024 * 1024)] = 256 * 1024
     wait: Annotated[float, Meta(ge=0, le=60)] = 0.0

@@ -538,7 +538,8 @@ class MonitorPool:
             "umask": self.umask,
             "paths": {k: str(getattr(paths, k)) for k in ("stdout", "stderr", "exit", "pty",
                                                             "handles", "socket", "claim",
-                                                            "monitor_log", "events")},
+                                                            "monitor_log", "events",
+                                                            "order")},
         }
         if fence is not None:
             spec["fence"] = {"path": fence.path, "epoch": fence.epoch, "reason": fence.reason}

@@ -76,7 +76,7 @@ class DigestTables:
             leaf = Leaf(id=rec.id, sandbox=rec.sandbox, argv=list(rec.spec.argv), state=rec.state,
                         exit_code=rec.exit_code, signal=rec.signal, reason=rec.reason,
                         started_at=rec.started_at, ended_at=float(rec.ended_at or end),
-                        lineage=rec.lineage, revival=bool(revival))
+                        lineage=rec.lineage, name=rec.name, revival=bool(revival))
             if rec.lineage is not None:
                 agents[leaf.id] = leaf
             out.append(leaf)

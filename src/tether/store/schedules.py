@@ -199,19 +199,24 @@ class ScheduleStore:
             row = db.execute("SELECT record FROM schedule_jobs WHERE id = ?",
                              (job.id,)).fetchone()
             current = _dec_job.decode(row[0])
-            if not manual:
-                current = msgspec.structs.replace(current, next_fire=next_fire,
-                                                  due_at=due_at, updated_at=now)
-                self._put_job(db, current)
             try:
                 cur = db.execute("INSERT INTO schedule_runs (job_id, fire_at, state, record) "
                                  "VALUES (?, ?, ?, '{}')", (job.id, fire_at, "PENDING"))
             except sqlite3.IntegrityError:
                 return None, []
+            # A job from before run numbers counts on from the runs it has.
+            number = 1 + (current.fired or db.execute(
+                "SELECT count(*) - 1 FROM schedule_runs WHERE job_id = ?",
+                (job.id,)).fetchone()[0])
+            changes: dict[str, Any] = {"fired": number}
+            if not manual:
+                changes.update(next_fire=next_fire, due_at=due_at, updated_at=now)
+            current = msgspec.structs.replace(current, **changes)
+            self._put_job(db, current)
             run = RunRecord(id=int(cur.lastrowid or 0), job=job.id, fire_at=fire_at,
                             state=RunState.PENDING, manual=manual, created_at=now,
                             reason=reason if state == RunState.PENDING else "fire time",
-                            missed=missed, queued=queued)
+                            missed=missed, queued=queued, number=number)
             db.execute("UPDATE schedule_runs SET record = ? WHERE id = ?",
                        (_enc.encode(run), run.id))
             events = [self._run_event(db, run, current)]

@@ -7,7 +7,7 @@ when there is some, it has been quiet for ``turn_idle_seconds`` and its last lin
 ``turn_end_pattern`` (when set: the CLI's prompt), that output is one turn — reported like
 any other (``agent.turn``, lifecycle, snapshot), with the context percent, session id and
 token counts (every usage line in it, one per model call) the provider's regexes find in
-it. A provider whose every turn prints a usage line (``turn_needs_usage``: Aider) has no
+it (the model: else the one its profile names, for ``tether cost``). A provider whose every turn prints a usage line (``turn_needs_usage``: Aider) has no
 turn without one: its banner, a local command (``/tokens``), an empty line's redraw, a
 revived attempt's banner are output at its prompt, not turns. Output that went quiet
 elsewhere than at the prompt, once the CLI has been at its prompt, is a turn in progress
@@ -193,9 +193,11 @@ class OutputTurns:
                 pct = min(100.0, max(0.0, float(ctx.group(1))))
             except ValueError:
                 pct = None
+        named = _last(getattr(provider, "model_pattern", None), text)
+        model = named.group(1) if named is not None else getattr(provider, "model", None)
         answer = "\n".join(lines)[-ANSWER_CHARS:]
         messages: list[dict[str, Any]] = [{"role": "assistant", "content": answer}] \
             if answer else []
-        await self.protocol.turn(rec, context_pct=pct, usage=usage, model=None,
+        await self.protocol.turn(rec, context_pct=pct, usage=usage, model=model,
                                  messages=messages)
 

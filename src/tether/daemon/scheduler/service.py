@@ -310,9 +310,12 @@ class Scheduler:
             return
         try:
             sandbox = self.sandboxes.resolve(job.spec.sandbox)
+            spec = job.spec.exec
+            if spec.name is None and run.number:  # `tether logs nightly#3`
+                spec = msgspec.structs.replace(spec, name=f"{job.name}#{run.number}")
             while True:
                 async with self._slots:
-                    rec = await self.execs.start(sandbox, job.spec.exec, run.request_key(),
+                    rec = await self.execs.start(sandbox, spec, run.request_key(),
                                                  unconfined_ok=job.spec.unconfined_ok)
                 if not (rec.state == ExecState.FAILED and rec.never_started):
                     break
