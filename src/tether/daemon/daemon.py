@@ -261,7 +261,8 @@ class Daemon:
                                     umask=self.user_umask)
         self.bus = EventBus(self.store, queue_limit=self.config.subscriber_queue)
         self.runtimes = Runtimes(RuntimeContext(home=str(self.layout.root),
-                                                docker_cli=self.config.docker_cli))
+                                                docker_cli=self.config.docker_cli,
+                                                docker_exec=self.config.docker_exec))
         self.journal = Journal(self.store, self.bus)
         self.execs = ExecService(self.store, self.layout, self.monitors, self.runtimes,
                                  self.journal, self.tasks, faults)
