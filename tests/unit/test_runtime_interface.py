@@ -15,6 +15,7 @@ from tether.runtime import bwrap, registry
 from tether.runtime.base import ExecRequest, Runtime
 from tether.runtime.bwrap import BwrapRuntime, Probe
 from tether.runtime.docker import DockerRuntime
+from tether.runtime.docker.names import engine_address
 from tether.runtime.process import ProcessRuntime
 from tether.runtime.registry import RuntimeContext, Runtimes
 
@@ -107,8 +108,47 @@ def test_bwrap_refuses_before_intent_and_wraps_the_command(tmp_path: Path) -> No
     assert launch.cwd == os.path.realpath(work)
 
 
+def test_docker_launch_is_an_engine_api_exec_of_the_monitors_own() -> None:
+    rt = DockerRuntime("/nonexistent/home", None)  # no docker CLI needed
+    sb = sandbox(SandboxSpec(runtime="docker", image="busybox", workspace="/w"))
+    spec = ExecSpec(argv=["sh", "-c", "true"], env={"PATH": "/host/bin", "X": "1",
+                                                    "DOCKER_HOST": "tcp://x:1"}, tty=True)
+    launch = rt.prepare_exec(ExecRequest(sandbox=sb, spec=spec, cwd="/w/sub",
+                                         tether_home="/nonexistent/home"))("e3")
+    assert launch.argv == ["sh", "-c", "true"] and launch.env == {} and launch.cwd == "/"
+    assert launch.signal_argv is None and launch.engine is not None
+    engine = launch.engine
+    assert engine["host"] == os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    assert engine["container"] == "tether-primary-sb1"
+    assert engine["signal"][-2:] == ["tether-signal", "e3"]
+    config = engine["config"]
+    assert config["Cmd"] == ["sh", "-c", "true"] and config["WorkingDir"] == "/w/sub"
+    assert config["Tty"] and config["AttachStdin"]
+    # The host's PATH and docker's own variables mean nothing inside; the values travel
+    # to dockerd in the request body, never on a command line.
+    assert sorted(config["Env"]) == ["TERM=xterm", "TETHER_EXEC_ID=e3", "TETHER_SANDBOX=sb1",
+                                     "X=1"]
+
+
+@pytest.mark.parametrize(("sbspec", "env", "host"), [
+    (SandboxSpec(runtime="docker", image="b"), {}, "unix:///var/run/docker.sock"),
+    (SandboxSpec(runtime="docker", image="b"), {"DOCKER_HOST": "tcp://h:2375"}, "tcp://h:2375"),
+    (SandboxSpec(runtime="docker", image="b"), {"DOCKER_HOST": "tcp://h:2376",
+                                                "DOCKER_TLS_VERIFY": "1"}, None),
+    (SandboxSpec(runtime="docker", image="b"), {"DOCKER_HOST": "ssh://u@h"}, None),
+    (SandboxSpec(runtime="docker", image="b", docker_host="unix:///d.sock"),
+     {"DOCKER_HOST": "ssh://u@h"}, "unix:///d.sock"),
+    (SandboxSpec(runtime="docker", image="b", docker_host="tcp://h:2376",
+                 docker_cert_path="/certs"), {}, None),
+])
+def test_the_engine_a_monitor_reaches_itself_is_the_sdks_on_a_plain_socket(
+        sbspec: SandboxSpec, env: dict[str, str], host: str | None) -> None:
+    assert engine_address(sbspec, env) == host
+
+
 def test_docker_launch_drives_docker_exec_and_signals_inside() -> None:
-    rt = DockerRuntime("/nonexistent/home", "/usr/bin/docker")
+    """TETHER_DOCKER_EXEC=cli, and engines behind TLS or ssh: ``docker exec``."""
+    rt = DockerRuntime("/nonexistent/home", "/usr/bin/docker", "cli")
     sb = sandbox(SandboxSpec(runtime="docker", image="busybox"))
     spec = ExecSpec(argv=["sh", "-c", "true"], env={"PATH": "/host/bin", "X": "1"})
     launch = rt.prepare_exec(ExecRequest(sandbox=sb, spec=spec, cwd=None,
@@ -120,7 +160,7 @@ def test_docker_launch_drives_docker_exec_and_signals_inside() -> None:
     assert launch.cwd == "/" and launch.signal_argv is not None
     assert launch.signal_argv[-1] == "e3"
     with pytest.raises(TetherError) as e:
-        DockerRuntime("/nonexistent/home", None).prepare_exec(
+        DockerRuntime("/nonexistent/home", None, "cli").prepare_exec(
             ExecRequest(sandbox=sb, spec=spec, cwd=None, tether_home="/x"))
     assert e.value.code == "RUNTIME_UNAVAILABLE"
 

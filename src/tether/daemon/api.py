@@ -72,14 +72,13 @@ class Daemon(Protocol):
     runtimes: Runtimes
     tasks: Tasks
     state: DaemonState
+    health_view: dict[str, str]  # daemon.health's answer, made at each state change
     instance: str
     started_at: float
     recovery_summary: dict[str, Any]
     warnings: list[str]
 
     def connection_count(self) -> int: ...
-
-    def server_accepting(self) -> bool: ...
 
     def rpc_requests(self) -> Counter[tuple[str, str]]: ...
 
@@ -208,8 +207,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         if store.lost is not None:  # it answers reads, but accepts no more intent
             return {"status": "NOT_SERVING", "state": str(d.state),
                     "reason": f"STORE_LOST: the store {store.path} was {store.lost}"}
-        serving = d.state == DaemonState.RUNNING and d.server_accepting()
-        return {"status": "SERVING" if serving else "NOT_SERVING", "state": str(d.state)}
+        return d.health_view  # made at each state change (daemon.health_view)
 
     async def status(p: m.Empty, c: Connection) -> Any:
         return {

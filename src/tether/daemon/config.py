@@ -52,6 +52,9 @@ class DaemonConfig:
     wal_limit: int = WAL_LIMIT
     log_level: str = "INFO"
     docker_cli: str | None = None  # TETHER_DOCKER, else `docker` on PATH
+    #: TETHER_DOCKER_EXEC: how docker execs run — ``api`` (their monitors speak the Engine
+    #: API; engines behind TLS or ssh still use the CLI) or ``cli`` (``docker exec``).
+    docker_exec: str = "api"
     #: ``--recover-store``: rebuild a lost or corrupt store from the execs' files.
     recover_store: bool = False
     #: TETHER_TEST_CLOCK: a file whose number is added to wall time (tests only).
@@ -104,6 +107,7 @@ class DaemonConfig:
             wal_limit=_size("TETHER_WAL_LIMIT", env, WAL_LIMIT),
             log_level=env.get("TETHER_LOG_LEVEL", "INFO"),
             docker_cli=env.get("TETHER_DOCKER") or shutil.which("docker"),
+            docker_exec=_docker_exec(env.get("TETHER_DOCKER_EXEC")),
             recover_store=recover_store,
             test_clock=Path(env["TETHER_TEST_CLOCK"]) if env.get("TETHER_TEST_CLOCK") else None,
             digest_interval=float(env.get("TETHER_DIGEST_INTERVAL", 900.0)),
@@ -211,3 +215,9 @@ def _policy(text: str | None) -> str:
     if text and text not in ("pause", "stop"):
         raise ValueError(f"TETHER_BUDGET_POLICY must be pause or stop, not {text!r}")
     return text or "pause"
+
+
+def _docker_exec(text: str | None) -> str:
+    if text and text not in ("api", "cli"):
+        raise ValueError(f"TETHER_DOCKER_EXEC must be api or cli, not {text!r}")
+    return text or "api"

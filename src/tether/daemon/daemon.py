@@ -83,11 +83,20 @@ class StartupError(Exception):
         self.exit_code = exit_code
 
 
+def health_view(state: DaemonState) -> dict[str, str]:
+    """``daemon.health``'s answer in ``state``, made once per state change: it is the
+    call clients and probes poll. SERVING exactly while RUNNING (the RPC server accepts
+    work from before RUNNING until after STOPPING begins)."""
+    return {"status": "SERVING" if state is DaemonState.RUNNING else "NOT_SERVING",
+            "state": str(state)}
+
+
 class Daemon:
     def __init__(self, config: DaemonConfig) -> None:
         self.config = config
         self.layout = HomeLayout(config.home)
         self.state = DaemonState.STOPPED
+        self.health_view = health_view(self.state)
         self.instance = secrets.token_hex(4)
         self.started_at = time.time()
         self.recovery_summary: dict[str, int] = {}
@@ -111,9 +120,7 @@ class Daemon:
         check_transition("daemon", "daemon", self.state, state)
         log.info("daemon %s -> %s", self.state, state)
         self.state = state
-
-    def server_accepting(self) -> bool:
-        return self._rpc is not None and self._rpc.accepting
+        self.health_view = health_view(state)
 
     def connection_count(self) -> int:
         return len(self._rpc.connections) if self._rpc else 0
@@ -275,7 +282,8 @@ class Daemon:
                                     umask=self.user_umask)
         self.bus = EventBus(self.store, queue_limit=self.config.subscriber_queue)
         self.runtimes = Runtimes(RuntimeContext(home=str(self.layout.root),
-                                                docker_cli=self.config.docker_cli))
+                                                docker_cli=self.config.docker_cli,
+                                                docker_exec=self.config.docker_exec))
         self.journal = Journal(self.store, self.bus)
         self.execs = ExecService(self.store, self.layout, self.monitors, self.runtimes,
                                  self.journal, self.tasks, faults)

@@ -415,6 +415,8 @@ class ExecService:
             return "starting"  # a monitor claimed it this instant; look again
         if insp.kind == "starting":
             return "starting"
+        if insp.kind == "lost" and insp.handles is not None:
+            self._end_orphan(rec)
         reason = insp.reason or ("INTERRUPTED: the daemon stopped after accepting this exec "
                                  "and before starting it; it was never started")
         unstarted = rec.state == ExecState.PENDING and self.monitors.never_started(
@@ -425,6 +427,19 @@ class ExecService:
         self._pids.pop(rec.id, None)
         self.monitors.remove_scratch(self.paths(rec))
         return "failed"
+
+    def _end_orphan(self, rec: ExecRecord) -> None:
+        """Its monitor died while the command may still run: ``inspect`` killed the
+        child's process group; what the command runs out of its reach (a docker exec's,
+        in the container) is ended by its runtime, in the background."""
+        sb = self.store.get_sandbox(rec.sandbox)
+        if sb is None or not self.tasks.open:
+            return
+        try:
+            rt = self.runtimes.get(sb.spec.runtime)
+        except TetherError:
+            return
+        self.tasks.spawn(rt.end_orphan(sb, rec.id), name=f"orphan-{rec.id}")
 
     async def recover(self) -> dict[str, int]:
         """Re-adopt, finish or fail every exec the store says is live."""

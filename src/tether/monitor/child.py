@@ -50,6 +50,12 @@ def resolve_command(name: str, env: dict[str, str]) -> str:
     raise FileNotFoundError(errno.ENOENT, "command not found", name)
 
 
+#: How long a docker exec's client may take to report its command's end after a SIGKILL
+#: was sent into the container, before it is killed too (a hung engine cannot keep the
+#: exec alive longer).
+CLIENT_GRACE = 2.0
+
+
 class Child:
     """The one process the monitor runs (its process group), and its signal helpers."""
 
@@ -63,6 +69,9 @@ class Child:
         self.helpers: set[int] = set()  # signal helpers still to be reaped
         self.group: int | None = None  # the command's own group, below the child (bwrap)
         self.pin: Any = None  # its monitor.pin.Pin, when gated: the group as it is now
+        # A docker exec's client, after a SIGKILL sent into the container: killed too if
+        # it has not ended by then (it reports the command's own status when it can).
+        self.kill_client_at: float | None = None
 
     # -------------------------------------------------------------- start
     def spawn(self, actions: list[tuple[Any, ...]], setsid: bool) -> None:
@@ -71,6 +80,16 @@ class Child:
 
         Raises OSError if it cannot be started (see :meth:`start_failed`): the command
         is looked up here, so that a missing one fails the start, not the gate."""
+        engine = self.spec.get("engine")
+        if engine is not None:  # a docker exec: our own Engine API client, forked
+            from tether.monitor import dockerexec  # only docker execs' monitors load it
+
+            self.pid = dockerexec.spawn_client(engine, actions, setsid,
+                                               tty=bool(self.spec.get("tty")),
+                                               stdin=bool(self.spec.get("stdin")),
+                                               size=(int(self.spec.get("rows") or 24),
+                                                     int(self.spec.get("cols") or 80)))
+            return
         argv: list[str] = self.spec["argv"]
         env: dict[str, str] = self.spec["env"]
         if self.spec.get("cwd"):
@@ -90,6 +109,12 @@ class Child:
 
     def start_failed(self, e: OSError) -> tuple[str, dict[str, Any]]:
         """The message and the exit record for a command that could not be started."""
+        if self.spec.get("engine") is not None and not isinstance(e.errno, int):
+            # dockerd refused the exec (no such container, not running) or is unreachable
+            status = getattr(e, "status", 0)
+            msg = f"dockerd refused the exec: {e}" if status else str(e)
+            return msg, {"exit_code": 127, "signal": None, "ended_at": time.time(),
+                         "started_at": None, "outcome": "start_failed", "reason": msg}
         what = {errno.ENOENT: "command not found", errno.EACCES: "permission denied",
                 errno.ENOTDIR: "not a directory"}.get(e.errno or 0, e.strerror or str(e))
         where = self.spec["argv"][0]
@@ -121,7 +146,7 @@ class Child:
     def wait_time(self) -> float:
         """How long the loop may sleep before a timer of ours is due."""
         now = time.monotonic()
-        timers = [t for t in (self.deadline,
+        timers = [t for t in (self.deadline, self.kill_client_at,
                               self.cancel["kill_at"] if self.cancel else None) if t]
         # Capped: epoll cannot wait longer than ~24.8 days, and the loop recomputes.
         return min(3600.0, max(0.0, min(timers) - now)) if timers else 3600.0
@@ -135,6 +160,9 @@ class Child:
         if self.cancel and self.cancel["kill_at"] and now >= self.cancel["kill_at"]:
             self.signal(signal.SIGKILL)
             self.cancel["kill_at"] = None
+        if self.kill_client_at is not None and now >= self.kill_client_at:
+            self.kill_client_at = None
+            self.killpg(signal.SIGKILL)
 
     # -------------------------------------------------------------- end
     def poll(self) -> tuple[int | None, int | None] | None:
@@ -152,10 +180,12 @@ class Child:
             return (None, None)
         if info is None:
             return None
-        if self.cancel is not None:
+        # A docker exec's client killed by someone else leaves its command running in
+        # the container, where nobody could record its end: it goes too.
+        killed = info.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
+        if self.cancel is not None or (killed and self.spec.get("engine") is not None):
             self.killpg(signal.SIGKILL)
-            if self.spec.get("signal_argv"):  # and what the client left running elsewhere
-                self.spawn_helper([*self.spec["signal_argv"], str(int(signal.SIGKILL))])
+            if self.signal_inside(signal.SIGKILL):  # what the client left running there
                 self.wait_helpers(2.0)  # done before the exit file says it ended
         _, status = os.waitpid(self.pid, 0)
         if os.WIFSIGNALED(status):
@@ -181,8 +211,10 @@ class Child:
 
     def signal(self, sig: int) -> None:
         """Deliver ``sig`` to what the exec runs. When the child only drives the command
-        elsewhere (a ``docker exec`` client), ``signal_argv`` delivers it there; SIGKILL
-        also ends the client, so a hung engine cannot keep the exec alive. When the
+        elsewhere (a docker exec's client), a helper delivers it there
+        (:meth:`signal_inside`); SIGKILL also ends the client (a ``docker exec`` at once,
+        our own client after ``CLIENT_GRACE`` unless it has reported the command's end),
+        so a hung engine cannot keep the exec alive. When the
         command runs in a group of its own below the child (``group``: bwrap's
         ``--new-session``), the signal goes to that group, as the process runtime's does;
         SIGKILL to the child's too. That group is looked up again (``Pin.group_now``):
@@ -195,12 +227,33 @@ class Child:
                 pass
             if sig != signal.SIGKILL:
                 return
+        if self.signal_inside(sig):
+            if sig != signal.SIGKILL:
+                return
+            if self.spec.get("engine") is not None:  # our client: it reports the status
+                if self.kill_client_at is None:
+                    self.kill_client_at = time.monotonic() + CLIENT_GRACE
+                return
+        self.killpg(sig)
+
+    def signal_inside(self, sig: int) -> bool:
+        """When the child only drives the command elsewhere (a docker exec), deliver
+        ``sig`` there through a helper; whether it did."""
+        engine = self.spec.get("engine")
+        if engine is not None:
+            from tether.monitor import dockerexec
+
+            try:
+                self.helpers.add(dockerexec.spawn_helper(
+                    engine["host"], engine["container"], [*engine["signal"], str(int(sig))]))
+            except OSError as e:
+                sys.stderr.write(f"monitor: signal helper failed: {e}\n")
+            return True
         helper = self.spec.get("signal_argv")
         if helper:
             self.spawn_helper([*helper, str(int(sig))])
-            if sig != signal.SIGKILL:
-                return
-        self.killpg(sig)
+            return True
+        return False
 
     def begin_cancel(self, outcome: str, sig: int, grace: float, reason: str = "") -> None:
         kill_at = time.monotonic() + (0.0 if sig == signal.SIGKILL else max(0.0, grace))

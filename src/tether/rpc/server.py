@@ -74,9 +74,11 @@ class Method:
     params: type[Any]
     handler: Handler
     long: bool = False  # waits for an outside event: runs as a task, cancelled on drain
-    #: the params are a Struct that ``{}`` converts to: its bare constructor then builds
-    #: them (the same value), at a fraction of msgspec.convert's cost per call
-    bare: bool = False
+    #: when the params are a Struct that ``{}`` converts to: what makes them without
+    #: msgspec.convert (a fraction of its cost per call) — its bare constructor, or for a
+    #: Struct without fields (nothing a handler could change) one instance, handed out
+    #: again by a C-level call
+    bare: Callable[[], Any] | None = None
     ok: int = 0  # requests its handler answered without error (for ``daemon.metrics``)
     #: the handler is a plain function: its return value is the result
     sync: bool = False
@@ -88,7 +90,8 @@ class Method:
                 msgspec.convert({}, self.params, strict=True)
             except msgspec.ValidationError:
                 return
-            self.bare = True
+            self.bare = (itertools.repeat(self.params()).__next__
+                         if not self.params.__struct_fields__ else self.params)
 
 
 class Router:
@@ -270,12 +273,18 @@ class RpcServer:
                                   last_active=next(ticks))
                 self.connections.add(conn)
                 read, transport = reader.read, writer.transport
+                decode, encode, limit = json_decode, _enc.encode, self.max_line
                 try:
                     while True:
                         conn.busy = False
-                        # lines.next(), inlined for its common case: one frame less
-                        item: bytes | LineTooLong | None = (
-                            lines.whole(await read(CHUNK)) if lines.fresh else None)
+                        # lines.next(), inlined for its common case (lines.whole's: one
+                        # whole line per read; its newline is left on, msgspec skips it)
+                        item: bytes | LineTooLong | None = None
+                        if lines.fresh:
+                            item = await read(CHUNK)
+                            end = len(item) - 1
+                            if end < 0 or item.find(b"\n") != end or end > limit:
+                                item = lines.whole(item)  # taken in: rest() goes on
                         if item is None:
                             item = await lines.rest()
                         conn.busy = True
@@ -289,11 +298,11 @@ class RpcServer:
                                              {"code": "REQUEST_TOO_LARGE",
                                               "limit": self.max_line}))
                             continue
-                        if not item or item.isspace():  # what strip() removes
-                            continue
                         try:  # _decode, inlined for a line that decodes
-                            msg = json_decode(item)
+                            msg = decode(item)
                         except Exception:  # the parse error replies, by _decode
+                            if not item or item.isspace():  # what strip() removes
+                                continue
                             msg = _decode(item)
                         else:
                             if len(item) > MAX_DEPTH and _too_deep(item, msg):
@@ -308,20 +317,47 @@ class RpcServer:
                             await slots.acquire()
                             conn.spawn_long(self._handle_line(conn, msg, slots))
                             await conn.drain()
+                        elif method is not None and method.sync and method.bare:
+                            # The commonest request of all, inlined whole: a method that
+                            # never waits and needs no params (daemon.health), "2.0", a
+                            # valid id, while the daemon accepts work. Nothing here
+                            # awaits until the reply is written, so it is never in flight
+                            # when drain() looks (it counts only a reply still draining).
+                            rid = msg.get("id", conn)
+                            reply: dict[str, Any] | None
+                            if (type(rid) in _ID_TYPES and msg.get("jsonrpc") == "2.0"
+                                    and msg.get("params") in _NONE and self.accepting):
+                                try:
+                                    reply = {"jsonrpc": "2.0", "id": rid,
+                                             "result": method.handler(method.bare(), conn)}
+                                    method.ok += 1
+                                except Exception as e:
+                                    reply = self._failed(e, conn, msg, False)
+                                    if reply is not None:
+                                        self._count_error(msg, reply)
+                                if not transport.is_closing():
+                                    transport.write(encode(reply) + b"\n")
+                                    if transport.get_write_buffer_size():
+                                        self.inflight += 1
+                                        try:
+                                            await self._drain(conn)
+                                        finally:
+                                            self._done(None)
+                            else:
+                                await self._handle_line(conn, msg, None)  # drains its reply
                         elif method is not None:  # _handle_line, inlined: one frame less
                             self.inflight += 1
                             try:
                                 # The common case — a "2.0" request with a valid id and
                                 # no params for a method whose params are all optional
-                                # (daemon.health, listings), while the daemon accepts
-                                # work — passes _handle_one's checks: its handler is
-                                # awaited here, one frame less.
+                                # (listings), while the daemon accepts work — passes
+                                # _handle_one's checks: its handler is awaited here, one
+                                # frame less.
                                 if (msg.get("jsonrpc") == "2.0" and self.accepting
                                         and method.bare and msg.get("params") in _NONE
                                         and type(msg.get("id", conn)) in _ID_TYPES):
-                                    reply: dict[str, Any] | None
                                     try:
-                                        result = method.handler(method.params(), conn)
+                                        result = method.handler(method.bare(), conn)
                                         if not method.sync:
                                             result = await result
                                         method.ok += 1
@@ -336,7 +372,7 @@ class RpcServer:
                                     if reply is not None and "error" in reply:
                                         self._count_error(msg, reply)
                                 if reply is not None and not transport.is_closing():
-                                    transport.write(_enc.encode(reply) + b"\n")
+                                    transport.write(encode(reply) + b"\n")
                                     if transport.get_write_buffer_size():
                                         await self._drain(conn)
                             finally:
@@ -538,7 +574,7 @@ class RpcServer:
             if not isinstance(raw_params, dict):
                 raise _std(RpcCode.INVALID_PARAMS, "params must be a JSON object (named params)")
             try:
-                params = (method.params() if method.bare and not raw_params
+                params = (method.bare() if method.bare is not None and not raw_params
                           else msgspec.convert(raw_params, method.params, strict=True))
             except msgspec.ValidationError as e:
                 raise _std(RpcCode.INVALID_PARAMS, f"invalid params for {name}: {e}") from None

@@ -75,7 +75,10 @@ class Launch:
     the argv that, plus a signal number, signals the command itself. ``gated``: the
     child runs the command as its grandchild behind a gate on fd 3 (see
     :mod:`tether.monitor.pin`), so the monitor can record the command's own status and
-    signal its own process group rather than the child's (bwrap's)."""
+    signal its own process group rather than the child's (bwrap's). ``engine``: the
+    command is a docker exec the monitor creates through dockerd's Engine API and its
+    child, a fork of the monitor, runs (:mod:`tether.monitor.dockerexec`); ``argv`` is
+    then the command as requested, for messages, and ``env`` unused."""
 
     argv: list[str]
     env: dict[str, str]
@@ -83,6 +86,7 @@ class Launch:
     signal_argv: list[str] | None = None
     gated: bool = False
     warm: Warm | None = None
+    engine: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -274,6 +278,13 @@ class Runtime(ABC):
 
     def note_sandboxes(self, sandboxes: list[SandboxRecord]) -> None:
         """At start-up, every sandbox of this runtime the store knows, deleted ones too."""
+        return None
+
+    async def end_orphan(self, sb: SandboxRecord, exec_id: str) -> None:
+        """An exec's monitor died while its command may still run, and the daemon has
+        killed the child's process group on the host (recovery, ``lost``): end what the
+        command runs where that cannot reach (a container). Nothing by default: the
+        host's process group is all of it."""
         return None
 
     async def run(self) -> None:

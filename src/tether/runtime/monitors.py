@@ -534,6 +534,7 @@ class MonitorPool:
             "rows": rec.spec.rows,
             "cols": rec.spec.cols,
             "signal_argv": launch.signal_argv,
+            "engine": launch.engine,
             "gated": launch.gated,
             "umask": self.umask,
             "paths": {k: str(getattr(paths, k)) for k in ("stdout", "stderr", "exit", "pty",

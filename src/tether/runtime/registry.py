@@ -24,6 +24,7 @@ class RuntimeContext:
 
     home: str
     docker_cli: str | None  # the docker client execs run (None: not installed)
+    docker_exec: str = "api"  # TETHER_DOCKER_EXEC: api (the monitor's own client) or cli
 
 
 #: name → how to build it. The classes carry what is known without an instance
@@ -31,7 +32,8 @@ class RuntimeContext:
 FACTORIES: dict[str, tuple[type[Runtime], Callable[[RuntimeContext], Runtime]]] = {
     "bwrap": (BwrapRuntime, lambda ctx: BwrapRuntime(probe())),
     "process": (ProcessRuntime, lambda ctx: ProcessRuntime()),
-    "docker": (DockerRuntime, lambda ctx: DockerRuntime(ctx.home, ctx.docker_cli)),
+    "docker": (DockerRuntime, lambda ctx: DockerRuntime(ctx.home, ctx.docker_cli,
+                                                        ctx.docker_exec)),
 }
 AUTO = "auto"
 #: What ``auto`` tries, best first; the last one must always be available.

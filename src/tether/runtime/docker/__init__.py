@@ -1,7 +1,7 @@
 """The ``docker`` runtime: a sandbox is a few containers on a private network.
 
-* :mod:`.names` — what tether calls things in docker, and the ``docker exec``
-  commands the monitor runs (execs never go through the SDK);
+* :mod:`.names` — what tether calls things in docker, and what the monitor runs for
+  an exec: an Engine API exec of its own, or ``docker exec`` (never the SDK);
 * :mod:`.engine` — dockerd through its SDK (blocking; called from threads);
 * :mod:`.copying` — ``tether cp`` through tar archives;
 * :mod:`.service` — the sandbox lifecycle, the reconcile table
@@ -37,10 +37,14 @@ from tether.runtime.docker.names import (
     bridge_name,
     client_env,
     docker_binary,
+    engine_address,
     exec_argv,
+    exec_config,
     home_key,
     inside_cwd,
+    primary_name,
     signal_argv,
+    signal_command,
 )
 from tether.runtime.docker.service import ContainerService, rpc_code
 from tether.runtime.docker.views import DockerError
@@ -61,9 +65,10 @@ class DockerRuntime(Runtime):
                       "tether's agent socket inside the container); use a bwrap or "
                       "process sandbox, e.g. the default one")
 
-    def __init__(self, home: str, docker_cli: str | None) -> None:
+    def __init__(self, home: str, docker_cli: str | None, exec_via: str = "api") -> None:
         self.home = home
         self.docker_bin = docker_cli
+        self.exec_via = exec_via  # TETHER_DOCKER_EXEC: "api" (else "cli": docker exec)
         self.engine = DockerEngine(home, docker_cli)
         self._services: dict[str | None, ContainerService] = {}  # by docker_host
         self._watches: asyncio.TaskGroup | None = None  # run()'s: one watch per engine
@@ -142,28 +147,37 @@ class DockerRuntime(Runtime):
     # ------------------------------------------------------------------ execs
     def prepare_exec(self, req: ExecRequest) -> LaunchPlan:
         docker_bin = self.docker_bin
-        if docker_bin is None:
-            raise TetherError(RpcCode.INVALID_STATE, "RUNTIME_UNAVAILABLE",
-                              "the docker CLI is not installed; docker execs need it",
-                              {"runtime": "docker"})
         spec, sandbox = req.spec, req.sandbox
+        host = engine_address(sandbox.spec) if self.exec_via == "api" else None
+        if host is None and docker_bin is None:
+            raise TetherError(RpcCode.INVALID_STATE, "RUNTIME_UNAVAILABLE",
+                              "the docker CLI is not installed; docker execs on this engine "
+                              "need it", {"runtime": "docker"})
 
         def launch(exec_id: str) -> Launch:
-            env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
-                   "HOME": os.environ.get("HOME", "/"),
-                   "LANG": os.environ.get("LANG", "C.UTF-8")}
-            # The sandbox's own env is the container's; only the exec's travels, by name.
+            # The sandbox's own env is the container's; only the exec's travels.
             inner = {k: v for k, v in spec.env.items()
                      if k not in HOST_ONLY_ENV and not k.startswith("DOCKER_")}
             if spec.tty:
                 inner["TERM"] = spec.env.get("TERM", "xterm")
             inner["TETHER_EXEC_ID"] = exec_id
             inner["TETHER_SANDBOX"] = sandbox.id
+            cwd = inside_cwd(sandbox.spec, req.cwd)
+            if host is not None:  # the monitor's own Engine API client
+                return Launch(argv=list(spec.argv), env={}, cwd="/", engine={
+                    "host": host, "container": primary_name(sandbox.id),
+                    "config": exec_config(spec.argv, inner, cwd=cwd, tty=spec.tty,
+                                          stdin=spec.stdin),
+                    "signal": signal_command(exec_id)})
+            assert docker_bin is not None
+            env = {"PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+                   "HOME": os.environ.get("HOME", "/"),
+                   "LANG": os.environ.get("LANG", "C.UTF-8")}
             env.update(client_env(sandbox.spec))
             env.update(inner)
-            argv = exec_argv(docker_bin, sandbox.id, spec.argv, sorted(inner),
-                             cwd=inside_cwd(sandbox.spec, req.cwd), tty=spec.tty,
-                             stdin=spec.stdin)
+            # The values are the client's environment; only their names are on its argv.
+            argv = exec_argv(docker_bin, sandbox.id, spec.argv, sorted(inner), cwd=cwd,
+                             tty=spec.tty, stdin=spec.stdin)
             # cwd "/": the docker client's own; the exec's is its -w.
             return Launch(argv=argv, env=env, cwd="/",
                           signal_argv=signal_argv(docker_bin, sandbox.id, exec_id))
@@ -220,6 +234,17 @@ class DockerRuntime(Runtime):
         for sb in sandboxes:  # other engines: those with a sandbox left to reconcile
             if sb.spec.docker_host is not None and sb.state != SandboxState.DELETED:
                 self.service_for(sb.spec).wanted.set()
+
+    async def end_orphan(self, sb: SandboxRecord, exec_id: str) -> None:
+        """Killing a docker exec's client (or its monitor) does not end its command in
+        the container: SIGKILL every process there that carries its ``TETHER_EXEC_ID``."""
+        svc = self.service_for(sb.spec)
+        try:
+            await svc.ensure()
+            await svc.call(svc.engine.kill_exec, sb.id, exec_id)
+        except (TetherError, DockerError) as e:
+            log.warning("exec %s: its monitor died; what it left running in sandbox %s "
+                        "could not be ended: %s", exec_id, sb.id, e)
 
     async def run(self) -> None:
         """One watch per engine in use, in a task group this task owns: an engine a

@@ -27,6 +27,7 @@ from tether.runtime.docker.names import (
     home_key,
     network_name,
     primary_name,
+    signal_command,
     workspace_target,
 )
 from tether.runtime.docker.views import ContainerView, DockerError, Probe, short
@@ -307,6 +308,18 @@ class DockerEngine:
         return removed
 
     # ------------------------------------------------------------------ host blocking
+    def kill_exec(self, sandbox: str, exec_id: str) -> None:
+        """SIGKILL every process of exec ``exec_id`` in the sandbox's primary (those whose
+        environment holds its ``TETHER_EXEC_ID``), if the primary runs."""
+        import docker
+
+        try:
+            ctr = self.client().containers.get(primary_name(sandbox))
+        except docker.errors.NotFound:
+            return
+        if ctr.status == "running":
+            ctr.exec_run([*signal_command(exec_id), "9"])
+
     def block_host(self, sandbox: str) -> None:
         """Drop what the sandbox's bridge sends to the host itself (idempotent). A
         remote engine's bridge is not here: nothing to do (docs/STATE.md Known limits)."""

@@ -12,12 +12,15 @@ Everything carries labels (``tether.sandbox``, ``tether.home``, ``tether.role``)
 so a daemon finds all it made even when its store lost track, and never touches
 what another tether home made on the same engine.
 
-Execs do not go through the SDK: the monitor runs ``docker exec`` (argv from
-:func:`exec_argv`), so output goes straight to the log files and the exec
-survives a daemon SIGKILL like any other. Killing a ``docker exec`` client does
-not kill what it started, so :func:`signal_argv` is how the monitor delivers a
-signal inside the container: to every process carrying the exec's
-``TETHER_EXEC_ID``, which its descendants inherit.
+Execs do not go through the SDK: the exec's monitor creates it through the Engine API
+(:func:`exec_config` is the request) and its child, a fork of the monitor, starts it
+and writes its streams to the log files (:mod:`tether.monitor.dockerexec`), so the exec
+survives a daemon SIGKILL like any other. An engine the monitor cannot reach on a plain
+socket (TLS, ssh: :func:`engine_address` is None) runs ``docker exec`` instead (argv
+from :func:`exec_argv`). Ending a ``docker exec`` (the client, or the monitor's) does
+not end what it started, so :func:`signal_command` is how the monitor delivers a signal
+inside the container: to every process carrying the exec's ``TETHER_EXEC_ID``, which
+its descendants inherit.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import logging
 import os
 import secrets
 import shutil
+from collections.abc import Mapping
 from typing import Any
 
 from tether.hostio.trust import open_private
@@ -53,6 +57,12 @@ HOST_ONLY_ENV = frozenset({"PATH", "HOME", "HOSTNAME", "PWD", "OLDPWD", "SHLVL",
                            "LOGNAME", "SHELL", "MAIL", "TMPDIR", "TERM", "LINES", "COLUMNS"})
 
 UNTYPABLE_DETACH_KEYS = "ctrl-],ctrl-^,ctrl-_,ctrl-],ctrl-^,ctrl-_,ctrl-],ctrl-^"
+#: Where the SDK (``docker.from_env``) finds the daemon's own engine without DOCKER_HOST.
+DEFAULT_ENGINE = "unix:///var/run/docker.sock"
+#: How a docker exec runs: ``api`` (the monitor speaks the Engine API) or ``cli``
+#: (``docker exec``): TETHER_DOCKER_EXEC. ``api`` falls back to the CLI for engines
+#: behind TLS or ssh.
+EXEC_VIA = ("api", "cli")
 STOP_TIMEOUT = 5  # seconds docker waits after SIGTERM before SIGKILL on stop
 
 
@@ -157,6 +167,41 @@ def client_env(spec: SandboxSpec) -> dict[str, str]:
     return env
 
 
+def engine_address(spec: SandboxSpec, env: Mapping[str, str] = os.environ) -> str | None:
+    """The address at which a monitor reaches the sandbox's engine itself: the one the
+    SDK created its containers on (the sandbox's ``docker_host``, else DOCKER_HOST, else
+    the local socket). None for an engine behind TLS or ssh (or of an unknown kind):
+    the ``docker`` CLI, which holds their certificates, config and transport, runs
+    those execs."""
+    if spec.docker_host is not None:
+        host, tls = spec.docker_host, spec.docker_cert_path is not None
+    else:
+        host = env.get("DOCKER_HOST") or DEFAULT_ENGINE
+        tls = bool(env.get("DOCKER_TLS_VERIFY") or env.get("DOCKER_CERT_PATH"))
+    if tls or not host.startswith(("unix://", "tcp://")):
+        return None
+    return host
+
+
+def exec_config(argv: list[str], env: dict[str, str], *, cwd: str | None, tty: bool,
+                stdin: bool) -> dict[str, Any]:
+    """The body of the exec's ``POST /containers/{primary}/exec``: what
+    :func:`exec_argv`'s flags ask of dockerd (the values of ``env`` go to dockerd over
+    its socket, never on a command line)."""
+    config: dict[str, Any] = {
+        "AttachStdin": stdin or tty, "AttachStdout": True, "AttachStderr": True,
+        "Tty": tty, "Env": [f"{k}={v}" for k, v in sorted(env.items())], "Cmd": list(argv),
+        "DetachKeys": UNTYPABLE_DETACH_KEYS}
+    if cwd:
+        config["WorkingDir"] = cwd
+    return config
+
+
+def signal_command(exec_id: str) -> list[str]:
+    """Run in the primary with a signal number appended: signals the exec's tree."""
+    return ["/bin/sh", "-c", _SIGNAL_SCRIPT, "tether-signal", exec_id]
+
+
 def exec_argv(docker_bin: str, sandbox: str, argv: list[str], env_names: list[str], *,
               cwd: str | None, tty: bool, stdin: bool) -> list[str]:
     """The ``docker exec`` the monitor runs. Values of ``env_names`` come from the
@@ -177,8 +222,7 @@ def exec_argv(docker_bin: str, sandbox: str, argv: list[str], env_names: list[st
 
 def signal_argv(docker_bin: str, sandbox: str, exec_id: str) -> list[str]:
     """The monitor appends a signal number and runs this to signal the exec's tree."""
-    return [docker_bin, "exec", primary_name(sandbox), "/bin/sh", "-c", _SIGNAL_SCRIPT,
-            "tether-signal", exec_id]
+    return [docker_bin, "exec", primary_name(sandbox), *signal_command(exec_id)]
 
 
 def parse_event(ev: dict[str, Any]) -> tuple[str, str, str | None, str, dict[str, str]] | None:
