@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -391,40 +392,78 @@ def test_a_revival_interrupted_by_a_crash_is_not_duplicated(stopped_daemon: Daem
 @pytest.mark.parametrize("point", ["exec.after_commit", "exec.after_handoff"])
 def test_a_first_attempt_interrupted_by_a_crash_is_adopted_not_duplicated(
         stopped_daemon: DaemonProc, tmp_path: Path, point: str) -> None:
-    """The daemon dies inside agent.start. The agent (if it got started) finds no daemon
-    and its SDK auto-starts one, and the client's retry of agent.start may reach that
-    one: either way there must be one lineage and one process."""
-    d = stopped_daemon
-    d.start(env={**FAST, "TETHER_FAULT": point})
-    c = d.client(reconnect=3)
+    """The daemon dies inside agent.start, before its reply. The next daemon adopts the
+    first attempt (after_handoff: it runs) or starts it (after_commit: it never ran), and
+    the client's retry of agent.start with the same request key returns that lineage:
+    one lineage, one process.
+
+    The agent waits for ``go.1`` before it first calls the daemon, so that it is alive
+    whenever the next daemon comes up: an agent never starts a daemon, and one whose
+    call finds none for longer than ``session.RETRY_BUDGET`` exits 1 — a death, revived
+    as attempt 2 (the next test), which on a loaded machine is what a fixed wait here
+    used to turn into."""
     from tether.client.errors import DaemonUnavailable
 
-    with contextlib.suppress(DaemonUnavailable):
-        start_agent(c, tmp_path, "--pcts", "10", "--linger", "30", name="solo")
+    d = stopped_daemon
+    d.start(env={**FAST, "TETHER_FAULT": point})
+    c = d.client(reconnect=0.5)
+    key = uuid.uuid4().hex
+    args = ("--pcts", "10", "--linger", "30", "--wait-file", str(tmp_path / "go"))
+    with pytest.raises(DaemonUnavailable):
+        start_agent(c, tmp_path, *args, name="solo", request_key=key)
     assert d.proc is not None
     d.proc.wait(20)
-    from tests.harness import raw_call
-
-    def serving() -> bool:
-        try:
-            return bool(raw_call(d.socket, "daemon.health")["result"]["status"] == "SERVING")
-        except (OSError, KeyError, ValueError):
-            return False
-
-    # Either daemon may win the home lock: one the agent's SDK auto-started, or ours,
-    # which then exits harmlessly with "already running".
-    d.start(wait=False, env=FAST)
-    wait_for(serving, 30, what="a daemon (ours or the agent's) serving")
+    assert d.proc.returncode == -signal.SIGKILL
+    d.start(env=FAST)
     c = d.client()
+    again = start_agent(c, tmp_path, *args, name="solo", request_key=key)  # the retry
     (lin,) = c.lineage_list(all=True)
+    assert again.id == lin.id
+    (tmp_path / "go.1").touch()
     wait_for(lambda: lineage(c, lin.id).status == "ACTIVE"
              and any(x["event"] == "done" for x in log_lines(tmp_path)), what="running")
     starts = [x for x in log_lines(tmp_path) if x["event"] == "start"]
     running = [x for x in c.exec_list() if x.agent]
     assert len(running) == 1 and len(starts) == 1  # one process, never two
     # after_commit: attempt 1's exec never ran and attempt 1 was started again (not
-    # revived); after_handoff: attempt 1 ran and was adopted.
+    # revived) as a second exec; after_handoff: attempt 1 ran and was adopted.
+    execs = [x for x in c.exec_list(all=True) if x.agent]
+    assert len(execs) == (2 if point == "exec.after_commit" else 1), execs
     assert lineage(c, lin.id).attempt == 1 and lineage(c, lin.id).revivals == 0
+
+
+def test_a_first_attempt_that_ends_while_no_daemon_runs_is_revived_once(
+        stopped_daemon: DaemonProc, tmp_path: Path) -> None:
+    """The daemon dies inside agent.start after the handoff, and the agent exits (3)
+    before the next daemon comes up — as an agent whose daemon stays away longer than
+    ``session.RETRY_BUDGET`` does. The next daemon records that end (the exit file) and
+    applies the revival policy once: attempt 2, never a second copy of attempt 1."""
+    from tether.client.errors import DaemonUnavailable
+
+    d = stopped_daemon
+    d.start(env={**FAST, "TETHER_FAULT": "exec.after_handoff"})
+    c = d.client(reconnect=0.5)
+    log, go = tmp_path / "agent.log", tmp_path / "go"
+    script = (f'echo "$TETHER_ATTEMPT" >> {log}; if [ "$TETHER_ATTEMPT" = 1 ]; then '
+              f'while [ ! -e {go} ]; do sleep 0.02; done; exit 3; fi; exec sleep 30')
+    with pytest.raises(DaemonUnavailable):
+        c.agent_start(["sh", "-c", script], provider="generic", revival="revive",
+                      request_key=uuid.uuid4().hex)
+    assert d.proc is not None
+    d.proc.wait(20)
+    wait_for(lambda: log.exists(), what="attempt 1 running")
+    go.touch()
+    wait_for(lambda: list(d.home.glob("logs/*/*.exit")), what="attempt 1's exit file")
+    d.start(env=FAST)
+    c = d.client()
+    (lin,) = c.lineage_list(all=True)
+    wait_for(lambda: lineage(c, lin.id).status == "ACTIVE" and lineage(c, lin.id).attempt == 2
+             and log.read_text().split() == ["1", "2"], what="attempt 2 running")
+    first, second = sorted((x for x in c.exec_list(all=True) if x.agent),
+                           key=lambda x: x.created_at)
+    assert (first.state, first.exit_code) == ("FINISHED", 3)
+    assert second.state == "RUNNING"
+    assert lineage(c, lin.id).revivals == 1
 
 
 def test_hook_program_outside_an_agent_never_blocks(daemon: DaemonProc) -> None:
