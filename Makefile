@@ -31,6 +31,7 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench demo
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/python .ci/import_cycles.py
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
