@@ -22,8 +22,8 @@ import msgspec
 
 from bench.harness import BenchResult, Options, Row
 from tether.daemon.clock import Clock
-from tether.daemon.cost import CostService
-from tether.daemon.events import EventBus
+from tether.daemon.cost.service import CostService
+from tether.daemon.events.bus import EventBus
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
 from tether.daemon.tasks import Tasks

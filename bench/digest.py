@@ -21,8 +21,8 @@ import msgspec
 
 from bench.harness import BenchResult, Options, Row
 from tether.daemon.clock import Clock
-from tether.daemon.digest import DigestService
-from tether.daemon.events import EventBus
+from tether.daemon.digest.service import DigestService
+from tether.daemon.events.bus import EventBus
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
 from tether.digest import periods

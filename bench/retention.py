@@ -1,6 +1,6 @@
 """Retention: what a pass costs the daemon's event loop as the home grows.
 
-The pass runs inline on the daemon's loop (``daemon/retention.py``), so its time is time
+The pass runs inline on the daemon's loop (``daemon/retention/service.py``), so its time is time
 no request is served. A seeded home of N settled execs (records written straight into a
 real store, each with a 1 KiB stdout log, an empty stderr log and two run files) and as
 many journal events; measured with a real :class:`RetentionService`:
@@ -25,10 +25,10 @@ import msgspec
 
 from bench.harness import BenchResult, Options, Row, fmt_ms
 from tether.daemon.clock import Clock
-from tether.daemon.events import EventBus
+from tether.daemon.events.bus import EventBus
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
-from tether.daemon.retention import RetentionService
+from tether.daemon.retention.service import RetentionService
 from tether.model.layout import HomeLayout
 from tether.model.records import ExecRecord, ExecSpec
 from tether.model.retention import RetentionPolicy

@@ -491,7 +491,7 @@ def test_the_proxy_module_runs_on_the_standard_library_alone() -> None:
 # ---------------------------------------------------------------------- journaling denials
 def _service(home: Path) -> Any:
     from tether.daemon.egress import EgressService
-    from tether.daemon.events import EventBus
+    from tether.daemon.events.bus import EventBus
     from tether.daemon.journal import Journal
     from tether.model.layout import HomeLayout
     from tether.store import Store

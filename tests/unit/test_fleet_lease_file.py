@@ -1,4 +1,4 @@
-"""The lease file (daemon/fleet_lease.py) and the monitor's fence (monitor/fence.py):
+"""The lease file (daemon/fleet/lease.py) and the monitor's fence (monitor/fence.py):
 the epoch chain across daemon restarts and the fail-safe reads, on real files."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 import time
 from pathlib import Path
 
-from tether.daemon.fleet_lease import LeaseFile
+from tether.daemon.fleet.lease import LeaseFile
 from tether.monitor.fence import Fence
 
 

@@ -53,8 +53,8 @@ def test_the_single_host_paths_never_import_the_fleet_api_or_its_clients() -> No
     code = ("import sys, tether.daemon.daemon, tether.cli.main, tether.cli.commands.execs, "
             "tether.cli.commands.events; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('uvicorn', "
-            "'websockets', 'httpx') or m in ('tether.daemon.fleet_http', "
-            "'tether.daemon.fleet_git', 'tether.cli.fleet_attach')))")
+            "'websockets', 'httpx') or m in ('tether.daemon.fleet.http', "
+            "'tether.daemon.fleet.git', 'tether.cli.fleet_attach')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.strip()
     assert out == "[]"
@@ -63,7 +63,7 @@ def test_the_single_host_paths_never_import_the_fleet_api_or_its_clients() -> No
 def test_the_fleet_api_address_is_checked_with_what_to_set() -> None:
     import pytest
 
-    from tether.daemon import fleet_http
+    from tether.daemon.fleet import http as fleet_http
 
     sock = fleet_http.bind("127.0.0.1:0")
     try:

@@ -19,8 +19,8 @@ from tether.daemon import systemd
 from tether.daemon.agents.ratelimit import BURST as AGENT_BURST
 from tether.daemon.agents.ratelimit import RATE as AGENT_RATE
 from tether.daemon.clock import Clock
-from tether.daemon.events import QUEUE_LIMIT
-from tether.daemon.fleet import FleetConfig
+from tether.daemon.events.bus import QUEUE_LIMIT
+from tether.daemon.fleet.service import FleetConfig
 from tether.egress.policy import BadEntry, is_address, normalise_host
 from tether.model.retention import RetentionPolicy, parse_duration, parse_size
 from tether.rpc.server import HALF_LINE_TIMEOUT, MAX_CONNECTIONS

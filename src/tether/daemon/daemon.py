@@ -37,17 +37,17 @@ from tether.daemon.agents import AgentService
 from tether.daemon.agents.ratelimit import AgentRateLimit
 from tether.daemon.api import AGENT_METHODS, build_router
 from tether.daemon.config import DaemonConfig
-from tether.daemon.cost import CostService
-from tether.daemon.digest import DigestService
+from tether.daemon.cost.service import CostService
+from tether.daemon.digest.service import DigestService
 from tether.daemon.egress import EgressService
-from tether.daemon.events import EventBus
-from tether.daemon.execs import ExecService
+from tether.daemon.events.bus import EventBus
+from tether.daemon.execs.service import ExecService
 from tether.daemon.faults import Faults
-from tether.daemon.fleet import FleetService
+from tether.daemon.fleet.service import FleetService
 from tether.daemon.journal import Journal
 from tether.daemon.outbox import HookService
-from tether.daemon.retention import RetentionService
-from tether.daemon.sandboxes import SandboxService
+from tether.daemon.retention.service import RetentionService
+from tether.daemon.sandboxes.service import SandboxService
 from tether.daemon.scheduler import Scheduler
 from tether.daemon.storewatch import StoreWatch
 from tether.daemon.tasks import Tasks

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from tether.daemon.events import EventBus
+from tether.daemon.events.bus import EventBus
 from tether.model.hooks import UNMATCHED_PREFIX, HookRecord, event_names, wants_subject, wants_type
 from tether.model.records import Event, to_builtins
 from tether.store import Store

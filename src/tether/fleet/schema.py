@@ -89,7 +89,7 @@ ALTER TABLE work DROP CONSTRAINT IF EXISTS work_host_fkey;
 ALTER TABLE hosts ADD COLUMN instance text;
 """),
     # `tether --fleet URL kill WORK`: the kill a user asked for, carried out by the host
-    # that runs the placement (``daemon/fleet.py``), even after its daemon restarts.
+    # that runs the placement (``daemon/fleet/service.py``), even after its daemon restarts.
     (6, """
 ALTER TABLE work ADD COLUMN kill jsonb;
 """),

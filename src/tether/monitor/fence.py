@@ -4,7 +4,7 @@ In fleet mode a lineage placed on this host is revived on another one once this 
 lease expires in PostgreSQL. The daemon stops its agents itself when it sees its lease
 run out, but a dead daemon cannot, while its monitors (and agents) live on. So the
 monitor of a fleet agent's attempt reads the lease file the daemon keeps
-(``<home>/fleet/lease``, see ``tether.daemon.fleet_lease``): ``{"epoch", "deadline",
+(``<home>/fleet/lease``, see ``tether.daemon.fleet.lease``): ``{"epoch", "deadline",
 "boot_id"}``, the deadline on ``CLOCK_MONOTONIC`` (shared by every process of this
 boot) and never later than PostgreSQL's expiry. Once that deadline has passed, or the
 file names another epoch (a lease taken anew: the old work was not carried over) or

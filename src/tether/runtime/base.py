@@ -113,7 +113,7 @@ FENCED = "fenced: "
 @dataclass(frozen=True)
 class MonitorFence:
     """Makes an exec's monitor kill its command (SIGKILL, outcome ``fenced``) once the
-    lease file at ``path`` (``tether.daemon.fleet_lease``) names another ``epoch``,
+    lease file at ``path`` (``tether.daemon.fleet.lease``) names another ``epoch``,
     another boot, a deadline on ``CLOCK_MONOTONIC`` that has passed, or cannot be read:
     the exec's work is then revived on another host, and must not run here too, even
     when this host's daemon is dead. ``reason`` (starting with :data:`FENCED`) is

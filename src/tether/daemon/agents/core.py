@@ -21,10 +21,10 @@ from typing import Any
 from tether.agent import lifecycle as lc
 from tether.daemon.clock import Clock
 from tether.daemon.egress import EgressService
-from tether.daemon.execs import ExecService
+from tether.daemon.execs.service import ExecService
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
-from tether.daemon.sandboxes import SandboxService
+from tether.daemon.sandboxes.service import SandboxService
 from tether.daemon.tasks import Tasks
 from tether.model.layout import HomeLayout
 from tether.model.records import Event, LineageRecord

@@ -35,7 +35,7 @@ from tether.model.records import LineageRecord, UsageCursor
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE
 
 if TYPE_CHECKING:
-    from tether.daemon.cost import CostService
+    from tether.daemon.cost.service import CostService
 
 log = logging.getLogger("tether.agents")
 

@@ -29,10 +29,10 @@ from tether.daemon.agents.turns import OutputTurns
 from tether.daemon.agents.worktree import WorktreeFiles
 from tether.daemon.clock import Clock
 from tether.daemon.egress import EgressService
-from tether.daemon.execs import ExecService
+from tether.daemon.execs.service import ExecService
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
-from tether.daemon.sandboxes import SandboxService
+from tether.daemon.sandboxes.service import SandboxService
 from tether.daemon.tasks import Tasks
 from tether.egress.policy import BadEntry, network_mode
 from tether.model.errors import RpcCode, TetherError

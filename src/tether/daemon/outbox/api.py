@@ -6,7 +6,7 @@ import os
 import time
 from typing import Any
 
-from tether.daemon.outbox.service import HookService
+from tether.daemon.root import Daemon
 from tether.model.errors import RpcCode, TetherError
 from tether.model.hooks import HookRecord
 from tether.rpc import messages as m
@@ -15,13 +15,14 @@ from tether.rpc.server import Connection, Handler
 #: The most bytes of a secret file (an HMAC key longer than a block is hashed anyway).
 MAX_SECRET = 4096
 
-HOOK_METHODS: dict[str, type[Any]] = {
+METHODS: dict[str, type[Any]] = {
     "hook.add": m.HookAdd,
     "hook.list": m.Empty,
     "hook.show": m.HookShow,
     "hook.retry": m.HookRetry,
     "hook.remove": m.HookRef,
 }
+LONG: frozenset[str] = frozenset()
 
 
 def _invalid(message: str) -> TetherError:
@@ -41,7 +42,9 @@ def read_secret(path: str) -> bytes:
     return secret
 
 
-def hook_handlers(svc: HookService) -> dict[str, Handler]:
+def handlers(d: Daemon) -> dict[str, Handler]:
+    svc = d.hooks
+
     async def add(p: m.HookAdd, c: Connection) -> Any:
         if (p.url is None) == (p.exec is None):
             raise _invalid("a hook needs exactly one of url (an http:// or https:// URL) "

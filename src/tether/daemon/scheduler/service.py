@@ -31,10 +31,10 @@ from typing import Any
 import msgspec
 
 from tether.daemon.clock import TEST_POLL, Clock
-from tether.daemon.execs import ExecService
+from tether.daemon.execs.service import ExecService
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
-from tether.daemon.sandboxes import SandboxService
+from tether.daemon.sandboxes.service import SandboxService
 from tether.daemon.scheduler import timing
 from tether.daemon.tasks import Tasks
 from tether.model.errors import RpcCode, TetherError, invalid_params

@@ -12,13 +12,14 @@ from tether.rpc import messages as m
 from tether.rpc.server import Connection, Handler
 
 if TYPE_CHECKING:
-    from tether.daemon.api import Daemon
+    from tether.daemon.root import Daemon
 
 METHODS: dict[str, type[Any]] = {
     "cost.report": m.CostReport,
     "budget.show": m.Empty,
     "budget.set": m.BudgetSet,
 }
+LONG: frozenset[str] = frozenset()
 
 
 def handlers(d: Daemon) -> dict[str, Handler]:

@@ -28,7 +28,7 @@ from typing import Any
 from tether.cost import prices as px
 from tether.cost import report as rp
 from tether.daemon.clock import Clock
-from tether.daemon.execs import ExecService
+from tether.daemon.execs.service import ExecService
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
 from tether.daemon.tasks import Tasks

@@ -1,19 +1,31 @@
-"""The ``schedule.*`` and ``scheduler.status`` handlers, for ``daemon/api.py``'s table
-(kept here so that the method table stays a table)."""
+"""The ``schedule.*`` and ``scheduler.status`` methods."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from tether.daemon.scheduler.service import Scheduler
+from tether.daemon.root import Daemon
 from tether.model.errors import RpcCode, TetherError
 from tether.model.records import ExecSpec, to_builtins
 from tether.model.schedule import JobSpec, JobState
 from tether.rpc import messages as m
 from tether.rpc.server import Connection, Handler
 
+METHODS: dict[str, type[Any]] = {
+    "schedule.add": m.ScheduleAdd,
+    "schedule.list": m.ScheduleList,
+    "schedule.show": m.ScheduleShow,
+    "schedule.pause": m.ScheduleRef,
+    "schedule.resume": m.ScheduleRef,
+    "schedule.run_now": m.ScheduleRef,
+    "schedule.remove": m.ScheduleRef,
+    "scheduler.status": m.SchedulerStatus,
+}
+LONG: frozenset[str] = frozenset()
 
-def schedule_handlers(sched: Scheduler) -> dict[str, Handler]:
+
+def handlers(d: Daemon) -> dict[str, Handler]:
+    sched = d.scheduler
     db = sched.db
 
     async def add(p: m.ScheduleAdd, c: Connection) -> Any:

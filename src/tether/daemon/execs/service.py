@@ -20,13 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tether.daemon.execs.latency import Histogram
+from tether.daemon.execs.terminal_events import catch_up, watch_terminal
 from tether.daemon.faults import Faults
 from tether.daemon.journal import Journal
 from tether.daemon.logfmt import ids
-from tether.daemon.metrics import Histogram
 from tether.daemon.signals import describe_exit
 from tether.daemon.tasks import Tasks
-from tether.daemon.terminal_events import catch_up, watch_terminal
 from tether.hostio.pidfd import signal_verified_group
 from tether.hostio.proc import is_same_process
 from tether.model.errors import (

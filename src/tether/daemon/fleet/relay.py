@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from tether.daemon.faults import Faults
+from tether.daemon.fleet.keys import placement
 from tether.model.records import Event, ExecRecord
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE
 from tether.store import Store
@@ -101,7 +102,7 @@ class Relay:
                         data={**base, **ev.data})
         if ev.type == "exec.state" and ev.state in EXEC_TERMINAL and ev.exec:
             x = self.store.get_exec(ev.exec)
-            placed = _placement(x.request_key if x else None)
+            placed = placement(x.request_key if x else None)
             if x is None or placed is None:
                 return None
             return Item(local_gseq=ev.gseq, local_at=ev.time, type=ev.type, work=placed[0],
@@ -111,7 +112,7 @@ class Relay:
         if ev.type == "lineage.state" and ev.state not in LINEAGE_LIVE:
             ident = ev.data.get("lineage")
             rec = self.store.get_lineage(ident) if isinstance(ident, str) else None
-            placed = _placement(rec.request_key if rec else None)
+            placed = placement(rec.request_key if rec else None)
             if rec is None or placed is None:
                 return None
             return Item(local_gseq=ev.gseq, local_at=ev.time, type=ev.type, work=placed[0],
@@ -129,13 +130,3 @@ def exit_status(x: ExecRecord) -> int:
     if x.signal:
         return 128 + x.signal
     return 1 if x.state == "FAILED" else 0
-
-
-def _placement(key: str | None) -> tuple[int, int] | None:
-    """(work id, generation) of a local request key ``fleet-<id>-<generation>``."""
-    from tether.daemon.fleet import REQUEST_PREFIX
-
-    if not key or not key.startswith(REQUEST_PREFIX):
-        return None
-    ident, _, gen = key[len(REQUEST_PREFIX):].partition("-")
-    return (int(ident), int(gen)) if ident.isdigit() and gen.isdigit() else None

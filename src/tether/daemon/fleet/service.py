@@ -9,7 +9,7 @@ more, writes no fleet intent and withdraws its agents (they are revived elsewher
 then takes a new lease with a new token when it can, without resuming the old work
 (a placement that new lease carries over, its lineage withdrawn, is revived once, on
 another host if one has room, else here as its next generation: never reported ended).
-The same deadline goes into the lease file (:mod:`tether.daemon.fleet_lease`) that
+The same deadline goes into the lease file (:mod:`tether.daemon.fleet.lease`) that
 the monitors of fleet agents watch, so they stop their agents at that point even when
 this daemon is dead. The work loop wakes on a ``NOTIFY`` or every ``interval``: start
 what is placed here, report what ended, sweep orphans. PostgreSQL is reached from
@@ -30,8 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 from tether import __version__
 from tether.daemon.faults import Faults
-from tether.daemon.fleet_lease import LeaseFile
-from tether.daemon.fleet_relay import Relay, exit_status
+from tether.daemon.fleet.keys import REQUEST_PREFIX
+from tether.daemon.fleet.keys import request_key as _key
+from tether.daemon.fleet.lease import LeaseFile
+from tether.daemon.fleet.relay import Relay, exit_status
 from tether.daemon.journal import Journal
 from tether.model.records import LineageRecord
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE
@@ -45,7 +47,6 @@ log = logging.getLogger("tether.fleet")
 
 #: Local starts go through the daemon's own method table: the same checks as a client's.
 Dispatch = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
-REQUEST_PREFIX = "fleet-"
 #: The reason a lineage stopped here to be handed over begins with this (a drain).
 HANDOVER = "handed over to another host: "
 #: The reason a lineage was withdrawn because this host's lease does not own it (at a
@@ -102,7 +103,7 @@ class FleetService:
         #: per placement generation: the exec a `kill` of it was sent to (sent once)
         self._killing: dict[str, str] = {}
         self.relay = Relay(store, cfg.host, faults, cfg.relay_batch)
-        from tether.daemon.fleet_clones import Clones
+        from tether.daemon.fleet.clones import Clones
 
         self._clones = Clones(home / "fleet" / "worktrees", store, journal, REQUEST_PREFIX)
 
@@ -114,7 +115,7 @@ class FleetService:
         and joins when PostgreSQL answers."""
         import psycopg
 
-        from tether.daemon import fleet_http
+        from tether.daemon.fleet import http as fleet_http
         from tether.fleet import identity, names, schema
         from tether.fleet import store as fs
 
@@ -206,7 +207,7 @@ class FleetService:
 
     # ------------------------------------------------------------------ lease
     async def run(self) -> None:
-        from tether.daemon import fleet_http
+        from tether.daemon.fleet import http as fleet_http
 
         cfg = self.cfg
         sock = self._sock or fleet_http.bind(cfg.listen)
@@ -355,7 +356,7 @@ class FleetService:
                 await self._call("work", fs.mark_ended, w["id"], host, token,
                                  exit_code=None, reason=f"killed before it started on {host}")
                 continue
-            from tether.daemon import fleet_git
+            from tether.daemon.fleet import git as fleet_git
 
             try:
                 local = await self._start(w)
@@ -403,7 +404,7 @@ class FleetService:
         params["request_key"] = _key(w)
         git = params.pop("git", None)
         if git and w["kind"] == "agent":
-            from tether.daemon import fleet_git
+            from tether.daemon.fleet import git as fleet_git
 
             tree = self._tree(w)
             fetched = await fleet_git.checkout(git["remote"], git["branch"], tree)
@@ -514,7 +515,7 @@ class FleetService:
     async def _sync_branch(self, w: dict[str, Any], *, force: bool = False) -> None:
         """Push a running agent's branch when its clone's HEAD moved (at most every
         ``SYNC_EVERY`` s): what a host reviving it after a failover fetches."""
-        from tether.daemon import fleet_git
+        from tether.daemon.fleet import git as fleet_git
 
         git = (w.get("spec") or {}).get("git")
         tree = self._tree(w)
@@ -558,8 +559,3 @@ class FleetService:
                 "api": self.api_url,
                 "state": self.state, "fenced": self.fenced_count,
                 "lease_left": max(0.0, self.deadline - time.monotonic()) if self.token else 0.0}
-
-
-def _key(w: dict[str, Any]) -> str:
-    """The local request key of a placement's generation: one start per generation."""
-    return f"{REQUEST_PREFIX}{w['id']}-{w['generation']}"

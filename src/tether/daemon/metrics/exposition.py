@@ -3,14 +3,14 @@
 Collected at scrape time from the services' own state (the store, the watches, the bus,
 the agent core, the runtimes' status), so no hot path is instrumented for them; only
 two cheap counters are kept as things happen: RPC requests by method and error code
-(``RpcServer.requests``) and exec starts with their latency (:class:`Histogram`, here).
+(``RpcServer.requests``) and exec starts with their latency
+(:mod:`tether.daemon.execs.latency`).
 ``prometheus_client`` is imported on the first scrape: the daemon's start never pays
 for it.
 """
 
 from __future__ import annotations
 
-import bisect
 import os
 import time
 from collections import Counter
@@ -24,35 +24,7 @@ from tether.store.metrics import MetricsReads
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from tether.daemon.api import Daemon
-
-#: Start latency buckets (seconds): a warm process start is a few milliseconds, a
-#: docker one up to seconds.
-START_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-
-
-class Histogram:
-    """A cumulative histogram with fixed bounds, cheap enough for the exec start path."""
-
-    def __init__(self, bounds: tuple[float, ...] = START_BUCKETS) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)  # the last: above every bound
-        self.sum = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1
-        self.sum += value
-
-    @property
-    def count(self) -> int:
-        return sum(self.counts)
-
-    def cumulative(self) -> list[tuple[str, float]]:
-        out, total = [], 0
-        for bound, n in zip((*map(str, self.bounds), "+Inf"), self.counts, strict=True):
-            total += n
-            out.append((bound, float(total)))
-        return out
+    from tether.daemon.root import Daemon
 
 
 def _disk_bytes(root: Path) -> int:

@@ -47,7 +47,7 @@ class Clones:
     async def sweep(self, owned: frozenset[str]) -> None:
         """Remove every clone no longer needed; ``owned``: the request keys this host's
         lease owns now (their clones stay whatever their state)."""
-        from tether.daemon import fleet_git
+        from tether.daemon.fleet import git as fleet_git
 
         if not self.root.is_dir():
             return

@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from tether.daemon.execs import ExecService
+from tether.daemon.execs.service import ExecService
 from tether.daemon.journal import Journal
 from tether.daemon.logfmt import ids
 from tether.hostio.copy import CopyError

@@ -12,7 +12,7 @@ from tether.rpc import messages as m
 from tether.rpc.server import Connection, Handler
 
 if TYPE_CHECKING:
-    from tether.daemon.api import Daemon
+    from tether.daemon.root import Daemon
 
 METHODS: dict[str, type[Any]] = {
     "digest.build": m.DigestBuild,

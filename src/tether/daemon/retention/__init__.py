@@ -1,0 +1,2 @@
+"""Retention: what is kept and for how long; prunes, ``exec.remove`` and ``df``
+(``service``), and the ``retention.*`` methods (``api``)."""
