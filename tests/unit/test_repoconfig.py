@@ -9,6 +9,7 @@ import pytest
 from tether.agent import repoconfig
 from tether.model.records import AgentConfig, LineageRecord
 from tether.store import Store
+from tether.store.ports import PortLeases
 
 
 def test_yaml_and_toml_say_the_same() -> None:
@@ -47,17 +48,18 @@ def _lineage(store: Store, ident: str) -> None:
 
 def test_leases_never_overlap_and_free_with_their_lineage(tmp_path: Path) -> None:
     store = Store(tmp_path / "t.db")
-    assert store.ports.lease("a", 4000, 10, 3) == 4000
-    assert store.ports.lease("a", 4000, 10, 3) == 4000  # a retried start
-    assert store.ports.lease("b", 4000, 10, 3) == 4010  # "a" is not created yet: held
+    ports = PortLeases(store)
+    assert ports.lease("a", 4000, 10, 3) == 4000
+    assert ports.lease("a", 4000, 10, 3) == 4000  # a retried start
+    assert ports.lease("b", 4000, 10, 3) == 4010  # "a" is not created yet: held
     # 4005 and 4015 overlap a and b; 4025 is in use on the host
-    assert store.ports.lease("c", 4005, 10, 4, usable=lambda lo, hi: lo != 4025) == 4035
-    assert store.ports.lease("d", 4000, 10, 2) is None
+    assert ports.lease("c", 4005, 10, 4, usable=lambda lo, hi: lo != 4025) == 4035
+    assert ports.lease("d", 4000, 10, 2) is None
     _lineage(store, "a")
     store.update_lineage("a", status="FINISHED")  # type: ignore[arg-type]
-    assert store.ports.lease("d", 4000, 10, 2) == 4000  # swept in the same transaction
-    assert store.ports.sweep_unborn() == 3  # b, c, d were never created
-    assert store.ports.held() == {}
+    assert ports.lease("d", 4000, 10, 2) == 4000  # swept in the same transaction
+    assert ports.sweep_unborn() == 3  # b, c, d were never created
+    assert ports.held() == {}
 
 
 def test_migration_13_drops_commands_an_agent_may_have_written(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 class SetupMarks:
-    """Reached as ``Store.setup_marks``."""
+    """Composed around the core store by the agent core (``AgentCore.setup_marks``)."""
 
     def __init__(self, store: Store) -> None:
         self._s = store

@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 
 class PortLeases:
-    """Reached as ``Store.ports`` (one connection, one writer)."""
+    """Composed around the core store by the agent core (``AgentCore.ports``): the same
+connection, one writer."""
 
     def __init__(self, store: Store) -> None:
         self._s = store

@@ -43,7 +43,8 @@ class JobsPage:
 
 
 class ScheduleStore:
-    """Jobs and runs; reached as ``Store.schedules`` (one connection, one writer)."""
+    """Jobs and runs, composed around the core store by the scheduler and retention (the
+same connection, one writer)."""
 
     def __init__(self, store: Store) -> None:
         self._s = store

@@ -41,11 +41,8 @@ from tether.model.records import (
 )
 from tether.model.states import ExecState, LineageStatus, SandboxState, check_transition
 from tether.store.base import DAEMON_STREAM, Page, SchemaTooNew
-from tether.store.marks import SetupMarks
 from tether.store.migrations import MIGRATIONS
-from tether.store.ports import PortLeases
 from tether.store.reads import Reads
-from tether.store.schedules import ScheduleStore
 
 _enc = msgspec.json.Encoder()
 _dec_sandbox = msgspec.json.Decoder(SandboxRecord)
@@ -125,9 +122,6 @@ class Store:
         self._ident = _identity(path)  # the file exists: quick_check read it
         self.migrate()
         self._epoch: str | None = None
-        self.schedules = ScheduleStore(self)
-        self.ports = PortLeases(self)
-        self.setup_marks = SetupMarks(self)
         #: Heavy reads in worker threads, each with its own connection (store/reads.py).
         self.reads = Reads(path)
 

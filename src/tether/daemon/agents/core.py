@@ -31,6 +31,8 @@ from tether.model.records import Event, LineageRecord
 from tether.model.states import LineageStatus
 from tether.runtime.base import MonitorFence
 from tether.store import Store
+from tether.store.marks import SetupMarks
+from tether.store.ports import PortLeases
 
 #: How much of a turn's prompt a lineage keeps (``last_prompt``).
 PROMPT_CHARS = 4000
@@ -50,6 +52,9 @@ class AgentCore:
         self.clock = clock or Clock()
         self.faults = faults
         self.store = store
+        # The feature stores it composes around the core store (reached as core.ports etc.).
+        self.ports = PortLeases(store)
+        self.setup_marks = SetupMarks(store)
         self.layout = layout
         self.journal = journal
         self.execs = execs

@@ -9,7 +9,7 @@ from the repository's main checkout — never from the agent's tree — and froz
 lineage's config: successors and revivals use that copy. Where the config can only be
 read from a place the agent can write (a ``--workdir`` that is its own checkout), a config
 naming such commands is refused. The setup's mark (it ran for this worktree) lives in the
-home (``Store.setup_marks``), not in the tree. ``run`` is an ordinary exec in the
+home (``AgentCore.setup_marks``), not in the tree. ``run`` is an ordinary exec in the
 lineage's sandbox. Their output goes to ``<home>/scripts/<lineage>/{setup,archive}.log``
 (not the lineage's state dir, which its agent can write) and a tail to the journal.
 """
@@ -210,7 +210,7 @@ class WorktreeScripts:
         try:
             return await self._prepare(cfg, repo, cfg.repo_root, tree, lineage)
         except BaseException:
-            self.core.store.ports.release(lineage)
+            self.core.ports.release(lineage)
             raise
 
     def _ignored(self, cfg: AgentConfig, lineage: str, predecessor: str) -> None:
@@ -238,7 +238,7 @@ class WorktreeScripts:
                 await asyncio.to_thread(_copy, root, tree, rel)
         if repo.ports is not None:
             pt = repo.ports
-            base = await asyncio.to_thread(self.core.store.ports.lease, lineage, pt.base,
+            base = await asyncio.to_thread(self.core.ports.lease, lineage, pt.base,
                                            pt.per_session, pt.sessions, _free)
             if base is None:
                 raise TetherError(RpcCode.CONFLICT, "NO_FREE_PORTS",
@@ -255,7 +255,7 @@ class WorktreeScripts:
 
     async def _setup(self, cfg: AgentConfig, repo: RepoConfig, script: str, tree: str,
                      lineage: str) -> None:
-        marks = self.core.store.setup_marks
+        marks = self.core.setup_marks
         try:
             key = await asyncio.to_thread(tree_key, tree)
         except OSError as e:
@@ -326,7 +326,7 @@ class WorktreeScripts:
             return
         await self.stop_companion(rec)
         if cfg.port_base is not None:
-            core.store.ports.release(rec.id)
+            core.ports.release(rec.id)
         if not cfg.repo.archive or not cfg.worktree \
                 or not os.path.isdir(cfg.worktree):
             return

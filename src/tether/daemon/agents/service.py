@@ -258,7 +258,7 @@ class AgentService:
     def resume_ends(self) -> int:
         """At start: ports of lineages never created are free again, and every finished
         lineage whose hand-off is owed gets it (a daemon killed mid-way)."""
-        self.store.ports.sweep_unborn()
+        self.core.ports.sweep_unborn()
         owed = [r.id for r in self.store.list_lineages((LineageStatus.FINISHED,))
                 if r.handed_off is None and wanted(r) is not None]
         for lineage in owed:

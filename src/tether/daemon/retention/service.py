@@ -42,6 +42,7 @@ from tether.model.retention import RetentionPolicy
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE
 from tether.store import Store
 from tether.store.retention import ExecLike, Prune, RetentionStore
+from tether.store.schedules import ScheduleStore
 
 log = logging.getLogger("tether.retention")
 
@@ -133,6 +134,7 @@ class RetentionService:
                  policy: RetentionPolicy, faults: Faults) -> None:
         self.store = store
         self.rs = RetentionStore(store)
+        self.schedules = ScheduleStore(store)
         self.layout = layout
         self.journal = journal
         self.clock = clock
@@ -260,7 +262,7 @@ class RetentionService:
             plan.keep = self.rs.newest_events(db)
             # A scheduled run's history is journal-like: it goes at the journal's age.
             plan.runs_before = now - keep_events
-            plan.run_ids = self.store.schedules.runs_before(plan.runs_before, db)
+            plan.run_ids = self.schedules.runs_before(plan.runs_before, db)
             plan.schedule_runs = len(plan.run_ids)
         return plan
 
@@ -321,7 +323,7 @@ class RetentionService:
                 chunk = plan.run_ids[i:i + runs.size]
                 i += len(chunk)
                 t0 = time.perf_counter()
-                _, ev = self.store.schedules.delete_runs(chunk, plan.runs_before)
+                _, ev = self.schedules.delete_runs(chunk, plan.runs_before)
                 self.journal.commit_all([ev] if ev else [])
                 await runs.took(len(chunk), time.perf_counter() - t0)
 
@@ -435,7 +437,7 @@ class RetentionService:
         return {"home": str(root), "total": sum(kinds.values()), "kinds": kinds,
                 "sandboxes": sorted(sandboxes.values(), key=lambda s: -s["bytes"]),
                 "lineages": sorted(lineages, key=lambda s: -s["bytes"]),
-                "schedule_runs": self.store.schedules.count_all_runs(db),
+                "schedule_runs": self.schedules.count_all_runs(db),
                 "policy": {"keep_logs": self.policy.keep_logs,
                            "logs_max_bytes": self.policy.logs_max_bytes,
                            "keep_events": self.policy.keep_events,

@@ -42,6 +42,7 @@ from tether.model.records import ExecRecord, to_builtins
 from tether.model.schedule import JobRecord, JobSpec, JobState, RunRecord, RunState
 from tether.model.states import EXEC_TERMINAL, ExecState
 from tether.store import Store
+from tether.store.schedules import ScheduleStore
 
 log = logging.getLogger("tether.scheduler")
 
@@ -63,7 +64,7 @@ class Scheduler:
                  sandboxes: SandboxService, tasks: Tasks, clock: Clock,
                  faults: Faults) -> None:
         self.store = store
-        self.db = store.schedules
+        self.db = ScheduleStore(store)
         self.journal = journal
         self.execs = execs
         self.sandboxes = sandboxes
