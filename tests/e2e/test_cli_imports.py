@@ -22,7 +22,7 @@ from tests.harness import TETHER, DaemonProc, wait_for
 # Never needed by a command that only asks the daemon and prints: the spec parser, the
 # docker SDK, the daemon's own packages, the event loop.
 NEVER = {"yaml", "docker", "asyncio", "tether.daemon", "tether.store", "tether.runtime",
-         "tether.sandbox", "tether.rpc"}
+         "tether.spec", "tether.rpc"}
 # Only ``run``, ``attach`` and the agent commands need these.
 NOT_FOR_READS = NEVER | {"tether.cli.foreground",
                          "tether.cli.terminal", "tether.cli.commands.agent",

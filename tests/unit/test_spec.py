@@ -1,4 +1,4 @@
-"""Sandbox spec files (tether.sandbox.spec): strict parsing with the key path and
+"""Sandbox spec files (tether.spec): strict parsing with the key path and
 line in every error, params and ``--set`` overrides, host path safety."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tether.model.records import (
     ResourceSpec,
     SandboxSpec,
 )
-from tether.sandbox.spec import (
+from tether.spec import (
     MAX_SPEC_BYTES,
     SpecError,
     load_spec_file,

@@ -28,7 +28,7 @@ MAX_REVIVALS = 3
 CRASH_LOOP_SECONDS = 10.0
 
 # The sandbox spec records below are also the schema of spec files and of
-# ``sandbox.create``'s spec object (tether.sandbox.spec converts them with msgspec).
+# ``sandbox.create``'s spec object (tether.spec converts them with msgspec).
 # Constraints hold for every stored row too (the store decodes with them), so only
 # rules that every way of making a sandbox enforces belong here. ``description``
 # is what an error says was expected; ``extra["form"]`` names a shorthand a spec

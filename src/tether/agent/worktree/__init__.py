@@ -47,6 +47,7 @@ from typing import Any
 from tether.agent.worktree.codec import (
     _STATE_ATTRS,
     HeartbeatState,
+    IdentifierMismatch,
     WorktreeState,
     decode_heartbeat,
     decode_state,
@@ -54,13 +55,12 @@ from tether.agent.worktree.codec import (
     encode_state,
 )
 from tether.agent.worktree.errors import (
-    IdentifierMismatch,
+    LockTimeout as LockTimeout,  # re-exported, as before the split
+)
+from tether.agent.worktree.errors import (
     Malformed,
     NotFound,
     WorktreeError,
-)
-from tether.agent.worktree.errors import (
-    LockTimeout as LockTimeout,  # re-exported, as before the split
 )
 from tether.agent.worktree.files import (
     AGENT_DIR,

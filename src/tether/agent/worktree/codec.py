@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from tether.agent.worktree.errors import Malformed
+from tether.agent.worktree.errors import Malformed, WorktreeError
 from tether.agent.worktree.files import STATE_FILE
 
 __all__ = ["HeartbeatState", "WorktreeState", "decode_state", "encode_state"]
@@ -221,3 +221,16 @@ def decode_heartbeat(raw: bytes, path: str) -> HeartbeatState:
     :class:`Malformed`."""
     known, extra = _parse(raw, path, _HEARTBEAT_FIELDS)
     return HeartbeatState(**known, extra=extra)
+
+
+class IdentifierMismatch(WorktreeError):
+    """The worktree's state belongs to another issue; reusing it would mix two issues' work.
+
+    Carries the loaded :attr:`state` so the caller can log or show whose it is.
+    """
+
+    def __init__(self, message: str, path: str, state: WorktreeState, expected: str) -> None:
+        super().__init__(message, path)
+        self.state = state
+        self.expected = expected
+        self.actual = state.issue_identifier

@@ -1,13 +1,9 @@
-"""The errors of :mod:`tether.agent.worktree`, all under :class:`WorktreeError`."""
+"""The errors of :mod:`tether.agent.worktree`, all under :class:`WorktreeError`
+(:class:`~.codec.IdentifierMismatch`, which carries a state, is beside that state)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from tether.agent.worktree.codec import WorktreeState
-
-__all__ = ["IdentifierMismatch", "LockTimeout", "Malformed", "NotFound", "WorktreeError"]
+__all__ = ["LockTimeout", "Malformed", "NotFound", "WorktreeError"]
 
 
 class WorktreeError(Exception):
@@ -40,16 +36,3 @@ class LockTimeout(WorktreeError):
 
     def __init__(self, path: str, timeout: float) -> None:
         super().__init__(f"{path} is locked by another process (waited {timeout:g}s)", path)
-
-
-class IdentifierMismatch(WorktreeError):
-    """The worktree's state belongs to another issue; reusing it would mix two issues' work.
-
-    Carries the loaded :attr:`state` so the caller can log or show whose it is.
-    """
-
-    def __init__(self, message: str, path: str, state: WorktreeState, expected: str) -> None:
-        super().__init__(message, path)
-        self.state = state
-        self.expected = expected
-        self.actual = state.issue_identifier

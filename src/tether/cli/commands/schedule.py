@@ -22,7 +22,7 @@ PAGE = 5000
 def _duration(value: str | None, flag: str) -> float | None:
     if value is None:
         return None
-    from tether.sandbox.spec.convert import parse_duration
+    from tether.spec.convert import parse_duration
 
     seconds = parse_duration(value)
     if seconds is None or seconds < 0:

@@ -37,7 +37,7 @@ def handlers(d: Daemon) -> dict[str, Handler]:
                               "give either a spec or the runtime/workspace/env/labels/network "
                               "fields, not both (use --set to override the spec)")
         if p.spec is not None:
-            from tether.sandbox.spec import SpecError, parse_spec, parse_spec_object
+            from tether.spec import SpecError, parse_spec, parse_spec_object
 
             if p.base_dir is not None and not os.path.isabs(p.base_dir):
                 raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",

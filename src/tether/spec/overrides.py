@@ -19,7 +19,7 @@ from typing import NoReturn
 
 import msgspec.inspect as mi
 
-from tether.sandbox.spec.nodes import (
+from tether.spec.nodes import (
     Map,
     Node,
     Reporter,
@@ -31,8 +31,8 @@ from tether.sandbox.spec.nodes import (
     join,
     suggest,
 )
-from tether.sandbox.spec.schema import SPEC, Shape, fields, shape
-from tether.sandbox.spec.yamlfile import text_scalar
+from tether.spec.schema import SPEC, Shape, fields, shape
+from tether.spec.yamlfile import text_scalar
 
 __all__ = ["Params"]
 

@@ -27,11 +27,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from tether.model.records import SandboxSpec
-from tether.sandbox.spec.checks import SYSTEM_TARGETS, Violation, resolve, runtime_constraints
-from tether.sandbox.spec.convert import parse_duration, parse_size, to_spec
-from tether.sandbox.spec.nodes import Map, Reporter, SpecError, from_object
-from tether.sandbox.spec.overrides import Params
-from tether.sandbox.spec.yamlfile import MAX_SPEC_BYTES, compose
+from tether.spec.checks import SYSTEM_TARGETS, Violation, resolve, runtime_constraints
+from tether.spec.convert import parse_duration, parse_size, to_spec
+from tether.spec.nodes import Map, Reporter, SpecError, from_object
+from tether.spec.overrides import Params
+from tether.spec.yamlfile import MAX_SPEC_BYTES, compose
 
 __all__ = [
     "MAX_SPEC_BYTES",

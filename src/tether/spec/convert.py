@@ -24,7 +24,7 @@ import msgspec
 import msgspec.inspect as mi
 
 from tether.model.records import MountSpec, SandboxSpec
-from tether.sandbox.spec.nodes import (
+from tether.spec.nodes import (
     Map,
     Node,
     Reporter,
@@ -36,7 +36,7 @@ from tether.sandbox.spec.nodes import (
     locate,
     suggest,
 )
-from tether.sandbox.spec.schema import SPEC, Shape, expected, field_shape, fields, shape
+from tether.spec.schema import SPEC, Shape, expected, field_shape, fields, shape
 
 __all__ = ["parse_duration", "parse_size", "to_spec"]
 

@@ -20,7 +20,7 @@ import msgspec
 from tether.egress.policy import BadEntry, parse_entry
 from tether.model.records import MountSpec, NetworkPolicy, ResourceSpec, SandboxSpec
 from tether.runtime.registry import spec_problems
-from tether.sandbox.spec.nodes import Map, Reporter, is_null, join, locate
+from tether.spec.nodes import Map, Reporter, is_null, join, locate
 
 __all__ = ["SYSTEM_TARGETS", "Violation", "resolve", "runtime_constraints"]
 

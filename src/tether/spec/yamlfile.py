@@ -12,7 +12,7 @@ import yaml
 from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
-from tether.sandbox.spec.nodes import MAX_DEPTH, Map, Node, Reporter, Scalar, Seq, describe, join
+from tether.spec.nodes import MAX_DEPTH, Map, Node, Reporter, Scalar, Seq, describe, join
 
 __all__ = ["MAX_SPEC_BYTES", "compose", "text_scalar"]
 
