@@ -2,7 +2,8 @@
 product's default sandbox (bwrap), driven through a real terminal where it is interactive.
 
 Faked: only the model API — ``tests/realcli/fake_openai.py`` on 127.0.0.1 speaks the
-Responses API as Codex uses it; Codex is pointed at it by a custom model provider's
+Responses API as Codex uses it, reached by its name through tether's egress proxy
+(``tests/realcli/net.py``); Codex is pointed at it by a custom model provider's
 ``base_url`` in a seeded ``~/.codex/config.toml`` (with the project trusted, so it skips its
 onboarding). Every claim of the README's provider table for Codex is checked here: hooks
 fire, one turn per prompt (its task-title request is not one), the thread id learned at the
@@ -24,7 +25,14 @@ from typing import Any
 import pytest
 
 from tests.realcli import AGENTS_DIR, cli, versions
-from tests.realcli.fake_openai import FakeOpenAI, Reply, Request, Tokens, codex_metadata
+from tests.realcli.fake_openai import (
+    HOST,
+    FakeOpenAI,
+    Reply,
+    Request,
+    Tokens,
+    codex_metadata,
+)
 from tests.realcli.session import Home
 from tether.runtime import bwrap
 
@@ -67,7 +75,7 @@ def fake() -> Iterator[FakeOpenAI]:
 
 @pytest.fixture
 def home(tmp_path: Path, fake: FakeOpenAI) -> Iterator[Home]:
-    h = Home(tmp_path, env={KEY_ENV: "sk-fake-codex"})
+    h = Home(tmp_path, env={KEY_ENV: "sk-fake-codex"}, apis=(fake.api,))
     seed(h, fake)
     h.start()
     yield h
@@ -123,6 +131,32 @@ def test_codex_installed_under_a_hidden_root_runs_in_the_default_sandbox(
 def codex_version() -> str:
     return subprocess.run([codex(), "--version"], capture_output=True, text=True,
                           timeout=60).stdout.split()[-1]
+
+
+# ---------------------------------------------------------------------------- egress
+def test_codex_reaches_its_model_api_only_because_its_policy_allows_it(
+        home: Home, fake: FakeOpenAI) -> None:
+    """Issue 21: Codex in the default sandbox has no way out but tether's egress proxy,
+    and reaches the fake API (``fake-openai.test``, which only the proxy resolves, to the
+    host's loopback) only because every test here allows that name and port. The same
+    ``codex exec`` without the entry: its requests are denied (``agent.egress_denied``
+    with the host, counted in ``lineage inspect``), the fake gets none, Codex fails."""
+    _, lin = home.run(codex(), "exec", *EXEC_FLAGS, "say hi", allowed=False,
+                      flags=("--max-revivals", "0"))
+    rec = home.wait_lineage(lin, lambda r: r["status"] == "FAILED", timeout=120,
+                            what="codex gives up: no way to its API")
+    assert fake.requests == [], fake.log()
+    assert fake.api.entry not in rec["egress"]["allow"]
+    denied = [e["data"] for e in home.events(lin) if e["type"] == "agent.egress_denied"]
+    assert (HOST, fake.port) in [(d["host"], d["port"]) for d in denied], denied
+    assert (HOST, fake.port) in [(h["host"], h["port"]) for h in rec["egress"]["denied_hosts"]]
+
+    _, lin = home.run(codex(), "exec", *EXEC_FLAGS, "say hi")  # allowed, as everywhere
+    rec = home.wait_lineage(lin, lambda r: r["status"] == "FINISHED", what="codex exec ends")
+    assert rec["egress"]["network"] == "proxy" and fake.api.entry in rec["egress"]["allow"]
+    assert HOST not in [h["host"] for h in rec["egress"]["denied_hosts"]]
+    (req,) = fake.turns()
+    assert req.headers["host"] == fake.api.entry  # by its name, through the proxy
 
 
 # ---------------------------------------------------------------------------- headless
