@@ -14,6 +14,7 @@ never another lineage's thread), an idle session not killed, tool fencing.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -365,3 +366,50 @@ def test_codex_interactive_turns_idle_clear_revival_and_fencing(home: Home,
     assert "finalization call was already used" in str(after_denial.body)  # the reason
     assert rec["usage"] == served(fake)
     assert thread_of(after_denial) == rec["provider_session_id"]
+
+
+#: gpt-fake-1's price, as a user prices a model tether's table does not know
+#: (``<home>/prices.toml``, dollars per million tokens).
+PRICES = """[[price]]
+model = "gpt-fake-1"
+since = 2025-01-01
+input = 10.0
+output = 40.0
+cache_read = 1.0
+"""
+
+
+def test_codex_budget_pause_denies_its_real_tool_call(home: Home, fake: FakeOpenAI) -> None:
+    """A lineage budget (``--budget 0.05``, policy pause) reached by a turn's tokens, priced
+    by ``<home>/prices.toml``: Codex's next real tool call is denied by its ``PreToolUse``
+    hook, naming the budget, so the command never runs and Codex tells the model; the
+    lineage goes on (paused, not stopped). ``tether cost`` prices the turns as served."""
+    (home.daemon.home / "prices.toml").write_text(PRICES)
+    fake.answer(Reply(text="Read it all.", tokens=Tokens(20_000, 100, cached=4_000)))
+    x, lin = home.run(codex(), *TUI_FLAGS, tty=True, flags=("--budget", "0.05"))
+    s = home.screen(x)
+    s.wait("Ask Codex")
+    s.type("read everything")
+    s.wait("Read it all.")
+    rec = home.wait_lineage(lin, lambda r: r["turns"] == 1, what="turn 1")
+    # (16,000 * $10 + 4,000 * $1 + 100 * $40) per million: $0.168, past $0.05.
+    assert [e["type"] for e in home.events(lin) if e["type"] == "agent.budget"] == [
+        "agent.budget"]
+    fake.answer(Reply(tool="exec_command", arguments={"cmd": "echo x > out.txt"},
+                      tokens=Tokens(21_000, 30, cached=20_000)),
+                Reply(text="The budget stopped me.", tokens=Tokens(21_500, 20, cached=21_000)))
+    s.type("now write out.txt")
+    s.wait("The budget stopped me.")
+    rec = home.wait_lineage(lin, lambda r: r["turns"] == 2, what="turn 2")
+    assert not (home.work / "out.txt").exists()  # the real tool call, denied
+    (fenced,) = [e for e in home.events(lin) if e["type"] == "agent.fenced"]
+    assert fenced["data"]["budget"] and fenced["data"]["tool"] == "Bash"
+    assert fenced["reason"].startswith("budget: "), fenced
+    assert "budget" in str(fake.turns()[-1].body)  # Codex told the model why
+    assert (rec["status"], rec["exec"]) == ("ACTIVE", x) and rec["usage"] == served(fake)
+    report = json.loads(home.tether("cost", "--by", "lineage", "--json").stdout)
+    (row,) = [r for r in report["rows"] if r["key"] == lin]
+    u = rec["usage"]
+    assert row["cost_usd"] == pytest.approx(
+        (u["input_tokens"] * 10 + u["cache_read_tokens"] * 1 + u["output_tokens"] * 40) / 1e6,
+        abs=1e-6)
