@@ -15,6 +15,7 @@ from rich.console import Console
 
 from bench import (
     agents,
+    burst,
     cli,
     cost,
     digest,
@@ -22,6 +23,7 @@ from bench import (
     fleet,
     floods,
     logs,
+    maintenance,
     memory,
     outbox,
     recovery,
@@ -29,6 +31,7 @@ from bench import (
     rpc,
     sandboxes,
     scheduler,
+    soak,
     start_latency,
     store_backends,
     store_check,
@@ -51,6 +54,7 @@ Runner = Callable[[Options, dict[str, Any]], BenchResult]
 
 BENCHMARKS: dict[str, Runner] = {
     "start": lambda o, c: start_latency.run(o),
+    "burst": lambda o, c: burst.run(o),
     "recovery": recovery.run,
     "rpc": lambda o, c: rpc.run(o),
     "logs": lambda o, c: logs.run(o),
@@ -68,18 +72,24 @@ BENCHMARKS: dict[str, Runner] = {
     "web_scale": lambda o, c: web_scale.run(o),
     "scheduler": lambda o, c: scheduler.run(o),
     "retention": lambda o, c: retention.run(o),
+    "maintenance": lambda o, c: maintenance.run(o),
     "fleet": lambda o, c: fleet.run(o),
     "store_backends": lambda o, c: store_backends.run(o),
     "egress": lambda o, c: egress.run(o),
+    "soak": lambda o, c: soak.run(o),
 }
-ALIASES = {"start_latency": "start", "latency": "start", "log": "logs", "rss": "memory",
-           "mem": "memory", "tty": "terminal", "pty": "terminal", "agent": "agents",
+#: Run only when asked by name (``--only soak``, ``make soak``): ten minutes on its own.
+NOT_BY_DEFAULT = {"soak"}
+ALIASES = {"start_latency": "start", "latency": "start", "bursts": "burst", "log": "logs",
+           "rss": "memory", "mem": "memory", "tty": "terminal", "pty": "terminal",
+           "agent": "agents",
            "sandbox": "sandboxes", "docker": "sandboxes", "flood": "floods",
            "quick_check": "store_check", "store": "store_check",
            "startup": "cli", "hook": "cli", "rollup": "digest", "webhooks": "outbox",
            "webhook": "outbox", "dashboard": "web", "dashboard_scale": "web_scale",
            "schedule": "scheduler",
-           "cron": "scheduler", "prune": "retention", "pgstore": "store_backends",
+           "cron": "scheduler", "prune": "retention",
+           "lag": "maintenance", "loop_lag": "maintenance", "pgstore": "store_backends",
            "postgres": "store_backends", "proxy": "egress"}
 
 
@@ -131,6 +141,8 @@ def parse(argv: list[str] | None) -> tuple[Options, list[str]]:
     p.add_argument("--sandbox-samples", type=int, default=None,
                    help="sandbox samples per docker row (default 10, quick 4); process and "
                         "bwrap rows take 3x (create) and 5x (exec) as many")
+    p.add_argument("--soak-seconds", type=float, default=None,
+                   help="length of the soak (--only soak), seconds (default 600)")
     p.add_argument("--results", type=Path, default=RESULTS,
                    help="directory for the JSON files (default bench/results)")
     a = p.parse_args(argv)
@@ -146,8 +158,9 @@ def parse(argv: list[str] | None) -> tuple[Options, list[str]]:
         rpc_seconds=a.rpc_seconds or (1.0 if q else 3.0),
         results=a.results,
         sandbox_samples=max(1, a.sandbox_samples) if a.sandbox_samples else None,
+        soak_seconds=a.soak_seconds,
     )
-    return opts, a.only or list(BENCHMARKS)
+    return opts, a.only or [n for n in BENCHMARKS if n not in NOT_BY_DEFAULT]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -9,6 +9,7 @@ last 30 days; the lineage checked has N/200 turns, the day about N/30.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import random
 import sqlite3
@@ -72,7 +73,7 @@ def _measure(home: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for by in ("lineage", "day"):
         t0 = time.perf_counter()
-        rep = svc.report(by, None)
+        rep = asyncio.run(svc.report(by, None))
         out[f"report_{by}_s"] = time.perf_counter() - t0
         out[f"rows_{by}"] = len(rep["rows"])
     rec = LineageRecord(id="L7", config=AgentConfig(argv=["claude"], budget_usd=1e6))

@@ -84,6 +84,7 @@ class Options:
     rpc_seconds: float
     results: Path
     sandbox_samples: int | None = None  # None: the sandboxes module's default
+    soak_seconds: float | None = None  # None: the soak's default (600)
 
 
 # ---------------------------------------------------------------------- statistics

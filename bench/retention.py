@@ -119,15 +119,15 @@ def run(opts: Options) -> BenchResult:
             walk_ms, _ = _ms(lambda home=home: _walk(home))
             steady_ms, (steady, steady_stall) = _ms(lambda svc=svc: asyncio.run(
                 _with_stall(svc.prune(None, dry_run=False))))
-            assert not steady["execs"] and not steady["events"], steady
+            assert not steady.logs and not steady.events, steady
             prune_ms, (pruned, prune_stall) = _ms(lambda svc=svc: asyncio.run(
                 _with_stall(svc.prune(0.0, dry_run=False))))
-            assert len(pruned["execs"]) == n, len(pruned["execs"])
-            df_ms, _ = _ms(svc.df)
+            assert len(pruned.logs) == n, len(pruned.logs)
+            df_ms, _ = _ms(lambda svc=svc: asyncio.run(svc.df()))
             data[str(n)] = {"steady_ms": steady_ms, "steady_stall_ms": steady_stall,
                             "prune_ms": prune_ms, "prune_stall_ms": prune_stall,
                             "walk_ms": walk_ms, "df_ms": df_ms,
-                            "events_compacted": pruned["events"]}
+                            "events_compacted": pruned.events}
             last = n == sizes[-1]
             rows.append(Row("retention", f"steady pass, {n} settled execs, nothing due",
                             fmt_ms(steady_ms), f"walk+stat logs/ run/ {fmt_ms(walk_ms)}"))
@@ -135,7 +135,7 @@ def run(opts: Options) -> BenchResult:
                             f"< {STALL_TARGET_MS:.0f} ms" if last else "",
                             steady_stall < STALL_TARGET_MS if last else None))
             rows.append(Row("retention", f"  pruning pass: {n} execs' logs and run files, "
-                            f"{pruned['events']} events",
+                            f"{pruned.events} events",
                             f"{fmt_ms(prune_ms)} ({prune_ms * 1000 / n:.0f} µs/exec)", ""))
             rows.append(Row("retention", "  longest loop stall in it", fmt_ms(prune_stall), "",
                             f"< {STALL_TARGET_MS:.0f} ms" if last else "",

@@ -215,8 +215,8 @@ def test_scripts_of_a_config_in_the_agents_own_tree_are_refused(
     lin = _lineage_of(d, tether(d, "run", "--agent", "generic", "-d", "--workdir", str(work),
                                 "--", "sleep", "30", cwd=work))
     assert c.lineage_get(lin).port_base == 41000
-    assert json.loads(tether(d, "lineage", "inspect", lin, cwd=work).stdout)["status"] == \
-        "ACTIVE"
+    shown = json.loads(tether(d, "lineage", "inspect", "--json", lin, cwd=work).stdout)
+    assert shown["status"] == "ACTIVE"
     assert os.path.exists(work)
 
 

@@ -61,12 +61,15 @@ def test_fast_and_click_print_the_same_bytes(daemon: DaemonProc, tmp_path: Path)
     c.exec_start(["sleep", "60"], name="napper")
     cases: list[tuple[str, ...]] = [
         ("ps",), ("ps", "-a"), ("ps", "--all", "--json"), ("ps", "--json"), ("status",),
-        ("logs", done.id), ("logs", "--stderr", done.id), ("logs", done.id[:6]),
+        ("logs", done.id), ("logs", "--stderr", done.id), ("logs", "--stdout", done.id),
+        ("logs", "--stdout", "--stderr", done.id), ("logs", done.id[:6]),
         ("logs", "nosuch"), ("ps", "--bogus"), ("logs", "-f", done.id), ("ps", "--help")]
     for args in cases:
         _both(daemon, *args)
     fast, _ = _both(daemon, "logs", done.id)
-    assert fast.stdout == b"out\n"
+    assert (fast.stdout, fast.stderr) == (b"out\n", b"err\n")  # each to its own stream
+    fast, _ = _both(daemon, "logs", "--stderr", done.id)
+    assert (fast.stdout, fast.stderr) == (b"err\n", b"")  # the one asked for, to stdout
     fast, _ = _both(daemon, "logs", "nosuch")
     assert fast.returncode == 1 and fast.stderr.startswith(b"tether: ")
     _agent(daemon, tmp_path)  # the agent columns

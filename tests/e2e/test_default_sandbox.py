@@ -222,7 +222,7 @@ def test_an_agent_in_the_default_sandbox_reaches_only_its_session(
     # Its network namespace is its own: the host's loopback listener is out of reach (the
     # way out is the egress proxy: tests/e2e/test_egress.py).
     assert "Connection refused" in first["network"], first["network"]
-    inspect = tether(d, "lineage", "inspect", lineage_id)
+    inspect = tether(d, "lineage", "inspect", "--json", lineage_id)
     assert inspect.returncode == 0, inspect.stderr
     rec = json.loads(inspect.stdout)
     assert (rec["turns"], rec["attempt"], rec["exec"]) == (1, 1, exec_id)

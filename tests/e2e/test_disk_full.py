@@ -176,3 +176,86 @@ def tiny_cli(d: DaemonProc) -> list[str]:
     from tests.harness import TETHER
 
     return [*TETHER, "--home", str(d.home)]
+
+
+def test_a_schedule_firing_across_a_full_disk_is_not_wedged(tiny_home: Path) -> None:
+    """Issue 22 finding 3: a run whose start failed while the disk was full, and whose
+    FAILED commit failed too, stayed PENDING for good (``_start`` swallowed the second
+    failure), and every later fire was SKIPPED "overlap"; a fire that could not be
+    committed was retried at once, in a loop whose log filled the disk again. Now a
+    failed commit backs off and what it left is re-driven: the job runs again once there
+    is room. The disk fills across several fires (the default sweep: the WAL grows between
+    checkpoints, so commits fail), then is freed."""
+    d = DaemonProc(tiny_home)
+    try:
+        d.start()
+        c = d.client()
+        r = d.cli("schedule", "add", "tick", "--every", "2s", "--", "true")
+        assert r.returncode == 0, r.stderr
+        job = r.stdout.split()[0].decode()
+        wait_for(lambda: _runs(d, job).count("SUCCESS") >= 1, 15, what="a first run")
+        for _ in range(8):
+            fill(tiny_home)
+            time.sleep(2.5)  # at least one fire while full
+            free(tiny_home)
+            time.sleep(1.0)
+        freed = time.monotonic()
+        settled = len(_runs(d, job))
+
+        def healthy() -> bool:
+            runs = _runs(d, job)
+            fresh = runs[: len(runs) - settled]  # newest first: the fires since the free
+            return fresh.count("SUCCESS") >= 2 and "PENDING" not in runs[2:]
+
+        wait_for(healthy, 40, interval=0.5,
+                 what=f"runs fired after the free to succeed: {_runs(d, job)[:12]}")
+        assert time.monotonic() - freed < 40
+        for run in c.schedule_show(job, limit=100).recent[2:]:
+            assert run.state in ("SUCCESS", "FAILED", "SKIPPED"), run  # none left behind
+        log = d.log_text()
+        assert len(log) < 64 * 1024, f"the log grew to {len(log)} bytes"  # no retry loop
+        assert log.count("scheduler: ") < 20  # once per spell of failures
+    finally:
+        d.cleanup()
+
+
+def _runs(d: DaemonProc, job: str) -> list[str]:
+    """The job's runs' states, newest first."""
+    return [r.state for r in d.client().schedule_show(job, limit=100).recent]
+
+
+def test_a_delivery_whose_outcome_the_full_disk_refused_is_recorded_once_there_is_room(
+        tiny_home: Path) -> None:
+    """Issue 22 finding 3, the same failure in the webhook worker: a delivery made while
+    the store could not record it stayed PROCESSING until the next daemon start. Now the
+    outcome is committed again, with a backoff, once there is room: COMPLETED, and the
+    receiver is not sent it twice."""
+    from tests.receiver import Receiver
+
+    d = DaemonProc(tiny_home)
+    try:
+        d.start()
+        c = d.client()
+        with Receiver() as rx:
+            c.hook_add("ci", ["exec.finished"], url=rx.url)
+            rx.hold()
+            c.exec_start(["true"])
+            wait_for(lambda: rx.held == 1, what="the delivery in flight")
+            fill(tiny_home)
+            for i in range(10000):  # use up the room the WAL had left: commits now fail
+                try:
+                    c.hook_add(f"filler-{i}", ["nothing.*"], url=rx.url)
+                except TetherError as e:
+                    assert e.code == "DISK_FULL", e
+                    break
+            rx.release()
+            wait_for(lambda: rx.received, what="the delivery made")
+            time.sleep(1.0)
+            assert c.hook_show("ci").counts == {"PROCESSING": 1}  # its outcome refused
+            free(tiny_home)
+            wait_for(lambda: c.hook_show("ci").counts == {"COMPLETED": 1}, 40,
+                     what=f"the outcome recorded: {c.hook_show('ci').counts}")
+            assert len(rx.received) == 1  # recorded, not delivered again
+        assert d.log_text().count("outbox: ") < 10  # once per spell of refusals
+    finally:
+        d.cleanup()

@@ -763,11 +763,35 @@ def test_cp_out_keeps_absolute_symlinks_and_host_errors_are_copy_errors(
     assert os.readlink(out / "data" / "abs") == "/etc/passwd"
     with pytest.raises(TetherError) as e:
         c.sandbox_copy(sid, "in", str(tmp_path / "missing"), "/tmp")
-    assert e.value.code == "COPY_FAILED", e.value
+    assert e.value.code == "PATH_NOT_FOUND", e.value  # as out of it, and as bwrap says
     with pytest.raises(TetherError) as e:
         c.sandbox_copy(sid, "out", "/data", str(tmp_path / "no" / "such" / "dir"))
     assert e.value.code in ("PATH_NOT_FOUND", "COPY_FAILED"), e.value
     assert c.status().runtimes["docker"].available is True
+
+
+def test_cp_reports_the_bytes_of_the_files_and_a_missing_source_alike_both_ways(
+        dk: Dk, tmp_path: Path) -> None:
+    """Issue 23: `tether cp` of a 4-byte file said "copied 10240 bytes" (the tar's size),
+    and a missing source exited 1 going in but 2 coming out."""
+    c = dk.client()
+    dk.create(c, "cpbox")
+    (tmp_path / "four").write_bytes(b"four")
+    cli = ["--home", str(dk.d.home), "cp"]
+
+    def tether(*args: str) -> subprocess.CompletedProcess[bytes]:
+        from tests.harness import TETHER
+        return subprocess.run([*TETHER, *cli, *args], capture_output=True, timeout=60,
+                              env=dk.d.env)
+    r = tether(str(tmp_path / "four"), "cpbox:/tmp/")
+    assert (r.returncode, r.stdout) == (0, b"copied 4 bytes\n"), r.stderr
+    r = tether("cpbox:/tmp/four", str(tmp_path / "back"))
+    assert (r.returncode, r.stdout) == (0, b"copied 4 bytes\n"), r.stderr
+    assert (tmp_path / "back").read_bytes() == b"four"
+    into = tether(str(tmp_path / "missing"), "cpbox:/tmp/")
+    out = tether("cpbox:/tmp/missing", str(tmp_path / "m"))
+    assert into.returncode == out.returncode == 1, (into.stderr, out.stderr)
+    assert b"does not exist" in into.stderr and b"does not exist" in out.stderr
 
 
 def test_rm_force_records_deleted_while_dockerd_is_unreachable(dk: Dk) -> None:

@@ -324,7 +324,7 @@ def test_an_agent_reaches_only_its_allowed_hosts_and_denials_are_journaled(
     assert wait_for(journaled, timeout=15, what="the denials journaled") == denied
     ev = next(e for e in egress_events(d, lineage) if e.data["host"] == "denied.test")
     assert ev.reason == f"egress to denied.test:{remote.port} denied: not in the allow-list"
-    inspect = tether(d, "lineage", "inspect", lineage)
+    inspect = tether(d, "lineage", "inspect", "--json", lineage)
     assert inspect.returncode == 0, inspect.stderr
     egress = json.loads(inspect.stdout)["egress"]
     assert egress["network"] == "proxy"

@@ -196,3 +196,90 @@ def test_a_daemon_back_between_its_fence_and_its_expiry_resumes_its_agent_for_fr
                                 and c.lineage_get(lid)), 20, what="revived after a crash")
     assert rec.revivals == 1 and rec.fenced_exits == 1
     assert fleet.work(agent)["host"] == "h1" and fleet.work(agent)["state"] == "RUNNING"
+
+
+def _stall_past_the_fence_point(h1_pid: int, lease_file: Path, lease: float) -> float:
+    """SIGSTOP the daemon ``h1_pid`` until 0.4 s past its lease file's deadline (its
+    fence point), then SIGCONT it: it wakes before PostgreSQL's lease runs out (1/6 of
+    the lease later), so it fences and at once takes a new lease carrying its rows.
+    Stopped a second before a renewal was due, so the stall is short. Returns the
+    deadline."""
+    renewed = json.loads(lease_file.read_bytes())["deadline"]
+    wait_for(lambda: json.loads(lease_file.read_bytes())["deadline"] != renewed, lease,
+             what="a renewal")
+    time.sleep(lease / 3 - 1)
+    os.kill(h1_pid, signal.SIGSTOP)
+    try:
+        deadline = float(json.loads(lease_file.read_bytes())["deadline"])
+        time.sleep(max(0.0, deadline + 0.4 - time.monotonic()))
+    finally:
+        os.kill(h1_pid, signal.SIGCONT)
+    return deadline
+
+
+def _fleet_journal(fleet: Fleet, work: int) -> list[dict[str, object]]:
+    from tether.fleet import store as fs
+
+    with fleet.db() as c:
+        return [e for e in fs.journal(c) if e["work"] == work]
+
+
+def test_a_daemon_stalled_past_its_fence_point_has_its_agents_revived_once(
+        fleet: Fleet, tmp_path: Path) -> None:
+    """Issue 22 #5, with the default 10 s lease: the host's daemon stalls (SIGSTOP) until
+    just past its fence point. Waking, it fences (its agent withdrawn, REAPED) and takes a
+    new lease while PostgreSQL's old one still runs, which carries the placement over.
+    The placement is then revived once on the other host, never reported ENDED (it was:
+    the agent was never revived anywhere)."""
+    lease = 10.0
+    h1 = fleet.add("h1", env={"TETHER_FLEET_LEASE": str(lease)})
+    fleet.add("h2")
+    wait_for(lambda: len(fleet.hosts_rows()) == 2, 15, what="two hosts")
+    starts = tmp_path / "starts"
+    agent = _place_stand_in(fleet, "h1", starts)
+    w = wait_for(lambda: fleet.work(agent)["state"] == "RUNNING" and fleet.work(agent), 20,
+                 what="running on h1")
+    lid = w["local_id"]
+    wait_for(lambda: fleet.agent_processes(agent) == [("h1", lid)], 10, what="its process")
+    _stall_past_the_fence_point(h1.pid, h1.home / "fleet" / "lease", lease)
+    w2 = wait_for(lambda: (fleet.work(agent)["generation"] == 2
+                           and fleet.work(agent)["state"] == "RUNNING" and fleet.work(agent)),
+                  lease * 2, what="the placement revived")
+    assert w2["host"] == "h2", w2
+    with h1.client() as c:
+        rec = c.lineage_get(lid)
+    assert rec.status == "REAPED" and "withdrawn" in (rec.reason or ""), rec
+    wait_for(lambda: len(_starts(starts)) == 2, 10, what="the revived copy's start")
+    time.sleep(2)  # h1's passes see the withdrawn copy again: nothing more happens
+    assert [lineage for _, lineage in _starts(starts)] == [lid, w2["local_id"]]
+    assert fleet.agent_processes(agent) == [("h2", w2["local_id"])]
+    assert fleet.work(agent)["generation"] == 2 and fleet.work(agent)["state"] == "RUNNING"
+    types = [e["type"] for e in _fleet_journal(fleet, agent)]
+    assert types.count("work.revived") == 1 and "work.ended" not in types, types
+
+
+def test_a_lone_host_stalled_past_its_fence_point_revives_its_agent_itself(
+        fleet: Fleet, tmp_path: Path) -> None:
+    """The same stall on a fleet of one host: no other host has room, so the host that
+    withdrew the agent revives its placement itself, as the next generation, once."""
+    lease = 10.0
+    h1 = fleet.add("h1", env={"TETHER_FLEET_LEASE": str(lease)})
+    wait_for(lambda: len(fleet.hosts_rows()) == 1, 15, what="h1")
+    starts = tmp_path / "starts"
+    agent = _place_stand_in(fleet, "h1", starts)
+    w = wait_for(lambda: fleet.work(agent)["state"] == "RUNNING" and fleet.work(agent), 20,
+                 what="running on h1")
+    lid = w["local_id"]
+    wait_for(lambda: fleet.agent_processes(agent) == [("h1", lid)], 10, what="its process")
+    _stall_past_the_fence_point(h1.pid, h1.home / "fleet" / "lease", lease)
+    w2 = wait_for(lambda: (fleet.work(agent)["generation"] == 2
+                           and fleet.work(agent)["state"] == "RUNNING" and fleet.work(agent)),
+                  lease * 2, what="the placement revived")
+    assert w2["host"] == "h1" and w2["local_id"] != lid, w2
+    wait_for(lambda: len(_starts(starts)) == 2, 10, what="the revived copy's start")
+    time.sleep(2)
+    assert [lineage for _, lineage in _starts(starts)] == [lid, w2["local_id"]]
+    assert fleet.agent_processes(agent) == [("h1", w2["local_id"])]
+    assert _local_starts(h1.home) == {f"fleet-{agent}-1": 1, f"fleet-{agent}-2": 1}
+    types = [e["type"] for e in _fleet_journal(fleet, agent)]
+    assert types.count("work.revived") == 1 and "work.ended" not in types, types

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 from pathlib import Path
@@ -143,3 +144,49 @@ def test_half_line_times_out(stopped_daemon: DaemonProc) -> None:
     assert json.loads(whole.recv(65536))["id"] == 2  # an idle whole-line client stays
     half.close()
     whole.close()
+
+
+def test_many_half_lines_hold_bounded_memory_and_give_it_back(
+        stopped_daemon: DaemonProc) -> None:
+    """Issue 22 finding 9: 6,000 connections each holding a 60 KB half-line raised the
+    daemon's RSS 56 → 120 MB, and it stayed there once they closed (glibc keeps what
+    CPython frees). Now the unfinished lines of all connections hold at most 32 MiB
+    (past it the oldest are dropped with their connections), and the freed memory is
+    handed back to the system."""
+    import resource
+    import time
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
+    d = stopped_daemon
+    d.start()
+    time.sleep(0.5)
+    before = _rss_mib(d.pid)
+    half = b'{"jsonrpc":"2.0","id":1,"method":"daemon.health","params":{"x":"' + b"a" * 60000
+    socks: list[socket.socket] = []
+    peak = before
+    try:
+        for i in range(4000):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(str(d.socket))
+            s.setblocking(False)
+            with contextlib.suppress(BlockingIOError):  # a full buffer: enough of it
+                s.send(half)
+            socks.append(s)
+            if i % 250 == 249:
+                time.sleep(0.1)
+                peak = max(peak, _rss_mib(d.pid))
+        wait_for(lambda: health(d.socket) == "SERVING", 30, what="an answer mid-flood")
+        peak = max(peak, _rss_mib(d.pid))
+        first = socks[0]
+        first.setblocking(True)
+        first.settimeout(10)
+        codes = [m["error"]["data"]["code"] for m in _lines_until_eof(first)]
+        assert codes and codes[0] in ("TOO_MANY_UNFINISHED_LINES", "CONNECTION_EVICTED"), codes
+    finally:
+        for s in socks:
+            s.close()
+    wait_for(lambda: _rss_mib(d.pid) < before + 12, 15, interval=0.5,
+             what=f"the memory handed back ({_rss_mib(d.pid):.0f} MiB, {before:.0f} before)")
+    assert peak - before < 32 + 30, f"RSS {before:.0f} -> {peak:.0f} MiB"
+    assert health(d.socket) == "SERVING"

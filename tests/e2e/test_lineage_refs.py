@@ -100,3 +100,34 @@ def d_argv(d: DaemonProc) -> list[str]:
     from tests.harness import TETHER
 
     return [*TETHER, "--home", str(d.home)]
+
+
+def test_an_attached_client_follows_its_agent_to_the_revived_attempt(
+        fast: DaemonProc, tmp_path: Path) -> None:
+    """Issue 23 item 9: kill -9 of an `-it` agent left its user at the shell while the
+    lineage was revived. The client says so in one line and attaches to the new attempt."""
+    import pexpect
+
+    d = fast
+    env = {**d.env, "TERM": "xterm"}
+    for stale in ("LINES", "COLUMNS"):
+        env.pop(stale, None)
+    argv = [*d_argv(d), "run", "-it", "--name", "cat", "--agent", "generic", "--",
+            "/bin/sh", "-c", "echo attempt-$TETHER_ATTEMPT; exec cat"]
+    child = pexpect.spawn(argv[0], argv[1:], env=env, timeout=30, cwd=str(tmp_path),
+                          dimensions=(24, 80))
+    try:
+        child.expect_exact("attempt-1")
+        lineage = d.client().lineage_list()[0].id
+        first = d.client().lineage_get(lineage).exec or ""
+        os.killpg(d.handles(first)["child"]["pid"], signal.SIGKILL)
+        child.expect("agent cat was revived \\(attempt 2, exec [0-9a-f]{12}\\); attached to "
+                     "it again")
+        child.expect_exact("attempt-2")
+        child.send("hello\r")
+        child.expect_exact("hello\r\nhello")  # typed, then echoed back by cat
+        child.send("\x1c")  # detach
+        child.expect(pexpect.EOF)
+        assert d.client().lineage_get(lineage).attempt == 2
+    finally:
+        child.close(force=True)

@@ -133,5 +133,5 @@ usage_limit = ['credits exhausted']
         c.agent_start(["whatever"], provider="broken")
     assert "broken.toml" in e.value.message and "not a valid regex" in e.value.message
     assert c.lineage_get(lin.id).status == "WAITING_LIMIT"  # still serving
-    out = json.loads(fast.cli("lineage", "inspect", lin.id).stdout)
+    out = json.loads(fast.cli("lineage", "inspect", "--json", lin.id).stdout)
     assert out["exit_reason"] == "usage_limited"

@@ -1004,11 +1004,12 @@ def test_escape_stripper_strips_strings_and_short_forms() -> None:
         assert _strip([raw[:cut], raw[cut:]]) == b"abcdefghij", cut
 
 
-def test_escape_stripper_keeps_lone_cr_and_text() -> None:
-    assert _strip([b"50%\r100%\r\n"]) == b"50%\r100%\n"
+def test_escape_stripper_puts_each_rewrite_of_a_line_on_its_own_and_keeps_text() -> None:
+    """`logs --plain` is text (issue 23): a progress bar's lone CR was left in it."""
+    assert _strip([b"50%\r100%\r\n"]) == b"50%\n100%\n"
     assert _strip([b"plain text, no escapes\n"]) == b"plain text, no escapes\n"
     assert _strip([b"a stray \x1b\nand more\n"]) == b"a stray \x1b\nand more\n"
-    assert _strip([b"progress 99%\r"]) == b"progress 99%\r"  # flushed at the end
+    assert _strip([b"progress 99%\r"]) == b"progress 99%\n"  # flushed at the end
 
 
 def test_escape_stripper_csi_split_across_chunks() -> None:

@@ -67,7 +67,8 @@ def test_hooks_a_claude_session_waits_through_notifications_output_and_clear(
                if e.type == "exec.state" and e.state == "CANCELLED"]
     assert len(cancels) == 1 and "hung" in (cancels[0].reason or "")
     beats = [s for t, s in kinds(fast, lin.id, "agent.heartbeat")]
-    assert "IDLE" in beats and beats[-1] == "CRASHED" and beats.index("IDLE") < len(beats) - 1
+    assert "IDLE" in beats and "CRASHED" in beats and beats.index("IDLE") < beats.index(
+        "CRASHED")
     started = kinds(fast, lin.id, "agent.turn_start")
     assert len(started) == 2  # the first prompt and the one after /clear, nothing else
 

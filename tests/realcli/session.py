@@ -87,7 +87,8 @@ class Home:
         return exec_id, lineage
 
     def lineage(self, lineage: str) -> dict[str, Any]:
-        out: dict[str, Any] = json.loads(self.tether("lineage", "inspect", lineage).stdout)
+        out: dict[str, Any] = json.loads(
+            self.tether("lineage", "inspect", "--json", lineage).stdout)
         return out
 
     def events(self, lineage: str | None = None) -> list[dict[str, Any]]:

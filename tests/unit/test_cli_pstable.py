@@ -64,3 +64,14 @@ def test_fast_home_is_the_sdks(monkeypatch: pytest.MonkeyPatch, env: dict[str, s
     assert fast.resolve_home(given) == str(resolve_home(given))
     home = fast.resolve_home(given)
     assert str(HomeLayout(Path(home)).socket) == f"{home}/{fast.SOCKET_NAME}"
+
+
+def test_an_ended_lineage_shows_no_lifecycle_but_dead() -> None:
+    """Issue 23 item 11: a FAILED lineage showed lifecycle HEALTHY."""
+    from tether.cli.pstable import lifecycle_cell
+
+    assert lifecycle_cell("FAILED", "HEALTHY") == "-"
+    assert lifecycle_cell("REAPED", "AGING") == "-"
+    assert lifecycle_cell("FINISHED", "DEAD") == "DEAD"  # why it ended
+    assert lifecycle_cell("ACTIVE", "DYING") == "DYING"
+    assert lifecycle_cell("WAITING_LIMIT", "HEALTHY") == "HEALTHY"

@@ -52,6 +52,34 @@ def test_claude_and_codex_messages() -> None:
     assert DEFAULT_LIMIT_WAIT > 0
 
 
+def test_claude_code_2_1_limit_messages() -> None:
+    """Issue 20 finding 5: what Claude Code 2.1.332 shows, to a subscription and to an
+    API key, once a server answers 429 (tests/realcli reproduces both)."""
+    c = rules("claude")
+    for line in ("You've hit your session limit · resets 8:56pm (UTC)",
+                 "You've hit your 5-hour limit · resets 11:15pm (UTC)"):
+        end = classify(facts(), f"> hello\n  ⎿  {line}\n", c, NOW)
+        assert end.reason == ExitReason.USAGE_LIMITED and end.detail.endswith(line)
+        assert end.reset_at is not None and 0 < end.reset_at - NOW <= 86400
+    end = classify(facts(), "API Error: Request rejected (429) · This request would exceed "
+                   "your rate limit.\n", c, NOW)
+    assert end.reason == ExitReason.USAGE_LIMITED and end.reset_at is None  # then 30 min
+
+
+def test_a_stop_for_a_reported_usage_limit() -> None:
+    """tether stopped it because its CLI reported a limit (Claude's StopFailure hook):
+    a usage limit, whatever the cancel, its reset time from the output or the message."""
+    c = rules("claude")
+    msg = "You've hit your session limit · resets 8:56pm (UTC)"
+    end = classify(ExitFacts("CANCELLED", None, hung=False, dead=False, limited=msg), "",
+                   c, NOW)
+    assert end.reason == ExitReason.USAGE_LIMITED and end.detail == msg
+    assert end.reset_at == reset_time(msg, NOW)
+    end = classify(ExitFacts("CANCELLED", None, hung=False, dead=False, limited="claude "
+                             "reported a usage limit"), "", c, NOW)
+    assert end.reason == ExitReason.USAGE_LIMITED and end.reset_at is None
+
+
 def test_every_reason() -> None:
     c = rules("claude")
     assert classify(facts("FINISHED", 0), "bye", c, NOW).reason == ExitReason.FINISHED

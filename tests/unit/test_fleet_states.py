@@ -27,9 +27,13 @@ def test_every_state_has_a_row_and_the_ended_ones_are_final() -> None:
     assert not states.WORK_TRANSITIONS["ENDED"] and not states.WORK_TRANSITIONS["REAPED"]
 
 
-def test_a_lost_exec_may_only_end_late() -> None:
+def test_a_lost_exec_may_only_end_late_or_be_reclaimed_by_its_host() -> None:
+    """A plain exec swept LOST ran on under its monitor: its host, back, reports its end
+    late or, finding it still running, answers for it again (RUNNING). Never placed
+    again: an exec is never run elsewhere."""
     states.check(1, "LOST", "ENDED")
-    for wanted in ("PLACED", "RUNNING", "REAPED", "ASK", "LOST"):
+    states.check(1, "LOST", "RUNNING")
+    for wanted in ("PLACED", "REAPED", "ASK", "LOST"):
         with pytest.raises(IllegalTransition, match=f"placement 1: illegal transition "
                                                     f"LOST -> {wanted}"):
             states.check(1, "LOST", wanted)
@@ -44,13 +48,14 @@ def test_the_sources_of_a_state_are_read_off_the_table() -> None:
     """What a one-statement ``UPDATE … WHERE state IN (…)`` may move, narrowed to the
     writer's precondition: a host ends only its live work (a LOST exec ends late, through
     the relay)."""
-    assert states.sources("RUNNING") == {"PLACED"}
+    assert states.sources("RUNNING") == {"PLACED", "LOST"}
+    assert states.sources("RUNNING", {"PLACED"}) == {"PLACED"}  # a start: mark_running
     assert states.sources("ENDED") == {"PLACED", "RUNNING", "LOST"}
     assert states.sources("ENDED", states.LIVE) == states.LIVE
     assert states.sources("PLACED") == {"PLACED", "RUNNING", "ASK"}
     assert states.sources("LOST") == states.LIVE
     assert states.INITIAL == "PLACED" and states.INITIAL in states.WORK_TRANSITIONS
-    assert states.sql(states.sources("RUNNING")) == "('PLACED')"
+    assert states.sql(states.sources("RUNNING", {"PLACED"})) == "('PLACED')"
     assert states.sql(states.LIVE) == "('PLACED', 'RUNNING')"
     for bad in ([], ["PLACED", "GONE"], ["x'); DROP TABLE work; --"]):
         with pytest.raises(ValueError, match="not a set of placement states"):

@@ -22,6 +22,7 @@ field for field:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import shutil
@@ -31,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from tether.agent.providers import REGISTRY, for_command, get
+from tether.agent.providers import REGISTRY, claude, for_command, get
 from tether.agent.providers.base import HookEvent, SessionContext
 from tether.agent.providers.claude import (
     EVENT_KINDS,
@@ -45,6 +46,7 @@ from tether.agent.providers.codex import (
     notify_override,
 )
 from tether.agent.providers.generic import GenericProvider
+from tether.model.records import UsageCursor
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 CLAUDE = FIXTURES / "claude"
@@ -77,6 +79,13 @@ def ctx_for(tmp_path: Path) -> SessionContext:
 @pytest.fixture
 def ctx(tmp_path: Path) -> SessionContext:
     return ctx_for(tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def quick_settle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A turn's count waits for its answer at most 2 s here (a transcript cut short on
+    purpose never gets it)."""
+    monkeypatch.setattr(claude, "SETTLE_TIMEOUT", 2.0)
 
 
 # ---------------------------------------------------------------------------- registry
@@ -122,7 +131,7 @@ def test_claude_launch_writes_settings_whose_hooks_call_back(ctx: SessionContext
     settings = json.loads(plan.files[path])
     hooks = settings["hooks"]
     assert set(hooks) == {"SessionStart", "UserPromptSubmit", "PreToolUse", "Notification",
-                          "PreCompact", "Stop", "SessionEnd"}
+                          "PreCompact", "Stop", "StopFailure", "SessionEnd"}
     for event, groups in hooks.items():
         assert len(groups) == 1
         (handler,) = groups[0]["hooks"]
@@ -131,6 +140,10 @@ def test_claude_launch_writes_settings_whose_hooks_call_back(ctx: SessionContext
     # PreToolUse must see every tool.
     assert hooks["PreToolUse"][0]["matcher"] == "*"
     assert "matcher" not in hooks["Stop"][0]
+    # The status line reports the context window the CLI really uses.
+    assert settings["statusLine"]["type"] == "command"
+    assert shlex.split(settings["statusLine"]["command"]) == [*ctx.hook_command, "claude",
+                                                              "StatusLine"]
 
 
 def test_claude_launch_merges_a_users_own_settings(ctx: SessionContext, tmp_path: Path) -> None:
@@ -155,10 +168,10 @@ def test_claude_launch_merges_a_users_own_settings(ctx: SessionContext, tmp_path
 # ------------------------------------------------------------------------ claude resume
 
 
-def test_claude_resume_keeps_options_and_drops_prompt_and_print(ctx: SessionContext) -> None:
-    argv = ["/usr/local/bin/claude", "-p", "--output-format", "json", "--model", "opus",
-            "--add-dir", "../lib", "../docs", "--permission-mode", "acceptEdits",
-            "--resume", "0000-old", "--dangerously-skip-permissions", "fix the bug"]
+def test_claude_resume_of_an_interactive_attempt_drops_its_prompt(ctx: SessionContext) -> None:
+    argv = ["/usr/local/bin/claude", "--model", "opus", "--add-dir", "../lib", "../docs",
+            "--permission-mode", "acceptEdits", "--resume", "0000-old",
+            "--dangerously-skip-permissions", "fix the bug"]
     plan = ClaudeProvider().resume(argv, SESSION_ID, "/h/drain/l-1.json", ctx)
     path = str(Path(ctx.state_dir) / "claude-settings.json")
     assert plan.argv == [
@@ -171,6 +184,49 @@ def test_claude_resume_keeps_options_and_drops_prompt_and_print(ctx: SessionCont
     hooks = json.loads(plan.files[path])["hooks"]
     assert shlex.split(hooks["SessionStart"][0]["hooks"][0]["command"])[-2:] == [
         "claude", "SessionStart"]
+    # Interrupted in the middle of a turn: asked to carry the turn on.
+    going = dataclasses.replace(ctx, continuation="[tether] carry on", interrupted=True)
+    plan = ClaudeProvider().resume(argv, SESSION_ID, "/snap", going)
+    assert plan.argv[-2:] == ["--", "[tether] carry on"]
+    # At its prompt when it died: it waits for its user again.
+    idle = dataclasses.replace(ctx, continuation="[tether] carry on", interrupted=False)
+    assert "--" not in ClaudeProvider().resume(argv, SESSION_ID, "/snap", idle).argv
+
+
+def test_claude_resume_of_a_headless_attempt_is_headless_with_a_continuation(
+        ctx: SessionContext) -> None:
+    """Issue 20 finding 2: `claude --resume ID` without -p and without a prompt fails
+    ("No deferred tool marker found … Provide a prompt to continue the conversation")."""
+    argv = ["claude", "-p", "--output-format", "json", "--max-turns", "5", "--model", "opus",
+            "fix the bug"]
+    going = dataclasses.replace(ctx, continuation="[tether] carry on", interrupted=True)
+    plan = ClaudeProvider().resume(argv, SESSION_ID, "/snap", going)
+    path = str(Path(ctx.state_dir) / "claude-settings.json")
+    assert plan.argv == ["claude", "-p", "--resume", SESSION_ID, "--settings", path,
+                         "--output-format", "json", "--max-turns", "5", "--model", "opus",
+                         "--", "[tether] carry on"]
+    plan = ClaudeProvider().resume(argv, SESSION_ID, "/snap", ctx)  # no continuation given
+    assert plan.argv[-2:] == ["--", "Continue where you left off."]
+
+
+def test_claude_only_a_written_session_is_resumed_else_a_fresh_start_carries_on(
+        ctx: SessionContext, tmp_path: Path) -> None:
+    """Claude Code writes a session's transcript lazily: one stopped at its first
+    prompt's 429 has none, and `--resume` fails ("No conversation found")."""
+    p = ClaudeProvider()
+    path = tmp_path / "s.jsonl"
+    assert p.can_resume(SESSION_ID, None)  # nothing known: try
+    assert not p.can_resume(SESSION_ID, UsageCursor(path=str(path)))
+    path.write_text('{"type":"queue-operation","operation":"enqueue"}\n')
+    assert not p.can_resume(SESSION_ID, UsageCursor(path=str(path)))
+    path.write_text((CLAUDE / "transcript.jsonl").read_text())
+    assert p.can_resume(SESSION_ID, UsageCursor(path=str(path)))
+    going = dataclasses.replace(ctx, continuation="[tether] carry on", interrupted=True)
+    assert p.launch(["claude", "--model", "opus"], going).argv[-2:] == [
+        "--", "[tether] carry on"]
+    assert p.launch(["claude", "fix it"], going).argv[-1] == "fix it"  # its own prompt
+    assert p.launch(["claude", "-p", "fix it"], going).argv[-2:] == ["-p", "fix it"]
+    assert "--" not in p.launch(["claude"], ctx).argv  # a first start
 
 
 def test_claude_resume_drops_continue_and_session_flags(ctx: SessionContext) -> None:
@@ -207,10 +263,21 @@ def stop_payload(transcript: Path, **changes: Any) -> dict[str, Any]:
     return payload
 
 
-def test_claude_stop_is_a_turn_with_usage_from_the_transcript() -> None:
-    ev = ClaudeProvider().parse_hook("Stop", stop_payload(CLAUDE / "transcript.jsonl"))
+def settle(ev: HookEvent, cursor: UsageCursor | None = None) -> UsageCursor | None:
+    return ClaudeProvider().settle_turn(ev, cursor)
+
+
+def test_claude_stop_is_a_turn_with_usage_from_the_transcript(tmp_path: Path) -> None:
+    lines = (CLAUDE / "transcript.jsonl").read_text().splitlines(True)
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(lines[:6]))  # as it was when the first turn ended
+    first = ClaudeProvider().parse_hook("Stop", stop_payload(path, last_assistant_message=""))
+    cursor = settle(first)
+    path.write_text("".join(lines))  # the second turn
+    ev = ClaudeProvider().parse_hook("Stop", stop_payload(path))
     assert ev.kind == "turn_end"
     assert ev.provider_session_id == SESSION_ID
+    settle(ev, cursor)
     assert ev.model == "claude-sonnet-4-5-20250929"
     u = ev.usage
     assert u is not None
@@ -218,7 +285,7 @@ def test_claude_stop_is_a_turn_with_usage_from_the_transcript() -> None:
     assert u.context_tokens == 29_197
     assert u.context_window == 200_000
     assert u.context_pct == pytest.approx(14.5985)
-    # This turn's tokens: the two API messages after the last prompt (msg_03, msg_04).
+    # This turn's tokens: the two API messages after the first turn (msg_03, msg_04).
     assert (u.input_tokens, u.output_tokens) == (12, 700)
     assert (u.cache_read_tokens, u.cache_creation_tokens) == (55_800, 1_400)
     assert ev.messages == [
@@ -231,7 +298,8 @@ def test_claude_first_turn_counts_each_api_message_once(tmp_path: Path) -> None:
     # The transcript as it was when the first turn ended (its first six lines).
     first = tmp_path / "first.jsonl"
     first.write_text("".join((CLAUDE / "transcript.jsonl").read_text().splitlines(True)[:6]))
-    ev = ClaudeProvider().parse_hook("Stop", stop_payload(first))
+    ev = ClaudeProvider().parse_hook("Stop", stop_payload(first, last_assistant_message=""))
+    settle(ev)
     u = ev.usage
     assert u is not None
     # msg_01 is written twice (a text block, then a tool_use block): counted once.
@@ -241,16 +309,101 @@ def test_claude_first_turn_counts_each_api_message_once(tmp_path: Path) -> None:
     assert ev.messages[0]["content"].startswith("Add a rate limiter to the API")
 
 
+def test_claude_stop_waits_for_the_turn_to_be_written_and_counts_late_lines_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 20 finding 4: Claude Code runs Stop before it has written the turn's last
+    entries (7 lines at Stop, 9 lines 50 ms later). The hook waits for the final answer;
+    what is written later still is counted at the next turn, never twice."""
+    import threading
+
+    lines = (CLAUDE / "transcript.jsonl").read_text().splitlines(True)
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(lines[:7]))  # the second prompt, msg_03 not yet written
+    first = ClaudeProvider().parse_hook("Stop", stop_payload(path, last_assistant_message=""))
+    cursor = settle(first)
+
+    def write_late() -> None:
+        import time
+
+        time.sleep(0.3)
+        with path.open("a") as f:
+            f.write(lines[7] + lines[8])
+            f.write(lines[9][:40])  # half a line: not read until it is whole
+        time.sleep(0.3)
+        with path.open("a") as f:
+            f.write(lines[9][40:])
+
+    t = threading.Thread(target=write_late)
+    t.start()
+    ev = ClaudeProvider().parse_hook("Stop", stop_payload(path))
+    cursor = settle(ev, cursor)
+    t.join()
+    u = ev.usage
+    assert u is not None and (u.input_tokens, u.output_tokens) == (12, 700)  # waited
+    monkeypatch.setattr(claude, "SETTLE_TIMEOUT", 0.5)  # the answer never comes again
+    again = ClaudeProvider().parse_hook("Stop", stop_payload(path))
+    settle(again, cursor)
+    assert again.usage is None  # nothing new: nothing counted twice
+
+
+def test_claude_a_message_whose_entries_straddle_two_reads_is_counted_once(
+        tmp_path: Path) -> None:
+    lines = (CLAUDE / "transcript.jsonl").read_text().splitlines(True)
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(lines[:3]))  # msg_01's first entry only
+    ev = ClaudeProvider().parse_hook("Stop", stop_payload(path, last_assistant_message=""))
+    cursor = settle(ev)
+    assert ev.usage is not None and ev.usage.output_tokens == 180
+    path.write_text("".join(lines[:6]))  # msg_01's second entry, msg_02
+    ev = ClaudeProvider().parse_hook("Stop", stop_payload(path, last_assistant_message=""))
+    settle(ev, cursor)
+    assert ev.usage is not None and ev.usage.output_tokens == 320  # msg_02 only
+
+
+def test_claude_a_new_session_file_keeps_what_the_old_one_had_left(tmp_path: Path) -> None:
+    """A /clear starts a new transcript; what the old one had past the cursor is pending
+    usage, added to the next turn."""
+    lines = (CLAUDE / "transcript.jsonl").read_text().splitlines(True)
+    old, new = tmp_path / "old.jsonl", tmp_path / "new.jsonl"
+    old.write_text("".join(lines[:6]))
+    ev = ClaudeProvider().parse_hook("Stop", stop_payload(old, last_assistant_message=""))
+    cursor = settle(ev)
+    old.write_text("".join(lines))  # written after the first turn's count
+    start = ClaudeProvider().parse_hook("SessionStart", {
+        **load(CLAUDE / "SessionStart.json"), "source": "clear", "transcript_path": str(new)})
+    cursor = ClaudeProvider().follow_record(start, cursor)
+    assert cursor is not None and cursor.path == str(new)
+    assert cursor.pending["output_tokens"] == 700
+    ev = ClaudeProvider().parse_hook("Stop", stop_payload(new, last_assistant_message=""))
+    settle(ev, cursor)
+    assert ev.usage is not None and ev.usage.output_tokens == 700  # the file is not there
+
+
+def test_claude_a_session_resumed_from_outside_counts_from_where_it_is(
+        tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text((CLAUDE / "transcript.jsonl").read_text())  # its own history
+    start = ClaudeProvider().parse_hook("SessionStart", {
+        **load(CLAUDE / "SessionStart.json"), "source": "resume", "transcript_path": str(path)})
+    cursor = ClaudeProvider().follow_record(start, None)
+    assert cursor is not None and cursor.offset == path.stat().st_size
+    ev = ClaudeProvider().parse_hook("Stop", stop_payload(path, last_assistant_message=""))
+    settle(ev, cursor)
+    assert ev.usage is None  # the history before tether is not this lineage's spending
+
+
 def test_claude_stop_without_last_assistant_message_reads_the_transcript() -> None:
     payload = stop_payload(CLAUDE / "transcript.jsonl")
     del payload["last_assistant_message"]  # older Claude Code releases
     ev = ClaudeProvider().parse_hook("Stop", payload)
+    settle(ev)
     assert ev.messages[-1]["role"] == "assistant"
     assert ev.messages[-1]["content"].startswith("I added tests/test_rate_limit.py")
 
 
 def test_claude_stop_with_an_unreadable_transcript_has_no_usage(tmp_path: Path) -> None:
     ev = ClaudeProvider().parse_hook("Stop", stop_payload(tmp_path / "gone.jsonl"))
+    settle(ev)
     assert ev.kind == "turn_end"
     assert ev.usage is None
     assert [m["role"] for m in ev.messages] == ["assistant"]
@@ -277,9 +430,35 @@ def test_claude_transcript_skips_noise(tmp_path: Path) -> None:
     payload = stop_payload(path)
     del payload["last_assistant_message"]
     ev = ClaudeProvider().parse_hook("Stop", payload)
+    settle(ev)
     assert ev.usage is not None and ev.usage.context_tokens == 29_197  # side/synthetic ignored
-    assert ev.usage.output_tokens == 701  # the side chain's tokens were still spent
+    assert ev.usage.output_tokens == 180 + 320 + 410 + 290 + 1  # the side chain's was spent
     assert ev.model == "claude-sonnet-4-5-20250929"
+
+
+def test_claude_stop_failure_is_a_usage_limit_with_its_message() -> None:
+    ev = ClaudeProvider().parse_hook("StopFailure", load(CLAUDE / "StopFailure.json"))
+    assert (ev.kind, ev.error) == ("turn_failed", "usage_limit")
+    assert ev.error_message == "You've hit your session limit · resets 8:56pm (UTC)"
+    other = ClaudeProvider().parse_hook("StopFailure", {
+        **load(CLAUDE / "StopFailure.json"), "error": "overloaded"})
+    assert (other.kind, other.error) == ("turn_failed", "overloaded")
+
+
+def test_claude_status_line_reports_the_context_window() -> None:
+    """Its status line input (https://code.claude.com/docs/en/statusline), as 2.1.332
+    wrote it for its default model."""
+    payload = {"session_id": SESSION_ID, "model": {"id": "claude-opus-5-5",
+                                                   "display_name": "Opus 5.5"},
+               "context_window": {"total_input_tokens": 0, "total_output_tokens": 0,
+                                  "context_window_size": 1000000, "current_usage": None,
+                                  "used_percentage": None}}
+    ev = ClaudeProvider().parse_hook("StatusLine", payload)
+    assert (ev.kind, ev.model, ev.context_window) == ("status", "claude-opus-5-5", 1_000_000)
+    assert ClaudeProvider().reply(ev, True, "").stdout == b""  # nothing shown
+    bogus = ClaudeProvider().parse_hook("StatusLine", {"context_window": {
+        "context_window_size": 10**12}})
+    assert bogus.context_window is None
 
 
 def test_claude_pre_tool_use_and_the_exact_deny_output() -> None:
@@ -322,6 +501,10 @@ def test_claude_context_window_rule() -> None:
     assert context_window_for(None) == 200_000
     assert context_window_for("claude-sonnet-4-5-20250929[1m]") == 1_000_000
     assert context_window_for("claude-sonnet-5") == 1_000_000
+    # Natively 1M in Claude Code 2.1.332's model catalog (its default is claude-opus-5-5).
+    for model in ("claude-opus-5-5", "claude-opus-4-8", "claude-opus-4-7", "claude-fable-5"):
+        assert context_window_for(model) == 1_000_000, model
+    assert context_window_for("claude-opus-4-6") == 200_000
     assert context_window_for("claude-opus-4-1", context_tokens=250_000) == 1_000_000
 
 

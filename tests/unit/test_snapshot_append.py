@@ -100,3 +100,51 @@ def test_full_rewrites_an_unreadable_base(tmp_path: Path) -> None:
     snapshot.record_turn(tmp_path, _snap(4, new), new, full=True)
     assert snapshot.read(base)["messages"] == new
     assert not os.path.exists(snapshot.turns_path(base))
+
+
+def test_a_turn_retried_after_a_whole_rewrite_counts_once(tmp_path: Path) -> None:
+    """The rewrite succeeded but the turn's commit did not (a full disk): the agent
+    reports the same turn again, and the conversation read back holds it once."""
+    convo = _turns(tmp_path, 3)
+    base = snapshot.path_for(tmp_path, "lin")
+    new = [{"role": "user", "content": "q4"}]
+    snapshot.record_turn(tmp_path, _snap(4, []), new, full=True)
+    snapshot.record_turn(tmp_path, _snap(4, []), new, full=True)
+    assert snapshot.read(base)["messages"] == [*convo, *new]
+
+
+def test_the_conversation_kept_is_its_newest_part(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setattr(snapshot, "MAX_CONVERSATION_BYTES", 20_000)
+    _turns(tmp_path, 300, size=100)  # 600 messages, ~70 KB: many rewrites
+    base = snapshot.path_for(tmp_path, "lin")
+    snap = snapshot.read(base)
+    assert snap["turn"] == 300 and snap["messages"][-1] == {"role": "assistant",
+                                                            "content": "a300"}
+    assert snap["dropped"] + len(snap["messages"]) == 600
+    whole = json.loads(base.read_bytes())
+    assert snapshot.size(whole["messages"]) <= 20_000
+    lines = snapshot.turns_path(base)
+    on_disk = base.stat().st_size + (lines.stat().st_size if lines.exists() else 0)
+    assert on_disk <= 2 * 20_000 + snapshot.COMPACT_MIN + 4096
+    snapshot.compact(tmp_path, "lin")  # before a revival: the base alone, still capped
+    assert snapshot.size(json.loads(base.read_bytes())["messages"]) <= 20_000
+
+
+def test_verify_rewrites_a_base_it_cannot_read(tmp_path: Path) -> None:
+    _turns(tmp_path, 3)
+    base = snapshot.path_for(tmp_path, "lin")
+    base.write_bytes(b"{not json")
+    new = [{"role": "user", "content": "fresh"}]
+    snapshot.record_turn(tmp_path, _snap(4, []), new, verify=True)
+    assert snapshot.read(base)["messages"] == new
+
+
+def test_fit_turn_keeps_the_newest_that_fit() -> None:
+    small = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    assert snapshot.fit_turn(small) == small
+    big = [{"role": "user", "content": "q" * 1000}, {"role": "assistant", "content": "a"}]
+    assert snapshot.fit_turn(big, limit=200) == [{"role": "assistant", "content": "a"}]
+    huge = [{"role": "assistant", "content": "é\"" * 100_000 + "END"}]
+    cut = snapshot.fit_turn(huge, limit=10_000)
+    assert snapshot.size(cut) <= 10_000
+    assert cut[0]["content"].endswith("END") and cut[0]["truncated"] == 200_003

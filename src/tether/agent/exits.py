@@ -60,6 +60,10 @@ class ExitFacts:
     exit_code: int | None
     hung: bool  # tether cancelled it for silence
     dead: bool  # its context lifecycle reached DEAD
+    # tether stopped it because its CLI reported a usage limit (its message), e.g.
+    # Claude Code's StopFailure hook with error rate_limit
+    limited: str | None = None
+    reason: str = ""  # the exec's own reason ("killed by SIGKILL", "exited with code 1")
 
 
 @dataclass(frozen=True)
@@ -92,13 +96,20 @@ def _line_of(text: str, m: re.Match[str]) -> str:
 
 def classify(facts: ExitFacts, tail: str, rules: ExitRules, now: float) -> Exit:
     """The reason an attempt ended. Order: context exhausted (DEAD: tether reaps the
-    session by cancelling it, which is not a user's kill); a user's kill; a usage limit
+    session by cancelling it, which is not a user's kill); a usage limit its CLI reported
+    (tether stopped it to wait for the reset); a user's kill; a usage limit
     (even when tether killed it as hung: an interactive CLI sits at its prompt showing the
     limit); context exhaustion the CLI reported; a question for the user (when tether
     killed it for silence); a hang; a clean exit; else a crash."""
     text = clean(tail)
     if facts.dead:
         return Exit(ExitReason.OUT_OF_CONTEXT, "context exhausted (DEAD)")
+    if facts.limited is not None:  # the CLI said so (its words); its output may say more
+        m = _search(rules.usage_limit, text)
+        shown = _line_of(text, m) if m is not None else ""
+        said = clean(facts.limited).strip()[:300]
+        return Exit(ExitReason.USAGE_LIMITED, said or shown,
+                    reset_time(said, now) or (reset_time(shown, now) if shown else None))
     if facts.state == "CANCELLED" and not facts.hung:
         return Exit(ExitReason.KILLED, "stopped by a user")
     m = _search(rules.usage_limit, text)
@@ -116,7 +127,7 @@ def classify(facts: ExitFacts, tail: str, rules: ExitRules, now: float) -> Exit:
     if facts.state == "FINISHED" and facts.exit_code == 0:
         return Exit(ExitReason.FINISHED, "exited 0")
     code = f" (exit {facts.exit_code})" if facts.exit_code is not None else ""
-    return Exit(ExitReason.CRASHED, f"{facts.state.lower()}{code}")
+    return Exit(ExitReason.CRASHED, facts.reason or f"{facts.state.lower()}{code}")
 
 
 # ---------------------------------------------------------------------- reset times

@@ -51,6 +51,8 @@ def run(provider: str, event: str, payload_arg: str | None) -> int:
 
         if not isinstance(e, TetherError):
             raise
+        if e.code == "RATE_LIMITED":  # the full client waits retry_after and resends
+            return _run_with_client(event, provider, payload)
         print(f"tether: hook {event} not delivered: {e.message}", file=sys.stderr)
         return 0
     if result is None:

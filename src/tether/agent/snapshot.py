@@ -17,6 +17,13 @@ lines whose turn the base already holds are skipped (a crash between the rewrite
 and the removal), a torn last line is ignored, and a turn written twice (a retried
 report) counts once, its last version. Older versions are upgraded on read
 (:func:`upgrade`), never rewritten in place.
+
+Sizes are bounded, since whoever reports turns may be hostile: one turn carries at most
+:data:`MAX_TURN_BYTES` of messages, and a rewritten base keeps the newest messages that
+fit in :data:`MAX_CONVERSATION_BYTES` (``dropped`` counts those let go, over the
+lineage's life), so the base and its lines together stay under twice that plus a turn.
+Nothing of the conversation is kept in the daemon's memory: a rewrite reads it back
+from the files, in the worker thread that writes.
 """
 
 from __future__ import annotations
@@ -32,6 +39,11 @@ from tether.hostio.atomic import atomic_write, fsync_dir, write_all
 
 VERSION = 2
 COMPACT_MIN = 64 * 1024  # bytes of lines below which the base is never rewritten
+#: The most one turn's messages may take, as JSON (``agent.turn`` refuses more; a
+#: provider's hook is cut to fit: :func:`fit_turn`).
+MAX_TURN_BYTES = 256 * 1024
+#: The most of the conversation a rewritten base keeps, as JSON: the newest messages.
+MAX_CONVERSATION_BYTES = 2 * 1024 * 1024
 #: What a line carries besides its messages: the header fields it replaces.
 _HEADER = ("anchor_id", "written_at", "provider", "provider_session_id", "model", "turn",
            "usage", "loop_config")
@@ -78,10 +90,47 @@ def write(home: Path, snap: dict[str, Any]) -> Path:
     return path
 
 
+def size(messages: Any) -> int:
+    """What ``messages`` (or any JSON value) take as JSON, as written."""
+    return len(json.dumps(messages, separators=(",", ":")).encode())
+
+
+def fit_turn(messages: list[dict[str, Any]], limit: int = MAX_TURN_BYTES,
+             ) -> list[dict[str, Any]]:
+    """``messages`` cut to ``limit`` bytes of JSON (for turns read from a provider's
+    transcript, which tether does not choose): the newest whole messages that fit; if
+    not even the last one does, its ``content`` cut to its end, marked ``truncated``."""
+    out: list[dict[str, Any]] = []
+    left = limit - 2
+    for m in reversed(messages):
+        n = size([m])
+        if n + 1 > left:
+            if not out:
+                out.append(_cut(m, left))
+            break
+        out.append(m)
+        left -= n + 1
+    return out[::-1]
+
+
+def _cut(message: dict[str, Any], limit: int) -> dict[str, Any]:
+    content = message.get("content")
+    text = content if isinstance(content, str) else json.dumps(content)
+    cut = dict(message, content="", truncated=len(text))
+    room = max(0, limit - size([cut]) - 64)
+    while True:  # characters may take up to six bytes each as JSON
+        cut["content"] = text[len(text) - room:] if room else ""
+        if size([cut]) + 2 <= limit or room == 0:
+            return cut
+        room //= 2
+
+
 def record_turn(home: Path, snap: dict[str, Any], new_messages: list[dict[str, Any]], *,
-                full: bool = False) -> Path:
-    """Make a completed turn durable: one appended line, or the whole base when there
-    is none yet, ``full`` is asked (the base was unreadable) or the lines outgrew it."""
+                full: bool = False, verify: bool = False) -> Path:
+    """Make a completed turn durable: one appended line, or the whole base (read back
+    from the files, with this turn's messages and the newest that fit) when there is
+    none yet, ``full`` is asked or the lines outgrew it. ``verify``: read what is there
+    first (once per daemon and lineage) and rewrite it whole if it cannot be read."""
     path = path_for(home, snap["lineage_id"])
     lines = turns_path(path)
     try:
@@ -93,8 +142,13 @@ def record_turn(home: Path, snap: dict[str, Any], new_messages: list[dict[str, A
         lines_size = os.stat(lines).st_size
     except FileNotFoundError:
         lines_size = 0
+    if verify and not full:
+        try:
+            read(path)
+        except (FileNotFoundError, SnapshotError):
+            full = True  # unreadable: what it held is lost; start it again from here
     if full or lines_size > max(base_size, COMPACT_MIN):
-        return write(home, snap)
+        return write(home, _whole(path, snap, new_messages))
     entry = {k: snap[k] for k in _HEADER}
     entry["messages"] = new_messages
     data = json.dumps(entry, separators=(",", ":")).encode() + b"\n"
@@ -111,6 +165,31 @@ def record_turn(home: Path, snap: dict[str, Any], new_messages: list[dict[str, A
     if lines_size == 0:
         fsync_dir(str(path.parent))
     return path
+
+
+def _whole(path: Path, snap: dict[str, Any], new: list[dict[str, Any]]) -> dict[str, Any]:
+    """The whole snapshot after turn ``snap["turn"]``: the conversation on disk before
+    it (none if unreadable), its new messages, and only the newest that fit."""
+    try:
+        prior = read(path, before=snap["turn"])
+    except (FileNotFoundError, SnapshotError):
+        prior = {"messages": []}
+    if int(prior.get("turn", 0)) >= snap["turn"]:
+        new = []  # a retried report: the base already holds this turn (its commit failed)
+    kept, dropped = _newest(list(prior.get("messages", [])) + list(new))
+    return dict(snap, messages=kept, dropped=int(prior.get("dropped", 0)) + dropped)
+
+
+def _newest(messages: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """The newest messages whose JSON fits in :data:`MAX_CONVERSATION_BYTES`, and how
+    many did not."""
+    left, keep = MAX_CONVERSATION_BYTES, 0
+    for m in reversed(messages):
+        left -= size([m]) + 1
+        if left < 0:
+            break
+        keep += 1
+    return messages[len(messages) - keep:], len(messages) - keep
 
 
 def _last_newline(fd: int, end: int) -> int:
@@ -136,12 +215,13 @@ def compact(home: Path, lineage: str) -> None:
         snap = read(path)
     except (FileNotFoundError, SnapshotError):
         return  # nothing sound to fold into; the next turn writes a whole base
-    write(home, snap)
+    kept, dropped = _newest(snap["messages"])
+    write(home, dict(snap, messages=kept, dropped=int(snap.get("dropped", 0)) + dropped))
 
 
-def read(path: Path) -> dict[str, Any]:
+def read(path: Path, before: int | None = None) -> dict[str, Any]:
     """Load a snapshot of any known version, upgraded to the current one, with the
-    turns appended since its base was written."""
+    turns appended since its base was written (only those before turn ``before``)."""
     try:
         obj = json.loads(path.read_bytes())
     except FileNotFoundError:
@@ -152,6 +232,8 @@ def read(path: Path) -> dict[str, Any]:
         raise SnapshotError(f"drain snapshot {path} is not a JSON object")
     snap = upgrade(obj)
     entries = _turns(turns_path(path), int(snap.get("turn", 0)))
+    if before is not None:
+        entries = [e for e in entries if int(e["turn"]) < before]
     if entries:
         snap["messages"] = list(snap["messages"])
         for entry in entries:

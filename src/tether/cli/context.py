@@ -31,6 +31,41 @@ class Ctx:
         return self._client
 
 
+#: What ``--fleet URL`` reaches: these commands act on the fleet (every host's placements)
+#: — a group, only the subcommands listed (``daemon`` alone: this host joins the fleet).
+#: Every other command would act on this machine's daemon, so it refuses ``--fleet``
+#: (exit 2) instead of ignoring it.
+FLEET_COMMANDS: dict[str, frozenset[str] | None] = {
+    "run": None, "ps": None, "logs": None, "wait": None, "kill": None, "attach": None,
+    "events": None, "rm": None, "hosts": None, "drain": None, "undrain": None,
+    "forget": None, "fleet": None, "lineage": frozenset({"ls", "inspect", "resolve"}),
+    "daemon": frozenset()}
+
+
+def check_fleet(ctx: click.Context) -> None:
+    """In a group's callback: refuse ``--fleet`` for a subcommand that does not act on a
+    fleet (``--help`` still shows its help)."""
+    obj: Ctx | None = ctx.find_object(Ctx)
+    sub = ctx.invoked_subcommand
+    if obj is None or not obj.fleet or sub is None:
+        return
+    words = ctx.find_root().meta.get("tether.args") or []
+    if len(words) <= 3 and words[-1:] in (["-h"], ["--help"]) and not any(
+            w.startswith("-") for w in words[:-1]):
+        return  # `tether --fleet URL sandbox [ls] --help`: its help, which acts on nothing
+    group = ctx.command_path.split(" ", 1)[1] if " " in ctx.command_path else None
+    allowed = FLEET_COMMANDS.get(group) if group else None
+    if group is None and sub in FLEET_COMMANDS:
+        return
+    if group is not None and allowed is not None and sub in allowed:
+        return
+    fleet_ok = ", ".join(k if v is None else f"{k} {'|'.join(sorted(v))}" if v else k
+                         for k, v in FLEET_COMMANDS.items())
+    die(f"--fleet: `{ctx.command_path} {sub}` acts on this machine's daemon only, not on "
+        "a fleet", 2, hint=f"leave out --fleet to run it here (or run it on the host "
+        f"itself); with --fleet: {fleet_ok}")
+
+
 def client(ctx: click.Context) -> Client:
     obj: Ctx = ctx.obj
     return obj.client()

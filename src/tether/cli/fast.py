@@ -149,17 +149,21 @@ def status(home: str, args: list[str]) -> int:
 
 
 def logs(home: str, args: list[str]) -> int:
-    """``logs [--stderr] EXEC`` to its end. Should a call fail once bytes are out, the
-    click command carries on from the offset reached."""
+    """``logs [--stdout|--stderr] EXEC`` to its end: both streams interleaved in the order
+    written, each to its own stream (or the one asked for, to stdout). Should a call fail
+    once bytes are out, the click command carries on from the offset reached."""
     refs = [a for a in args if not a.startswith("-")]
-    flags = _flags([a for a in args if a.startswith("-")], {"--stderr"})
+    flags = _flags([a for a in args if a.startswith("-")], {"--stderr", "--stdout"})
     if len(refs) != 1:
         raise Decline
     x = _call(home, "exec.get", {"exec": refs[0]})
-    stream = "stderr" if flags else ("pty" if x["spec"].get("tty") else "stdout")
+    tty = x["spec"].get("tty")
+    stream = ("all" if len(flags) != 1 else "stderr" if "--stderr" in flags else
+              "pty" if tty else "stdout")
     import binascii
 
-    sink, offset = sys.stdout.buffer, 0
+    sinks = {"stderr": sys.stderr.buffer}
+    offset = 0
     try:
         while True:
             try:
@@ -175,8 +179,12 @@ def logs(home: str, args: list[str]) -> int:
             if not data:
                 return 0
             offset = chunk["offset"]
-            sink.write(data)
-            sink.flush()
+            at = 0
+            for name, n in chunk.get("runs") or [["stdout", len(data)]]:
+                sink = sinks.get(name, sys.stdout.buffer)
+                sink.write(data[at:at + n])
+                sink.flush()
+                at += n
     except KeyboardInterrupt:
         return 0
     except BrokenPipeError:

@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from tether import __version__
-from tether.cli.context import Ctx, die
+from tether.cli.context import Ctx, check_fleet, die
 from tether.client.daemonctl import resolve_home
 from tether.client.errors import DaemonUnavailable, HomeUntrusted, TetherError
 from tether.model.layout import HOME_UNTRUSTED_EXIT
@@ -69,6 +69,7 @@ class TetherGroup(click.Group):
 
     def resolve_command(self, ctx: click.Context, args: list[str]
                         ) -> tuple[str | None, click.Command | None, list[str]]:
+        ctx.meta["tether.args"] = list(args)  # for check_fleet: a plain `CMD [SUB] --help`
         if args and args[0] not in COMMANDS:
             # Not a command: load them all, so click's "Did you mean" sees every name.
             for name in COMMANDS:
@@ -95,9 +96,10 @@ class TetherGroup(click.Group):
               help="tether home (default: $TETHER_HOME or ~/.local/state/tether)")
 @click.option("--fleet", default=None, metavar="URL", envvar="TETHER_FLEET_URL",
               show_envvar=True,
-              help="the fleet's PostgreSQL (postgresql://USER@HOST/DB): ps, run, hosts, drain, "
-              "logs, events, attach and lineage resolve act on every host. Keep its "
-              "password out of command lines: use the variable, --fleet-url-file or ~/.pgpass")
+              help="the fleet's PostgreSQL (postgresql://USER@HOST/DB): run, ps, logs, wait, "
+              "kill, attach, events, rm and lineage ls|inspect|resolve act on every host's "
+              "placements; other commands refuse it. Keep its password out of command lines: "
+              "use the variable, --fleet-url-file or ~/.pgpass")
 @click.option("--fleet-url-file", default=None, metavar="FILE",
               envvar="TETHER_FLEET_URL_FILE", show_envvar=True,
               help="read the fleet's URL from FILE (yours, mode 600) instead of --fleet")
@@ -118,6 +120,7 @@ def cli(ctx: click.Context, home: Path | None, fleet: str | None,
         if on_argv and (warning := fleet_url.warn_argv(fleet)):
             out.note(warning)
     ctx.obj = Ctx(resolve_home(home), fleet)
+    check_fleet(ctx)
 
 
 def main() -> None:

@@ -89,11 +89,56 @@ def lineage_table(rows: Iterable[LineageView]) -> None:
         t.add_column(col, no_wrap=col != "REASON")
     for r in rows:
         pct = r.context_pct
-        t.add_row(r.id, r.name or "-", r.provider, r.status, r.lifecycle,
+        t.add_row(r.id, r.name or "-", r.provider, r.status,
+                  pstable.lifecycle_cell(r.status, r.lifecycle),
                   r.heartbeat or "-", f"{pct:.0f}%" if pct is not None else "-",
                   str(r.turns), str(r.revivals), r.exec or "-", r.exit_reason or "-",
                   (r.reason or "")[:70])
     _console().print(t)
+
+
+def lineage_detail(r: dict[str, Any]) -> None:
+    """``lineage inspect`` for people: one fact a line, as ``systemctl status`` does
+    (``--json`` prints the record itself)."""
+    def line(label: str, *parts: Any) -> None:
+        text = ", ".join(str(p) for p in parts if p is not None and p != "")
+        if text:
+            sys.stdout.write(f"{label:<10}{text}\n")
+
+    def count(n: int | None, noun: str) -> str | None:
+        return f"{n} {noun}{'' if n == 1 else 's'}" if n else None
+
+    def opt(prefix: str, value: Any) -> str | None:
+        return f"{prefix}{value}" if value not in (None, "", False) else None
+
+    pct = r.get("context_pct")
+    usage = r.get("usage") or {}
+    line("lineage", r["id"] + (f" ({r['name']})" if r.get("name") else ""))
+    line("provider", r.get("provider"), opt("revival ", r.get("revival")),
+         opt("model ", r.get("model")))
+    line("status", r.get("status"), opt("lifecycle ", r.get("lifecycle")),
+         opt("heartbeat ", r.get("heartbeat")))
+    line("attempt", f"{r.get('attempt', 0)}" + (f" (exec {r['exec']})" if r.get("exec")
+                                                  else ""),
+         count(r.get("revivals"), "revival") or "0 revivals",
+         count(r.get("limit_waits"), "usage-limit wait"),
+         count(r.get("fenced_exits"), "fenced exit"))
+    line("turns", r.get("turns", 0), f"context {pct:.0f}%" if pct is not None else None)
+    if usage:
+        short = {"input_tokens": "in", "output_tokens": "out",
+                 "cache_read_tokens": "cache read", "cache_creation_tokens": "cache write"}
+        line("tokens", "  ".join(f"{short.get(k, k)} {v:,}" for k, v in usage.items()))
+    line("last end", r.get("exit_reason"))
+    line("reason", r.get("reason"))
+    if r.get("revive_at"):
+        line("revives", when(r["revive_at"]))
+    line("worktree", r.get("worktree"), opt("TETHER_PORT_BASE ", r.get("port_base")),
+         opt("hand-off ", r.get("handed_off")))
+    line("session", r.get("provider_session_id"))
+    line("snapshot", r.get("snapshot"), "has a handoff" if r.get("has_handoff") else None)
+    line("successor of", r.get("predecessor"))
+    if r.get("created_at"):
+        line("created", when(r["created_at"]))
 
 
 def sandbox_table(sbs: Iterable[SandboxRecord]) -> None:

@@ -36,6 +36,19 @@ def _rich_would_rewrite(cell: str) -> bool:
     return False
 
 
+#: The lineage statuses of an agent that still runs or will again (``LINEAGE_LIVE``).
+LIVE = frozenset({"ACTIVE", "ORPHANED", "ASK_PENDING", "REVIVING", "WAITING_LIMIT"})
+
+
+def lifecycle_cell(status: str | None, lifecycle: str | None) -> str:
+    """The lifecycle as shown: a context lifecycle belongs to a live agent; one that has
+    ended shows none ("-"), unless its context ended it (DEAD) — a FAILED lineage is not
+    "HEALTHY" (issue 23 item 11: one coherent status per agent)."""
+    if not lifecycle or (status not in LIVE and status is not None and lifecycle != "DEAD"):
+        return "-"
+    return lifecycle
+
+
 def when(ts: float | None) -> str:
     if not ts:
         return "-"
@@ -89,7 +102,7 @@ def exec_cells(execs: list[dict[str, Any]], names: dict[str, str] | None = None,
                 who = a.get("lineage") or "-"
                 if a.get("status", "ACTIVE") != "ACTIVE":
                     who = f"{who} {a.get('status')}"
-                cells += [who, a.get("lifecycle") or "-",
+                cells += [who, lifecycle_cell(a.get("status", "ACTIVE"), a.get("lifecycle")),
                           a.get("heartbeat") or "-",
                           f"{pct:.0f}%" if pct is not None else "-",
                           str(a.get("turns", 0)), str(a.get("revivals", 0))]

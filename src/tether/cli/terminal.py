@@ -119,9 +119,11 @@ class AttachResult:
 Connect = Callable[[tuple[int, int] | None, int | None], Attachment]
 
 
-def attach_session(connect: Connect, keys: bytes, *, read_only: bool) -> int | None:
+def attach_session(connect: Connect, keys: bytes, *, read_only: bool,
+                   ended: Callable[[str], object] | None = None) -> int | None:
     """Attach stdin/stdout and stay until detached or ended; the CLI's exit code, or
     None when the exec was not running (``NOT_RUNNING``) by the time of the attach.
+    ``ended`` is told how the attachment ended (``AttachResult.how``).
 
     This terminal is offered to the monitor (which then writes and reads it directly,
     with no copy through this process); raw mode is set first, since the monitor may
@@ -145,6 +147,8 @@ def attach_session(connect: Connect, keys: bytes, *, read_only: bool) -> int | N
                   copy_loop(att, stdin_fd=in_fd, stdout_fd=out_fd, detach_keys=keys,
                             forward_input=not read_only))
         att.detach()
+    if ended is not None:
+        ended(result.how)
     return report(att.info, result)
 
 
@@ -278,7 +282,10 @@ def _write_all(fd: int, data: bytes) -> None:
 class EscapeStripper:
     """Removes terminal escape sequences (ECMA-48: CSI, OSC, DCS/SOS/PM/APC strings, and
     the short ESC forms) and the CR of CRLF, across chunk boundaries: an incomplete
-    sequence at the end of a chunk is held back until the next one (or ``flush``)."""
+    sequence at the end of a chunk is held back until the next one (or ``flush``). What
+    is left is text: a carriage return that rewrites a line (a progress bar) starts a new
+    one, a backspace takes the character before it back, and the other control
+    characters (a bell, the shift-in ^O that ``tput sgr0`` sends) go."""
 
     _SEQ = re.compile(
         rb"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI
@@ -308,9 +315,20 @@ class EscapeStripper:
             else:
                 i = pos + 1  # a stray ESC: leave it
         if not self.tail and data.endswith(b"\r"):
-            data, self.tail = data[:-1], b"\r"  # maybe the CR of a CRLF
-        return self._SEQ.sub(b"", data)
+            kept = data.rstrip(b"\r")  # maybe the CRs of a CRLF (a terminal's \r\r\n)
+            data, self.tail = kept, data[len(kept):]
+        return self._text(self._SEQ.sub(b"", data))
 
     def flush(self) -> bytes:
         rest, self.tail = self.tail, b""
-        return self._SEQ.sub(b"", rest)
+        return self._text(self._SEQ.sub(b"", rest))
+
+    _CRS = re.compile(rb"\r+\n")  # a line's end, however many CRs a terminal put there
+    _ERASED = re.compile(rb"[^\x08\n]\x08")
+    _CONTROL = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]")
+
+    def _text(self, data: bytes) -> bytes:
+        data = self._CRS.sub(b"\n", data).replace(b"\r", b"\n")
+        while self._ERASED.search(data):
+            data = self._ERASED.sub(b"", data)
+        return self._CONTROL.sub(b"", data)

@@ -145,6 +145,20 @@ class AsyncClient(Awaiting, _Api):
             if chunk.eof or not follow:
                 return
 
+    async def read_output(self, exec: str, *, offset: int = 0, follow: bool = False
+                          ) -> AsyncIterator[tuple[str, bytes]]:
+        """``Client.read_output``: (stream, bytes), stdout and stderr interleaved."""
+        while True:
+            chunk = await self.exec_logs(exec, stream="all", offset=offset,
+                                         limit=1024 * 1024, wait=5.0 if follow else 0.0)
+            if chunk.data:
+                offset = chunk.offset
+                for part in chunk.parts():
+                    yield part
+                continue
+            if chunk.eof or not follow:
+                return
+
     async def subscribe(self, *, since: int = 0, sandbox: str | None = None,
                         epoch: str | None = None) -> AsyncIterator[Event]:
         """Yield events after ``since`` forever, resuming across restarts and overflow;

@@ -443,6 +443,15 @@ class _Api:
         return Request("schedule.remove", {"job": job}, r.JobView)
 
     @rpc
-    def scheduler_status(self) -> Request[r.SchedulerStatus]:
-        return Request("scheduler.status", {}, r.SchedulerStatus)
+    def scheduler_status(self, *, limit: int | None = None,
+                         after: str | None = None) -> Request[r.SchedulerStatus]:
+        """One page of jobs (the daemon's default size without ``limit``); ``after``: the
+        ``next`` of the page before. Params left out are not sent (a daemon from before
+        paging refuses them, and answers every job at once)."""
+        params: dict[str, Any] = {}
+        if limit is not None:
+            params["limit"] = limit
+        if after is not None:
+            params["after"] = after
+        return Request("scheduler.status", params, r.SchedulerStatus)
 

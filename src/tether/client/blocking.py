@@ -180,6 +180,22 @@ class Client(Blocking, _Api):
             if chunk.eof or not follow:
                 return
 
+    def read_output(self, exec: str, *, offset: int = 0, follow: bool = False
+                    ) -> Iterator[tuple[str, bytes]]:
+        """Yield (stream, bytes) of an exec's output, stdout and stderr interleaved in
+        the order they were written (a terminal exec's: ``pty``), from byte ``offset``
+        of it; with ``follow``, until the exec ends."""
+        while True:
+            chunk = self._fetch(_Api.exec_logs.request(
+                self, exec, stream="all", offset=offset, limit=1024 * 1024,
+                wait=5.0 if follow else 0.0))
+            if chunk.data:
+                offset = chunk.offset
+                yield from chunk.parts()
+                continue
+            if chunk.eof or not follow:
+                return
+
     def subscribe(self, *, since: int = 0, sandbox: str | None = None,
                   epoch: str | None = None) -> Generator[Event, None, None]:
         """Yield events after ``since``, forever; survives daemon restarts and overflow.

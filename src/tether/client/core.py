@@ -148,6 +148,9 @@ class Retry:
                 self.full = err
                 delay, self.delay = self.delay, min(self.delay * 2, 0.5)
                 return delay
+            if err.code == "RATE_LIMITED":  # an agent's burst: wait as told, then resend
+                wait = err.data.get("retry_after")
+                return min(1.0, max(0.01, wait if isinstance(wait, (int, float)) else 0.1))
         raise err
 
 

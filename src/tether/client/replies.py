@@ -25,6 +25,8 @@ class _Reply(msgspec.Struct, kw_only=True):
 class Health(_Reply):
     status: str  # SERVING | NOT_SERVING
     state: str
+    #: why it is NOT_SERVING while RUNNING (``STORE_LOST: …``), else None
+    reason: str | None = None
 
 
 class RuntimeStatus(_Reply):
@@ -61,6 +63,7 @@ class Status(_Reply):
     runtime: str = "process"
     runtimes: dict[str, RuntimeStatus] = msgspec.field(default_factory=dict)
     recovery: dict[str, Any] = msgspec.field(default_factory=dict)
+    monitors: dict[str, Any] = msgspec.field(default_factory=dict)  # idle ones, zygotes
     counts: StatusCounts = msgspec.field(default_factory=StatusCounts)
     warnings: list[str] = msgspec.field(default_factory=list)  # e.g. it runs as root
 
@@ -97,6 +100,16 @@ class LogChunk(_Reply):
     size: int = 0
     eof: bool = False
     state: str | None = None
+    # stream ``all``: which of ``data``'s bytes are which, in order: [["stdout", 12], …]
+    runs: list[tuple[str, int]] = msgspec.field(default_factory=list)
+
+    def parts(self) -> list[tuple[str, bytes]]:
+        """``data`` cut into (stream, bytes) by ``runs``."""
+        out, at = [], 0
+        for stream, n in self.runs:
+            out.append((stream, self.data[at:at + n]))
+            at += n
+        return out
 
 
 class EventPage(_Reply):
@@ -352,7 +365,8 @@ class LineageBudget(_Reply):
     status: str
     budget_usd: float
     policy: str
-    spent_usd: float
+    spent_usd: float  # what its priced turns cost
+    unpriced_turns: int = 0  # turns whose model has no price: their cost is unknown
 
 
 class Budgets(_Reply):
@@ -360,6 +374,7 @@ class Budgets(_Reply):
     spent_today_usd: float
     daily: DailyBudget | None
     lineages: list[LineageBudget]
+    unpriced_today: int = 0
 
 
 class LineageStory(_Reply):
@@ -435,8 +450,10 @@ class JobList(_Reply):
 
 
 class SchedulerStatus(_Reply):
-    jobs: list[JobView]
+    jobs: list[JobView]  # one page
     next_due: float | None = None
+    total: int | None = None  # jobs on every page (None: a daemon from before paging)
+    next: str | None = None  # the next page's cursor (``after``), None after the last
 
 
 __all__ = ["AgentStarted", "AgentSummary", "CopyReport", "DeliveryView", "DigestBuilt",

@@ -14,11 +14,13 @@ from typing import Any, Protocol, cast
 import msgspec
 
 from tether import __version__
+from tether.agent import snapshot
 from tether.agent.lifecycle import Thresholds
 from tether.agent.providers import REGISTRY, for_command
 from tether.agent.providers import get as get_provider
 from tether.daemon import cost_api, digest_api, lineage_api, metrics_api
 from tether.daemon.agents import AgentService, git_common_dir
+from tether.daemon.agents.ratelimit import AgentRateLimit
 from tether.daemon.cost import CostService
 from tether.daemon.digest import DigestService
 from tether.daemon.events import MAX_TOTAL_SUBSCRIPTIONS, EventBus
@@ -38,6 +40,7 @@ from tether.model.records import (
     AgentConfig,
     ExecRecord,
     ExecSpec,
+    LineageRecord,
     RuntimeName,
     SandboxSpec,
     to_builtins,
@@ -60,6 +63,7 @@ class Daemon(Protocol):
     execs: ExecService
     sandboxes: SandboxService
     agents: AgentService
+    agent_limit: AgentRateLimit
     digest: DigestService
     cost: CostService
     hooks: HookService
@@ -98,8 +102,8 @@ def without_tether_secrets(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k not in TETHER_SECRETS}
 
 
-def provider_for(argv0: str) -> str:
-    p = for_command(argv0)
+def provider_for(argv0: str, cwd: str | None = None) -> str:
+    p = for_command(argv0, cwd)
     return p.name if p is not None else "generic"
 
 
@@ -172,7 +176,7 @@ METHODS: dict[str, type[Any]] = {
     "schedule.resume": m.ScheduleRef,
     "schedule.run_now": m.ScheduleRef,
     "schedule.remove": m.ScheduleRef,
-    "scheduler.status": m.Empty,
+    "scheduler.status": m.SchedulerStatus,
 }
 
 #: All a sandboxed agent can reach (on ``agent.sock``): its own session, by token.
@@ -184,6 +188,16 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
     """Every method, or only those in ``only`` (the restricted agent socket)."""
     r = Router()
     execs, sandboxes, store, bus, agents = d.execs, d.sandboxes, d.store, d.bus, d.agents
+    # On agent.sock (``only``), each lineage's calls draw from its rate limit's bucket.
+    limit = d.agent_limit.take if only is not None else None
+
+    def session(p: m.AgentHeartbeat | m.AgentTurn | m.AgentAuthorize | m.AgentHandoff
+                | m.AgentHook, method: str) -> LineageRecord:
+        """The lineage a call authenticates as (its token), within its rate limit."""
+        rec = agents.authenticate(p.session, p.token)
+        if limit is not None:
+            limit(rec, method)
+        return rec
 
     def xview(rec: ExecRecord) -> dict[str, Any]:
         out = execs.view(rec)
@@ -191,6 +205,9 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         return out
 
     def health(p: m.Empty, c: Connection) -> Any:  # never waits: called, not awaited
+        if store.lost is not None:  # it answers reads, but accepts no more intent
+            return {"status": "NOT_SERVING", "state": str(d.state),
+                    "reason": f"STORE_LOST: the store {store.path} was {store.lost}"}
         serving = d.state == DaemonState.RUNNING and d.server_accepting()
         return {"status": "SERVING" if serving else "NOT_SERVING", "state": str(d.state)}
 
@@ -205,6 +222,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
             "counts": {"sandboxes": len(store.list_sandboxes()), "execs": store.count_execs(),
                        "watched": execs.live_count(), "connections": d.connection_count(),
                        "subscriptions": len(bus.subs)},
+            "monitors": execs.monitors.status(),
         }
 
     async def sandbox_create(p: m.SandboxCreate, c: Connection) -> Any:
@@ -298,10 +316,10 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         return {"removed": await d.retention.remove_execs(recs)}
 
     async def retention_prune(p: m.RetentionPrune, c: Connection) -> Any:
-        return await owned(d.retention.prune(p.older_than, p.dry_run))
+        return await owned(d.retention.prune_reply(p.older_than, p.dry_run))
 
     async def retention_df(p: m.Empty, c: Connection) -> Any:
-        return d.retention.df()
+        return await d.retention.df()
 
     def _same_epoch(epoch: str | None, since: int) -> None:
         """A cursor from another journal (a store rebuilt by --recover-store) would
@@ -371,7 +389,7 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
     # ------------------------------------------------------------------ agents
     async def agent_start(p: m.AgentStart, c: Connection) -> Any:
         refused = agents.reload_providers()  # <home>/providers/*.toml, edited at any time
-        provider = p.provider or provider_for(p.argv[0])
+        provider = p.provider or provider_for(p.argv[0], p.cwd)
         if refused and provider not in REGISTRY:
             raise TetherError(RpcCode.INVALID_PARAMS, "INVALID_PARAMS",
                               f"unknown agent provider {provider!r}; refused provider "
@@ -406,21 +424,30 @@ def build_router(d: Daemon, only: frozenset[str] | None = None) -> Router:
         return out
 
     async def agent_turn(p: m.AgentTurn, c: Connection) -> Any:
-        rec = agents.authenticate(p.session, p.token)
+        rec = session(p, "agent.turn")
+        size = snapshot.size([p.messages, p.config])
+        if size > snapshot.MAX_TURN_BYTES:
+            raise TetherError(RpcCode.INVALID_PARAMS, "TURN_TOO_LARGE",
+                              f"this turn's messages and config take {size} bytes as JSON, "
+                              f"more than the {snapshot.MAX_TURN_BYTES} a turn may carry; "
+                              "nothing was recorded: send the turn again with fewer or "
+                              "shorter messages (the drain snapshot is what a revival "
+                              "resumes from, not a transcript)",
+                              {"limit": snapshot.MAX_TURN_BYTES, "size": size})
         return await agents.turn(rec, context_pct=p.context_pct, usage=p.usage, model=p.model,
                                  messages=p.messages, config=p.config)
 
     async def agent_heartbeat(p: m.AgentHeartbeat, c: Connection) -> Any:
-        return agents.heartbeat(agents.authenticate(p.session, p.token))
+        return agents.heartbeat(session(p, "agent.heartbeat"))
 
     async def agent_authorize(p: m.AgentAuthorize, c: Connection) -> Any:
-        return agents.authorize_tool(agents.authenticate(p.session, p.token), p.tool)
+        return agents.authorize_tool(session(p, "agent.authorize_tool"), p.tool)
 
     async def agent_handoff(p: m.AgentHandoff, c: Connection) -> Any:
-        return agents.handoff(agents.authenticate(p.session, p.token), p.text)
+        return agents.handoff(session(p, "agent.handoff"), p.text)
 
     async def agent_hook(p: m.AgentHook, c: Connection) -> Any:
-        rec = agents.authenticate(p.session, p.token)
+        rec = session(p, "agent.hook")
         try:
             return await agents.hook(rec, p.provider, p.event, p.payload)
         except KeyError as e:

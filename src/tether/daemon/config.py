@@ -16,12 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tether.daemon import systemd
+from tether.daemon.agents.ratelimit import BURST as AGENT_BURST
+from tether.daemon.agents.ratelimit import RATE as AGENT_RATE
 from tether.daemon.clock import Clock
 from tether.daemon.events import QUEUE_LIMIT
 from tether.daemon.fleet import FleetConfig
 from tether.egress.policy import BadEntry, is_address, normalise_host
 from tether.model.retention import RetentionPolicy, parse_duration, parse_size
 from tether.rpc.server import HALF_LINE_TIMEOUT, MAX_CONNECTIONS
+from tether.store import WAL_LIMIT
 
 POOL_SIZE = 2  # idle monitors kept ready
 SWEEP_INTERVAL = 5.0  # seconds between sweeps (unwatched execs, lifetimes, leftovers)
@@ -41,6 +44,12 @@ class DaemonConfig:
     half_line_timeout: float = HALF_LINE_TIMEOUT
     sweep_interval: float = SWEEP_INTERVAL
     agent_tick: float = AGENT_TICK
+    #: Each lineage's calls on agent.sock: per second, and at once (TETHER_AGENT_RATE,
+    #: TETHER_AGENT_BURST).
+    agent_rate: float = AGENT_RATE
+    agent_burst: int = AGENT_BURST
+    #: Bytes of store WAL past which a checkpoint truncates it (TETHER_WAL_LIMIT).
+    wal_limit: int = WAL_LIMIT
     log_level: str = "INFO"
     docker_cli: str | None = None  # TETHER_DOCKER, else `docker` on PATH
     #: ``--recover-store``: rebuild a lost or corrupt store from the execs' files.
@@ -90,6 +99,9 @@ class DaemonConfig:
             half_line_timeout=float(env.get("TETHER_HALF_LINE_TIMEOUT", HALF_LINE_TIMEOUT)),
             sweep_interval=float(env.get("TETHER_SWEEP_INTERVAL", SWEEP_INTERVAL)),
             agent_tick=float(env.get("TETHER_AGENT_TICK", AGENT_TICK)),
+            agent_rate=_positive("TETHER_AGENT_RATE", env, AGENT_RATE),
+            agent_burst=int(_positive("TETHER_AGENT_BURST", env, AGENT_BURST)),
+            wal_limit=_size("TETHER_WAL_LIMIT", env, WAL_LIMIT),
             log_level=env.get("TETHER_LOG_LEVEL", "INFO"),
             docker_cli=env.get("TETHER_DOCKER") or shutil.which("docker"),
             recover_store=recover_store,
@@ -159,6 +171,29 @@ def retention_from_env(env: Mapping[str, str]) -> RetentionPolicy:
         interval=max(0.05, dur("TETHER_RETENTION_INTERVAL", base.interval)),
         first_pass=dur("TETHER_RETENTION_FIRST_PASS", base.first_pass),
     )
+def _positive(name: str, env: Mapping[str, str], default: float) -> float:
+    text = env.get(name)
+    if not text:
+        return default
+    try:
+        v = float(text)
+    except ValueError:
+        v = -1.0
+    if not 0 < v < float("inf"):
+        raise ValueError(f"{name} must be a positive number, not {text!r}")
+    return v
+
+
+def _size(name: str, env: Mapping[str, str], default: int) -> int:
+    try:
+        v = parse_size(env[name]) if env.get(name) else default
+    except ValueError as e:
+        raise ValueError(f"${name}: {e}") from None
+    if v < 64 * 1024:
+        raise ValueError(f"${name} must be at least 64K, not {env[name]!r}")
+    return v
+
+
 def _dollars(text: str | None) -> float | None:
     if not text:
         return None

@@ -23,7 +23,7 @@ METHODS: dict[str, type[Any]] = {
 
 def handlers(d: Daemon) -> dict[str, Handler]:
     async def report(p: m.CostReport, c: Connection) -> Any:
-        return d.cost.report(p.by, p.since)
+        return await d.cost.report(p.by, p.since)
 
     async def show(p: m.Empty, c: Connection) -> Any:
         return d.cost.show(d.store.list_lineages())

@@ -34,6 +34,7 @@ from tether import __version__
 from tether.daemon import home as homes
 from tether.daemon import logfmt, lost_store, systemd
 from tether.daemon.agents import AgentService
+from tether.daemon.agents.ratelimit import AgentRateLimit
 from tether.daemon.api import AGENT_METHODS, build_router
 from tether.daemon.config import DaemonConfig
 from tether.daemon.cost import CostService
@@ -48,6 +49,7 @@ from tether.daemon.outbox import HookService
 from tether.daemon.retention import RetentionService
 from tether.daemon.sandboxes import SandboxService
 from tether.daemon.scheduler import Scheduler
+from tether.daemon.storewatch import StoreWatch
 from tether.daemon.tasks import Tasks
 from tether.digest import periods
 from tether.hostio.trust import UntrustedHome
@@ -62,7 +64,7 @@ from tether.model.states import LINEAGE_LIVE, DaemonState, check_transition
 from tether.rpc.server import RpcServer
 from tether.runtime.monitors import MonitorPool
 from tether.runtime.registry import RuntimeContext, Runtimes
-from tether.store import SchemaTooNew
+from tether.store import SchemaTooNew, StoreLost
 from tether.store.digest import DigestTables
 
 log = logging.getLogger("tether.daemon")
@@ -101,6 +103,8 @@ class Daemon:
         self._agent_rpc: RpcServer | None = None
         self._home_id: tuple[int, int] | None = None  # the home's (dev, inode) at start
         self._home_lost = False  # deleted or replaced under us: its paths are not ours
+        #: the tasks that act only through commits, stopped when the store is lost
+        self._committers: list[asyncio.Task[Any]] = []
 
     # ------------------------------------------------------------------ lifecycle
     def _to(self, state: DaemonState) -> None:
@@ -189,14 +193,16 @@ class Daemon:
                     tg.create_task(systemd.watchdog(self.config.watchdog), name="watchdog")
                 tg.create_task(self._pool_loop(), name="monitor-pool")
                 tg.create_task(self._sweep_loop(), name="sweep")
+                tg.create_task(self.store_watch.loop(), name="store-watch")
                 for name, rpc in (("rpc", self._rpc), ("agent-rpc", self._agent_rpc)):
                     assert rpc is not None
                     tg.create_task(rpc.sweep_half_lines(), name=f"{name}-half-lines")
-                tg.create_task(self.agents.tick_loop(), name="agent-tick")
-                tg.create_task(self.digest.run(), name="digest")
-                tg.create_task(self.hooks.run(), name="outbox")
-                tg.create_task(self.scheduler.loop(), name="scheduler")
-                tg.create_task(self.retention.loop(), name="retention")
+                self._committers = [
+                    tg.create_task(self.agents.tick_loop(), name="agent-tick"),
+                    tg.create_task(self.digest.run(), name="digest"),
+                    tg.create_task(self.hooks.run(), name="outbox"),
+                    tg.create_task(self.scheduler.loop(), name="scheduler"),
+                    tg.create_task(self.retention.loop(), name="retention")]
                 tg.create_task(self.egress.run(), name="egress")
                 for rt in self.runtimes:
                     tg.create_task(rt.run(), name=f"runtime-{rt.name}")
@@ -257,6 +263,7 @@ class Daemon:
             self._lock.release()
             raise self._startup_error(e) or StartupError(
                 f"cannot open the store {self.layout.db}: {e}") from None
+        self.store.limit_wal(self.config.wal_limit)
         try:
             faults = Faults(self.config.faults)
         except ValueError as e:
@@ -304,8 +311,12 @@ class Daemon:
                                 daily_usd=self.config.budget_daily_usd,
                                 daily_policy=self.config.budget_policy)
         self.agents.protocol.budget = self.cost
+        self.agent_limit = AgentRateLimit(self.journal, self.config.agent_rate,
+                                          self.config.agent_burst)
         self.scheduler = Scheduler(self.store, self.journal, self.execs, self.sandboxes,
                                    self.tasks, self.config.clock(), faults)
+        self.store_watch = StoreWatch(self.store, self.config.sweep_interval,
+                                      self._store_lost)
         self.fleet: FleetService | None = None
         if self.config.fleet is not None:
             self.fleet = FleetService(self.config.fleet, self.layout.root, self.store,
@@ -425,14 +436,17 @@ class Daemon:
     # ------------------------------------------------------------------ background
     async def _pool_loop(self) -> None:
         while True:
-            self.execs.pool_wanted.clear()
+            self.monitors.wanted.clear()
             try:
                 await self.monitors.refill_pool()
             except OSError:  # e.g. EAGAIN from fork: starts spawn on demand meanwhile
                 log.exception("could not pre-start a monitor; retrying in 1 s")
                 await asyncio.sleep(1.0)
                 continue
-            await self.execs.pool_wanted.wait()
+            # After a burst the pool and zygotes go back to their idle sizes (refill_pool).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.monitors.trim_in()):
+                    await self.monitors.wanted.wait()
 
     async def _sweep_loop(self) -> None:
         while True:
@@ -446,12 +460,22 @@ class Daemon:
                     self.request_stop()
                     return
                 self.execs.sweep()
-                await asyncio.get_running_loop().run_in_executor(None, self.store.checkpoint)
                 await self.sandboxes.enforce_lifetimes(time.time())
                 for rt in self.runtimes:
                     await rt.sweep()
+            except StoreLost:
+                pass  # said once, by _store_lost; the execs' ends wait in their files
             except Exception:
                 log.exception("sweep failed")
+
+    def _store_lost(self, e: StoreLost) -> None:
+        """The store file was deleted or replaced under us: accept no more intent (the
+        store refuses every write), say why (health, the log), stop the services that
+        act only through commits; the execs keep running, the RPC keeps answering reads."""
+        log.error("%s", e.message)
+        systemd.notify(f"STATUS=store lost: {e.why}")
+        for task in self._committers:
+            task.cancel()
 
 
 class _Stopped(Exception):

@@ -18,6 +18,7 @@ import hashlib
 import logging
 import os
 import shlex
+import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import tzinfo
@@ -60,6 +61,18 @@ class PassReport:
     nodes: list[str] = field(default_factory=list)
 
 
+@dataclass
+class _Step:
+    """What a pass does with one period: ``draft`` (an open one: ``shell`` carries its
+    figures), ``build`` (``figures``, written when the build ends) or nothing
+    (``unchanged``); ``shell`` carries its children and their fingerprint."""
+
+    action: str
+    shell: DigestNode
+    kids: list[DigestNode]
+    figures: DigestSummary | None = None  # a build's (a draft's are in its shell)
+
+
 def _fingerprint(items: Iterable[str]) -> str:
     h = hashlib.sha256()
     for item in items:
@@ -98,79 +111,99 @@ class DigestService:
             return await self._pass(summarizer or self.summarizer)
 
     # ------------------------------------------------------------------ the pass
-    def _since(self, level: Level) -> float:
-        cp = self.tables.checkpoint(level)
+    # The reads of a pass (which periods have children, their fingerprints, the figures
+    # of those to build) run in a worker thread with a read connection of its own
+    # (``Store.reads``), a level at a time; the loop only writes each node (two short
+    # transactions) and runs the summarizer. A first pass over 100,000 execs reads for
+    # seconds, and the daemon serves meanwhile.
+    def _since(self, db: sqlite3.Connection, level: Level) -> float:
+        cp = self.tables.checkpoint(level, db)
         return 0.0 if cp is None else cp[0] - LOOKBACK[level]
 
-    def _candidates(self, level: Level) -> list[Period]:
-        since = self._since(level)
+    def _candidates(self, db: sqlite3.Connection, level: Level) -> list[Period]:
+        since = self._since(db, level)
         found: dict[str, Period] = {}
         below = periods.child_level(level)
         if below is None:
-            starts: Iterable[float] = self.tables.ended_times(since, float("inf"))
+            starts: Iterable[float] = self.tables.ended_times(since, float("inf"), db)
         else:
-            starts = [n.period_start for n in self.tables.nodes(below, since, float("inf"))]
+            starts = [n.period_start for n in self.tables.nodes(below, since, float("inf"), db)]
         # Every zone's offset is a multiple of 15 minutes, so instants in one quarter
         # hour share their periods: look each quarter up once, not each exec.
         for quarter in {int(t // 900) for t in starts}:
             p = periods.of(level, quarter * 900.0, self.tz)
             found.setdefault(p.id, p)
-        for node in self.tables.unfinished(level):
+        for node in self.tables.unfinished(level, db):
             found.setdefault(node.id, Period(node.level, node.label, node.period_start,
                                              node.period_end))
         return sorted(found.values(), key=lambda p: p.start)
 
-    def _children(self, p: Period) -> tuple[list[str], str, list[DigestNode]]:
+    def _children(self, db: sqlite3.Connection, p: Period,
+                  ) -> tuple[list[str], str, list[DigestNode]]:
         below = periods.child_level(p.level)
         if below is None:
-            ids = self.tables.exec_ids(p.start, p.end)
+            ids = self.tables.exec_ids(p.start, p.end, db)
             return ids, _fingerprint(ids), []
-        nodes = self.tables.nodes(below, p.start, p.end)
+        nodes = self.tables.nodes(below, p.start, p.end, db)
         return ([n.id for n in nodes],
                 _fingerprint(f"{n.id} {n.version} {n.state}" for n in nodes), nodes)
 
-    def _figures(self, p: Period, kids: list[DigestNode]) -> DigestSummary:
+    def _figures(self, db: sqlite3.Connection, p: Period,
+                 kids: list[DigestNode]) -> DigestSummary:
         if periods.child_level(p.level) is not None:
             return summary.merge(n.summary for n in kids if n.summary is not None)
-        leaves = self.tables.leaves(p.start, p.end)
+        leaves = self.tables.leaves(p.start, p.end, db)
         for leaf in leaves:
             if not (leaf.state == "FINISHED" and leaf.exit_code == 0):
                 leaf.last_line = self._last_line(leaf.sandbox, leaf.id)
         return summary.of_leaves(leaves)
 
+    def _plan(self, db: sqlite3.Connection, level: Level, now: float) -> list[_Step]:
+        """In the worker: what a pass does at ``level`` (one snapshot of the store)."""
+        steps: list[_Step] = []
+        for p in self._candidates(db, level):
+            ids, fp, kids = self._children(db, p)
+            if not ids:
+                continue
+            cur = self.tables.latest(p.id, db)
+            shell = DigestNode(id=p.id, level=p.level, label=p.label,
+                               period_start=p.start, period_end=p.end, version=1,
+                               state=DigestState.BUILDING, children=ids, fingerprint=fp)
+            if p.end + MIN_AGE[level] > now:  # still open
+                if cur is None or (cur.state == DigestState.DRAFT and cur.fingerprint != fp):
+                    shell.summary = self._figures(db, p, kids)
+                    steps.append(_Step("draft", shell, kids))
+                continue
+            if cur is not None and cur.state == DigestState.COMPLETE and cur.fingerprint == fp:
+                steps.append(_Step("unchanged", shell, kids))
+                continue
+            steps.append(_Step("build", shell, kids, self._figures(db, p, kids)))
+        return steps
+
     async def _pass(self, command: str | None) -> PassReport:
         report = PassReport()
         now = self.clock.now()
-        for level in LEVELS:
-            for p in self._candidates(level):
-                ids, fp, kids = self._children(p)
-                if not ids:
-                    continue
-                cur = self.tables.latest(p.id)
-                shell = DigestNode(id=p.id, level=p.level, label=p.label,
-                                   period_start=p.start, period_end=p.end, version=1,
-                                   state=DigestState.BUILDING, children=ids, fingerprint=fp)
-                if p.end + MIN_AGE[level] > now:  # still open
-                    if cur is None or (cur.state == DigestState.DRAFT and cur.fingerprint != fp):
-                        shell.summary = self._figures(p, kids)
-                        self.tables.put_draft(shell)
-                        report.drafts += 1
-                    continue
-                if cur is not None and cur.state == DigestState.COMPLETE \
-                        and cur.fingerprint == fp:
+        for level in LEVELS:  # a level's plan reads the nodes the level below just wrote
+            for step in await self.tables.reads(self._plan, level, now):
+                if step.action == "draft":
+                    self.tables.put_draft(step.shell)
+                    report.drafts += 1
+                elif step.action == "unchanged":
                     report.unchanged += 1
-                    continue
-                await self._build(self.tables.begin_build(shell), p, kids, command, report)
+                else:
+                    await self._build(self.tables.begin_build(step.shell), step, command,
+                                      report)
                 await asyncio.sleep(0)  # let requests in between nodes
         return report
 
-    async def _build(self, node: DigestNode, p: Period, kids: list[DigestNode],
-                     command: str | None, report: PassReport) -> None:
-        figures = self._figures(p, kids)
+    async def _build(self, node: DigestNode, step: _Step, command: str | None,
+                     report: PassReport) -> None:
+        figures = step.figures
+        assert figures is not None
         error = None
         if command:
             try:
-                figures.text = await self._summarize(command, node, figures, kids)
+                figures.text = await self._summarize(command, node, figures, step.kids)
             except SummarizerFailed as e:
                 error = str(e)
         done = self.journal.commit(self.tables.finish(
@@ -224,8 +257,8 @@ class DigestService:
 
     def _last_line(self, sandbox: str, exec_id: str) -> str:
         """The last non-empty line a failed run printed (stderr, else its terminal)."""
-        paths = self.layout.exec_paths(sandbox, exec_id)
-        for path in (paths.stderr, paths.pty, paths.stdout):
+        base = os.path.join(self.layout.logs, sandbox, exec_id)  # strings: one per failure
+        for path in (f"{base}.stderr.log", f"{base}.pty.log", f"{base}.stdout.log"):
             try:
                 with open(path, "rb") as f:
                     f.seek(max(0, os.fstat(f.fileno()).st_size - 4096))
@@ -256,7 +289,10 @@ class DigestService:
             out["versions"] = [msgspec.to_builtins(v) for v in self.tables.versions(p.id)]
         return out
 
-    def recent(self, level: Level, count: int) -> list[dict[str, Any]]:
-        """The newest ``count`` periods of ``level`` that have a node, oldest first."""
-        nodes = self.tables.nodes(level, 0.0, float("inf"))[-count:]
-        return [msgspec.to_builtins(n) for n in nodes]
+    async def recent(self, level: Level, count: int) -> list[dict[str, Any]]:
+        """The newest ``count`` periods of ``level`` that have a node, oldest first (read
+        in a worker thread: years of hours are many nodes)."""
+        def read(db: sqlite3.Connection) -> list[dict[str, Any]]:
+            nodes = self.tables.nodes(level, 0.0, float("inf"), db)[-count:]
+            return [msgspec.to_builtins(n) for n in nodes]
+        return await self.tables.reads(read)

@@ -38,12 +38,14 @@ def handlers(d: Daemon) -> dict[str, Handler]:
                               {"level": p.level, "label": p.label}) from None
 
     async def recent(p: m.DigestRecent, c: Connection) -> Any:
-        return {"nodes": d.digest.recent(p.level, p.count)}
+        return {"nodes": await d.digest.recent(p.level, p.count)}
 
     async def lineage(p: m.LineageRef, c: Connection) -> Any:
         rec = d.agents.resolve(p.lineage)
         attempts = d.store.list_execs_of_lineage(rec.id)
-        events = d.digest.tables.events_of_execs([e.id for e in attempts])
+        # Every event of every attempt (a long agent's turns): read in a worker thread.
+        events = await d.store.reads(lambda db: d.digest.tables.events_of_execs(
+            [e.id for e in attempts], db))
         return {"lineage": d.agents.view(rec),
                 "attempts": [msgspec.to_builtins(e) for e in attempts],
                 "events": [msgspec.to_builtins(ev) for ev in events]}

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from tether.daemon.logfmt import ids
 from tether.daemon.metrics import Histogram
 from tether.daemon.signals import describe_exit
 from tether.daemon.tasks import Tasks
-from tether.daemon.terminal_events import watch_terminal
+from tether.daemon.terminal_events import catch_up, watch_terminal
 from tether.hostio.pidfd import signal_verified_group
 from tether.hostio.proc import is_same_process
 from tether.model.errors import (
@@ -60,11 +61,14 @@ MAX_LOG_CHUNK = 1024 * 1024
 
 def unsandboxed(problem: str) -> str:
     """The one line ``tether run`` prints when the default sandbox ran a command
-    unconfined: why, and how to have it sandboxed, refused, or silently unconfined."""
-    return (f"ran unsandboxed (process runtime): {problem}. Run from a project directory "
-            "to be sandboxed; --runtime bwrap refuses instead; `tether daemon "
-            "--default-runtime bwrap|process` (or TETHER_DEFAULT_RUNTIME) makes every run "
-            "refuse, or run unsandboxed without this notice")
+    unconfined: why, and how to have it sandboxed or refused (README, Sandboxes, says how
+    to have it unconfined without a notice), short enough to be read."""
+    why = problem.split("; ", 1)[0]  # the fact; how to fix it is said just after
+    same = re.match(r"(\S+) is or contains (the home directory )?\1(?: \(.*\))?$", why)
+    if same is not None:  # "/tmp is or contains /tmp": say it once
+        why = f"{same[1]} is a {'home' if same[2] else 'system'} directory"
+    return (f"ran unsandboxed: {why}; run from a project directory to be sandboxed "
+            "(--runtime bwrap refuses instead)")
 
 
 def not_confinable(problem: str, cwd: str | None) -> TetherError:
@@ -102,7 +106,9 @@ class ExecService:
         # committed (e.g. the disk is full): the sweep settles them again.
         self._unsettled: set[str] = set()
         self._terminal_watchers: dict[str, asyncio.Task[None]] = {}
-        self.pool_wanted = asyncio.Event()
+        # exec id -> the number of its next terminal event the journal lacks, as far as
+        # its watcher knows (so the end's catch-up need not ask the journal)
+        self._terminal_next: dict[str, int] = {}
         # The daemon's group: owner of the long-lived per-exec tasks.
         self.tasks = tasks
         # The default sandbox's runtime is ``auto``: where it cannot confine an exec (its
@@ -268,7 +274,7 @@ class ExecService:
             raise TetherError(RpcCode.START_FAILED, e.code, str(e),
                               {"exec": failed.id}) from None
         finally:
-            self.pool_wanted.set()
+            self.monitors.wanted.set()
         self.faults.hit("exec.after_handoff")
         try:
             rec = self._commit(self.store.transition_exec(
@@ -304,7 +310,8 @@ class ExecService:
             asyncio.get_running_loop().add_reader(pidfd, self._on_monitor_exit, rec.id)
         if (rec.spec.tty or rec.spec.stdin) and self.tasks.open:
             self._terminal_watchers[rec.id] = self.tasks.spawn(
-                watch_terminal(self.store, self.journal, rec, self.paths(rec).socket),
+                watch_terminal(self.store, self.journal, rec, self.paths(rec).socket,
+                               self._terminal_next),
                 name=f"terminal-{rec.id}")
 
     def _unwatch(self, exec_id: str) -> None:
@@ -362,6 +369,10 @@ class ExecService:
 
     def _apply(self, rec: ExecRecord, insp: Inspection) -> str:
         """Bring the record in line with an inspection. Returns what was done."""
+        if insp.kind in ("exited", "lost") and (rec.spec.tty or rec.spec.stdin):
+            # Attaches and detaches no daemon journaled (none was watching), before the end.
+            catch_up(self.store, self.journal, rec, self.paths(rec).events,
+                     self._terminal_next.pop(rec.id, None))
         if insp.kind == "exited":
             assert insp.exit is not None
             st = insp.exit
@@ -512,6 +523,14 @@ class ExecService:
     # ------------------------------------------------------------------ logs
     async def logs(self, rec: ExecRecord, stream: str, offset: int, limit: int,
                    wait: float) -> dict[str, Any]:
+        """Bytes of one log from ``offset``; ``all``: stdout and stderr interleaved in the
+        order written (a terminal exec's one log), ``runs`` saying which bytes are which."""
+        if stream == "all":
+            if not rec.spec.tty:
+                return await self._interleaved(rec, offset, limit, wait)
+            stream = "pty"
+            got = await self.logs(rec, stream, offset, limit, wait)
+            return {**got, "runs": [["pty", len(got["data"])]] if got["data"] else []}
         path = self.paths(rec).log(stream)
         deadline = time.monotonic() + wait
         while True:
@@ -531,4 +550,34 @@ class ExecService:
             if terminal or time.monotonic() >= deadline:
                 return {"data": b"", "offset": offset, "size": size, "eof": terminal,
                         "state": rec.state}
+            await asyncio.sleep(LOG_POLL_INTERVAL)
+
+    async def _interleaved(self, rec: ExecRecord, offset: int, limit: int, wait: float
+                           ) -> dict[str, Any]:
+        """``exec.logs`` of ``all``: ``offset`` counts bytes of the interleaved output
+        (:func:`tether.monitor.order.runs`), so a follow resumes where it was."""
+        from tether.monitor.order import STREAMS, runs
+
+        paths = self.paths(rec)
+        logs = (str(paths.stdout), str(paths.stderr))
+        deadline = time.monotonic() + wait
+        while True:
+            rec = self.store.get_exec(rec.id) or rec  # state first: once terminal, final
+            terminal = rec.state in EXEC_TERMINAL
+            pieces, sizes = runs(str(paths.order), logs, terminal, offset,
+                                 min(limit, MAX_LOG_CHUNK))
+            data = bytearray()
+            shown: list[list[Any]] = []
+            for stream, start, end in pieces:
+                with open(logs[stream], "rb") as f:
+                    chunk = os.pread(f.fileno(), end - start, start)
+                data += chunk
+                if shown and shown[-1][0] == STREAMS[stream]:
+                    shown[-1][1] += len(chunk)
+                elif chunk:
+                    shown.append([STREAMS[stream], len(chunk)])
+            if data or terminal or time.monotonic() >= deadline:
+                return {"data": bytes(data), "offset": offset + len(data),
+                        "size": sum(sizes), "eof": terminal and not data,
+                        "state": rec.state, "runs": shown}
             await asyncio.sleep(LOG_POLL_INTERVAL)

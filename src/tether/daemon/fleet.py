@@ -6,7 +6,9 @@ period; once the period less :data:`FENCE_MARGIN` of it has passed since the las
 renewal that was *sent* and acknowledged (by this host's monotonic clock, so before
 PostgreSQL can consider the lease expired), the host is fenced: it starts nothing
 more, writes no fleet intent and withdraws its agents (they are revived elsewhere),
-then takes a new lease with a new token when it can, without resuming the old work.
+then takes a new lease with a new token when it can, without resuming the old work
+(a placement that new lease carries over, its lineage withdrawn, is revived once, on
+another host if one has room, else here as its next generation: never reported ended).
 The same deadline goes into the lease file (:mod:`tether.daemon.fleet_lease`) that
 the monitors of fleet agents watch, so they stop their agents at that point even when
 this daemon is dead. The work loop wakes on a ``NOTIFY`` or every ``interval``: start
@@ -29,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from tether import __version__
 from tether.daemon.faults import Faults
 from tether.daemon.fleet_lease import LeaseFile
-from tether.daemon.fleet_relay import Relay
+from tether.daemon.fleet_relay import Relay, exit_status
 from tether.daemon.journal import Journal
 from tether.model.records import LineageRecord
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE
@@ -46,6 +48,11 @@ Dispatch = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
 REQUEST_PREFIX = "fleet-"
 #: The reason a lineage stopped here to be handed over begins with this (a drain).
 HANDOVER = "handed over to another host: "
+#: The reason a lineage was withdrawn because this host's lease does not own it (at a
+#: fence, or a stray found by a work pass) begins with this. If a later lease of this
+#: host carries its placement over (it stalled just past its fence point, PostgreSQL's
+#: lease still live), the work pass revives the placement instead of reporting it ended.
+WITHDRAWN = "withdrawn from this host: "
 #: The fence point comes this share of the lease before its expiry in PostgreSQL: room
 #: for the clocks' and the kill's delays (renewals, every third, never come near it).
 FENCE_MARGIN = 1 / 6
@@ -92,6 +99,8 @@ class FleetService:
         self._pushed: dict[str, tuple[float, str | None]] = {}
         #: per placement generation: its lineage's turn count when the drain was seen
         self._drain_turns: dict[str, int] = {}
+        #: per placement generation: the exec a `kill` of it was sent to (sent once)
+        self._killing: dict[str, str] = {}
         self.relay = Relay(store, cfg.host, faults, cfg.relay_batch)
         from tether.daemon.fleet_clones import Clones
 
@@ -295,8 +304,8 @@ class FleetService:
         for rec in self.store.list_lineages(tuple(LINEAGE_LIVE)):
             key = rec.request_key or ""
             if key.startswith(REQUEST_PREFIX) and key not in keep:
-                await self.agents.withdraw(rec.id, f"host {self.cfg.host} lost its fleet "
-                                           "lease: the lineage runs elsewhere")
+                await self.agents.withdraw(rec.id, f"{WITHDRAWN}host {self.cfg.host} lost "
+                                           "its fleet lease: the lineage runs elsewhere")
 
     # ------------------------------------------------------------------ work
     async def _work_loop(self) -> None:
@@ -342,6 +351,10 @@ class FleetService:
         for w in placed:
             if not self.live():
                 return
+            if w.get("kill"):  # `tether --fleet URL kill` before it started: never start it
+                await self._call("work", fs.mark_ended, w["id"], host, token,
+                                 exit_code=None, reason=f"killed before it started on {host}")
+                continue
             from tether.daemon import fleet_git
 
             try:
@@ -356,12 +369,17 @@ class FleetService:
         self._pushed = {k: v for k, v in self._pushed.items() if k in owned}
         self._drain_turns = {k: v for k, v in self._drain_turns.items() if k in owned}
         for w in running:
+            if self._withdrawn(w):  # a fence stopped it, and this lease carried its row
+                await self._revive_withdrawn(w, token)
+                continue
             ended = self._ended(w)
             if ended is not None and not self._handing(w):
                 await self._sync_branch(w, force=True)  # its last commits
                 await self._call("work", fs.mark_ended, w["id"], host, token,
                                  exit_code=ended[0], reason=ended[1])
             elif ended is None and self.live():
+                if w.get("kill"):
+                    await self._kill(w)
                 await self._sync_branch(w)
         agents = [w for w in running if w["kind"] == "agent"]
         if self.state != "DRAINING":  # never drained, or undrained: a stopped copy still moves
@@ -369,6 +387,11 @@ class FleetService:
             agents = [w for w in agents if self._handing(w)]
         if agents:
             await self._drain(agents, token)
+        for w in await self._call("work", fs.lost_here, host):
+            x = self.store.get_exec(w["local_id"])  # swept LOST while this host was away
+            if x is not None and x.state not in EXEC_TERMINAL and self.live():
+                await self._call("work", fs.reclaim, w["id"], host, token, x.id)
+        self._killing = {k: v for k, v in self._killing.items() if k in owned}
         await self._withdraw_strays(keep=owned)
         await self._clones.sweep(owned)
         await self._call("work", fs.sweep_orphans, host, token, self.cfg.lease)
@@ -396,6 +419,56 @@ class FleetService:
         reply = await self.dispatch(method, params)
         self.faults.hit("fleet.after_start")
         return str(reply["id"])
+
+    def _withdrawn(self, w: dict[str, Any]) -> bool:
+        """Whether ``w``'s local lineage was withdrawn because a lease of this host did
+        not own it (``WITHDRAWN``): it did not end, it was stopped to run elsewhere."""
+        rec = self.store.get_lineage(w["local_id"]) if w["kind"] == "agent" else None
+        return (rec is not None and rec.status not in LINEAGE_LIVE
+                and (rec.reason or "").startswith(WITHDRAWN))
+
+    async def _revive_withdrawn(self, w: dict[str, Any], token: int) -> None:
+        """Revive a placement whose local copy a fence withdrew, though this lease
+        carried its row over (the host stalled just past its fence point while
+        PostgreSQL's lease still ran): once, on another host if one has room, else here
+        as its next generation, never reported ENDED (``fleet.store.revive_withdrawn``).
+        A crash before the commit leaves the row for the next pass."""
+        from tether.fleet import store as fs
+
+        host = self.cfg.host
+        await self._sync_branch(w, force=True)  # its last commits, for whoever revives it
+        got = await self._call("work", fs.revive_withdrawn, w["id"], host, token,
+                               f"host {host} was fenced and withdrew lineage {w['local_id']}")
+        if got is not None:
+            self.journal.record(None, "fleet.revived", reason=(
+                f"placement {w['id']} withdrawn at a fence: "
+                + (f"revived on host {got['host']} (generation {got['generation']})"
+                   if got["state"] == "PLACED" else f"now {got['state']}")),
+                data={"work": w["id"], "lineage": w["local_id"], "state": got["state"],
+                      "host": got.get("host"), "generation": got.get("generation")})
+
+    async def _kill(self, w: dict[str, Any]) -> None:
+        """Carry out ``tether --fleet URL kill`` on placement ``w``'s local exec (an
+        agent's: its current attempt's, so the lineage ends "stopped", not revived),
+        once per exec: the exec's end then ends the placement as any end does."""
+        kill = w["kill"]
+        target = w["local_id"]
+        if w["kind"] == "agent":
+            rec = self.store.get_lineage(w["local_id"])
+            if rec is None or rec.status not in LINEAGE_LIVE or rec.exec_id is None:
+                return
+            target = rec.exec_id
+        x = self.store.get_exec(target)
+        if x is None or x.state in EXEC_TERMINAL or self._killing.get(_key(w)) == target:
+            return
+        self._killing[_key(w)] = target
+        try:
+            await self.dispatch("exec.cancel", {
+                "exec": target, "signal": kill.get("signal", "TERM"),
+                "grace": float(kill.get("grace", 5.0)),
+                "reason": f"tether kill (fleet placement {w['id']})"})
+        except Exception as e:  # a bad signal name, or it ended meanwhile: say so, go on
+            log.warning("fleet: kill of placement %s: %s", w["id"], e)
 
     def _handing(self, w: dict[str, Any]) -> bool:
         """Whether ``w``'s local lineage was stopped to be handed over (a drain)."""
@@ -466,15 +539,19 @@ class FleetService:
         self._pushed[key] = (now, head)
 
     def _ended(self, w: dict[str, Any]) -> tuple[int | None, str] | None:
+        """(exit status, reason) once placement ``w``'s local exec or lineage ended: an
+        agent's status is its last attempt's (``tether --fleet URL wait`` exits with it)."""
         if w["kind"] == "agent":
             rec = self.store.get_lineage(w["local_id"])
             if rec is None or rec.status in LINEAGE_LIVE:
                 return None
-            return None, f"lineage {rec.id} {rec.status}"
+            last = self.store.get_exec(rec.exec_id) if rec.exec_id else None
+            return (exit_status(last) if last is not None and last.state in EXEC_TERMINAL
+                    else None), f"lineage {rec.id} {rec.status}"
         x = self.store.get_exec(w["local_id"])
         if x is None or x.state not in EXEC_TERMINAL:
             return None
-        return x.exit_code, f"exec {x.id} {x.state}"
+        return exit_status(x), f"exec {x.id} {x.state}"
 
     def view(self) -> dict[str, Any]:
         return {"host": self.cfg.host, "token": self.token, "live": self.live(),

@@ -42,6 +42,9 @@ Grants = Callable[[str, dict[str, str]], Awaitable[bool]]
 GRANT_HEADER = "x-tether-attach-grant"
 #: How long one long-poll for more log bytes waits on this host (a follow loops on it).
 LOG_WAIT = 5.0
+#: ``/v1/logs?stream=all``: a part of the output is a frame: this letter, its length
+#: (4 bytes, big-endian), its bytes (``tether.cli.commands.fleet.unframe`` reads them).
+FRAMES = {"stdout": b"o", "stderr": b"e", "pty": b"p"}
 EVENT_POLL = 0.5
 
 
@@ -60,6 +63,7 @@ class HostApi:
         self.previous_until = 0.0
         self.app = Starlette(routes=[Route("/v1/logs", self.logs),
                                      Route("/v1/events", self.events),
+                                     Route("/v1/lineage", self.lineage),
                                      WebSocketRoute("/v1/attach", self.attach)])
 
     def set_tokens(self, token: str, previous: str | None, left: float) -> None:
@@ -133,7 +137,8 @@ class HostApi:
                           "(?lineage=ID)")
 
     async def logs(self, req: Request) -> Response:
-        """Raw log bytes from ``offset``; with ``follow=1`` until the exec ends."""
+        """Raw log bytes from ``offset``; with ``follow=1`` until the exec ends. Stream
+        ``all``: stdout and stderr interleaved, each part a frame (``FRAMES``)."""
         if (refused := self._refused(req)) is not None:
             return refused
         q = req.query_params
@@ -149,7 +154,13 @@ class HostApi:
         async def body() -> AsyncIterator[bytes]:
             chunk = first
             while True:
-                if chunk["data"]:
+                if chunk["data"] and stream == "all":
+                    at = 0
+                    for name, n in chunk.get("runs", []):
+                        part = chunk["data"][at:at + n]
+                        at += n
+                        yield FRAMES[name] + len(part).to_bytes(4, "big") + part
+                elif chunk["data"]:
                     yield chunk["data"]
                 elif chunk.get("eof") or not follow:
                     return
@@ -166,6 +177,16 @@ class HostApi:
         if isinstance(data, str):
             data = base64.b64decode(data)
         return {**reply, "data": data}
+
+    async def lineage(self, req: Request) -> Response:
+        """One lineage's record (``lineage.get``): ``tether --fleet URL lineage inspect``."""
+        if (refused := self._refused(req)) is not None:
+            return refused
+        try:
+            rec = await self.dispatch("lineage.get", {"lineage": req.query_params["lineage"]})
+        except (TetherError, ValueError, KeyError) as e:
+            return _failed(e)
+        return JSONResponse(rec)
 
     async def events(self, req: Request) -> Response:
         """This host's journal after ``since`` as JSON lines, optionally only one exec's

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from tether.daemon.faults import Faults
-from tether.model.records import Event
+from tether.model.records import Event, ExecRecord
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE
 from tether.store import Store
 
@@ -107,7 +107,7 @@ class Relay:
             return Item(local_gseq=ev.gseq, local_at=ev.time, type=ev.type, work=placed[0],
                         data={**base, "exec": x.id, "state": ev.state,
                               "exit_code": x.exit_code, "generation": placed[1]},
-                        end=(placed[1], x.id, x.exit_code, f"exec {x.id} {ev.state}"))
+                        end=(placed[1], x.id, exit_status(x), f"exec {x.id} {ev.state}"))
         if ev.type == "lineage.state" and ev.state not in LINEAGE_LIVE:
             ident = ev.data.get("lineage")
             rec = self.store.get_lineage(ident) if isinstance(ident, str) else None
@@ -118,6 +118,17 @@ class Relay:
                         data={**base, "lineage": rec.id, "state": ev.state,
                               "generation": placed[1]})
         return None
+
+
+def exit_status(x: ExecRecord) -> int:
+    """An ended exec's status as a placement records it: its exit code, 128+N when
+    signal N ended it (as a shell, docker and ``tether wait`` say), else 1 for a
+    failure without either."""
+    if x.exit_code is not None:
+        return x.exit_code
+    if x.signal:
+        return 128 + x.signal
+    return 1 if x.state == "FAILED" else 0
 
 
 def _placement(key: str | None) -> tuple[int, int] | None:

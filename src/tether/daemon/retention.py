@@ -24,9 +24,13 @@ import asyncio
 import contextlib
 import logging
 import os
+import sqlite3
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from tether.daemon.clock import Clock
 from tether.daemon.faults import Faults
@@ -43,9 +47,20 @@ log = logging.getLogger("tether.retention")
 
 REMOVED = "removed by exec.remove"
 RUN_FILES_MIN_AGE = 60.0  # a settled exec's monitor may still be exiting for a moment
-BATCH = 500  # execs marked (and finished) per transaction in a pass
-COMPACT_STEP = 5000  # journal events (gseq) removed per transaction
-LOG_SUFFIXES = (".stdout.log", ".stderr.log", ".pty.log")  # what a logs prune removes
+#: A pass's writes on the loop are batches of rows per transaction (execs marked and
+#: finished, journal events deleted, scheduled runs deleted), each batch sized from the
+#: last one's time to take about :data:`BATCH_SECONDS`, between these bounds; the loop
+#: serves between two batches.
+BATCH_SECONDS = 0.005
+BATCH_MIN, BATCH_FIRST, BATCH_MAX = 20, 100, 5000
+#: A pass writes hundreds of MB of WAL frames (each batch rewrites index pages all over
+#: the journal, about 10 MB per second of writing). After this many seconds of its
+#: batches it waits for a checkpoint (passive, in a worker thread) before the next one,
+#: so that the next commit starts the WAL over instead of growing it for the whole pass:
+#: a read of a page looks through the WAL's index, and a pass over 100,000 execs in one
+#: ever-growing WAL slowed itself, and every request, down.
+CHECKPOINT_AFTER = 2.0
+LOG_SUFFIXES = (".stdout.log", ".stderr.log", ".pty.log", ".order")  # a logs prune's
 
 
 @dataclass
@@ -53,12 +68,16 @@ class Plan:
     """What one pass would remove; ``retention.prune --dry-run`` shows it as it is."""
 
     logs: list[tuple[ExecLike, int, str]] = field(default_factory=list)  # exec, bytes, why
+    #: the same, by why, each in exec id order: how ``apply`` carries them out
+    by_why: list[tuple[str, list[tuple[ExecLike, int]]]] = field(default_factory=list)
     run_files: list[str] = field(default_factory=list)
     run_bytes: int = 0
     events_bound: int = 0
     events: int = 0
+    keep: list[int] | None = None  # each stream's newest event (None: found per step)
     runs_before: float | None = None  # scheduled runs that ended before it go
     schedule_runs: int = 0
+    run_ids: list[int] = field(default_factory=list)  # those runs
 
     def view(self, dry_run: bool) -> dict[str, Any]:
         return {
@@ -83,6 +102,30 @@ def _unlink_all(paths: list[str]) -> None:
     for path in paths:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
+
+
+class _Batches:
+    """Batch sizes that keep each transaction of a pass near :data:`BATCH_SECONDS`
+    (rows cost more or less as the journal, its indexes and the disk go), and the pass's
+    WAL bounded (:data:`CHECKPOINT_AFTER`)."""
+
+    def __init__(self, store: Store) -> None:
+        self.size = BATCH_FIRST
+        self.store = store
+        self.writing = 0.0  # seconds of batches since the last checkpoint
+
+    async def took(self, rows: int, seconds: float) -> None:
+        """A batch of ``rows`` committed in ``seconds``: size the next one, checkpoint
+        after :data:`CHECKPOINT_AFTER` seconds of batches, and let the loop serve."""
+        if rows and seconds > 0:
+            want = int(rows * BATCH_SECONDS / seconds)
+            self.size = max(BATCH_MIN, min(BATCH_MAX, want, self.size * 4))
+        self.writing += seconds
+        if self.writing > CHECKPOINT_AFTER:
+            self.writing = 0.0
+            await asyncio.to_thread(self.store.checkpoint)  # the next commit starts it over
+        else:
+            await asyncio.sleep(0)
 
 
 class RetentionService:
@@ -128,16 +171,23 @@ class RetentionService:
             if prune is not None:
                 self._carry_out(prune)
 
-    async def _prune_logs(self, recs: list[tuple[ExecLike, int]], reason: str) -> None:
-        """Mark, unlink (in a worker thread), finish, :data:`BATCH` execs at a time: the
+    async def _prune_logs(self, recs: list[tuple[ExecLike, int]], reason: str,
+                          batches: _Batches) -> None:
+        """Mark, unlink (in a worker thread), finish, a batch of execs at a time: the
         loop is never blocked by the unlinks, and a transaction holds a batch."""
-        for i in range(0, len(recs), BATCH):
-            chunk = recs[i:i + BATCH]
+        i = 0
+        while i < len(recs):
+            chunk = recs[i:i + batches.size]
+            i += len(chunk)
+            t0 = time.perf_counter()
             self.journal.commit_all(self.rs.mark(chunk, "logs", reason, self.clock.now()))
+            took = time.perf_counter() - t0
             self.faults.hit("retention.after_mark")
             paths = [p for rec, _ in chunk for p in self._paths(rec, "logs")]
             await asyncio.to_thread(_unlink_all, paths)
+            t0 = time.perf_counter()
             self.rs.finish_logs([rec.id for rec, _ in chunk])
+            await batches.took(len(chunk), took + time.perf_counter() - t0)
 
     def recover(self) -> int:
         """Finish the removals a killed daemon left marked but not done."""
@@ -157,13 +207,14 @@ class RetentionService:
                               {"exec": rec.id, "pruned_at": prune.pruned_at})
 
     # ------------------------------------------------------------------ plan and pass
-    def plan(self, older_than: float | None, scan: tuple[dict[str, int], int],
-             run_names: list[str]) -> Plan:
-        """What a pass removes, from the store and a scan of ``logs/`` and ``run/``."""
+    def plan(self, db: sqlite3.Connection, older_than: float | None, now: float,
+             scan: tuple[dict[str, int], int], run_names: list[str]) -> Plan:
+        """What a pass removes, from the store and a scan of ``logs/`` and ``run/``. In a
+        worker thread, with a read connection of its own (``Store.reads``): a home of
+        100,000 execs takes a while to read, and the loop serves meanwhile."""
         pol = self.policy
-        now = self.clock.now()
         plan = Plan()
-        ended = self.rs.ended_execs()
+        ended = self.rs.ended_execs(db)
         per_exec, logs_total = scan
         explicit = older_than is not None  # then 0 means "all", not "off"
         keep_logs = pol.keep_logs if older_than is None else older_than
@@ -191,14 +242,26 @@ class RetentionService:
                 path = os.path.join(run_dir, name)
                 plan.run_files.append(path)
                 plan.run_bytes += _size(path)
+        groups: dict[str, list[tuple[ExecLike, int]]] = {}
+        for doomed, size, why in plan.logs:
+            groups.setdefault(why, []).append((doomed, size))
+        for why, recs in groups.items():
+            # In id order: a batch then marks (and finishes) neighbours in the B-trees
+            # keyed by exec id (exec_prunes, the journal's exec index), so a transaction
+            # rewrites a few pages, not one per exec (ids are random: the pass's order
+            # would scatter each batch over the whole tree, and the WAL by gigabytes).
+            recs.sort(key=lambda r: r[0].id)
+            plan.by_why.append((why, recs))
         keep_events = pol.keep_events if older_than is None else older_than
         if keep_events or explicit:
-            live = [r.id for r in self.store.list_execs(states=("PENDING", "RUNNING"))]
-            plan.events_bound = self.rs.compaction_bound(now - keep_events, live)
-            plan.events = self.rs.count_compactable(plan.events_bound)
+            live = self.rs.live_exec_ids(db)
+            plan.events_bound = self.rs.compaction_bound(now - keep_events, live, db)
+            plan.events = self.rs.count_compactable(plan.events_bound, db)
+            plan.keep = self.rs.newest_events(db)
             # A scheduled run's history is journal-like: it goes at the journal's age.
             plan.runs_before = now - keep_events
-            plan.schedule_runs = self.store.schedules.count_runs_before(plan.runs_before)
+            plan.run_ids = self.store.schedules.runs_before(plan.runs_before, db)
+            plan.schedule_runs = len(plan.run_ids)
         return plan
 
     def _run_names(self) -> list[str]:
@@ -231,36 +294,55 @@ class RetentionService:
         return per_exec, total
 
     async def apply(self, plan: Plan) -> None:
-        by_why: dict[str, list[tuple[ExecLike, int]]] = {}
-        for rec, size, why in plan.logs:
-            by_why.setdefault(why, []).append((rec, size))
-        for why, recs in by_why.items():
-            await self._prune_logs(recs, f"logs pruned: {why}")
+        """Carry ``plan`` out on the loop, in batches of rows per transaction sized to
+        take about :data:`BATCH_SECONDS` each, the loop serving in between."""
+        batches = _Batches(self.store)
+        for why, recs in plan.by_why:
+            await self._prune_logs(recs, f"logs pruned: {why}", batches)
         await asyncio.to_thread(_unlink_all, plan.run_files)
         if plan.events:
             n = 0
             step = self.rs.floor()
+            compact = _Batches(self.store)
             while step < plan.events_bound:  # a prefix per transaction, the loop between
-                step = min(step + COMPACT_STEP, plan.events_bound)
-                n += self.rs.compact(step)
-                await asyncio.sleep(0)
+                step = min(step + compact.size, plan.events_bound)
+                t0 = time.perf_counter()
+                gone = self.rs.compact(step, plan.keep)
+                n += gone
+                await compact.took(gone, time.perf_counter() - t0)
             if n:
                 self.journal.record(None, "journal.compacted", reason=(
                     f"{n} journal events up to gseq {plan.events_bound} removed"),
                     data={"events": n, "floor": plan.events_bound})
-        if plan.schedule_runs and plan.runs_before is not None:
-            _, ev = self.store.schedules.prune_runs(plan.runs_before)
-            self.journal.commit_all([ev] if ev else [])
+        if plan.run_ids and plan.runs_before is not None:
+            runs = _Batches(self.store)
+            i = 0
+            while i < len(plan.run_ids):
+                chunk = plan.run_ids[i:i + runs.size]
+                i += len(chunk)
+                t0 = time.perf_counter()
+                _, ev = self.store.schedules.delete_runs(chunk, plan.runs_before)
+                self.journal.commit_all([ev] if ev else [])
+                await runs.took(len(chunk), time.perf_counter() - t0)
 
-    async def prune(self, older_than: float | None, dry_run: bool) -> dict[str, Any]:
-        """One pass (``retention.prune``, the periodic loop); passes never overlap."""
+    async def prune(self, older_than: float | None, dry_run: bool) -> Plan:
+        """One pass (``retention.prune``, the periodic loop); passes never overlap. The
+        plan is made in a worker thread (``plan``), its writes on the loop (``apply``)."""
         async with self._lock:
             scan = await asyncio.to_thread(self._scan_logs)
             run_names = await asyncio.to_thread(self._run_names)
-            plan = self.plan(older_than, scan, run_names)
+            plan = await self.store.reads(self.plan, older_than, self.clock.now(), scan,
+                                          run_names)
             if not dry_run:
                 await self.apply(plan)
-            return plan.view(dry_run)
+            return plan
+
+    async def prune_reply(self, older_than: float | None, dry_run: bool) -> msgspec.Raw:
+        """``retention.prune``'s reply, shaped and encoded in a worker thread: it names
+        every exec pruned (tens of MB for 100,000)."""
+        plan = await self.prune(older_than, dry_run)
+        return await asyncio.to_thread(
+            lambda: msgspec.Raw(msgspec.json.encode(plan.view(dry_run))))
 
     async def loop(self) -> None:
         """The periodic pass, owned by the daemon's task group."""
@@ -268,11 +350,12 @@ class RetentionService:
         await asyncio.sleep(self.policy.first_pass)
         while True:
             try:
-                out = await self.prune(None, dry_run=False)
-                if out["execs"] or out["run_files"] or out["events"] or out["schedule_runs"]:
+                plan = await self.prune(None, dry_run=False)
+                if plan.logs or plan.run_files or plan.events or plan.schedule_runs:
                     log.info("retention: %d execs' logs (%d bytes), %d run files, %d events, "
-                             "%d scheduled runs", len(out["execs"]), out["log_bytes"],
-                             out["run_files"], out["events"], out["schedule_runs"])
+                             "%d scheduled runs", len(plan.logs),
+                             sum(n for _, n, _ in plan.logs), len(plan.run_files),
+                             plan.events, plan.schedule_runs)
             except Exception:
                 log.exception("retention pass failed; retrying at the next one")
             await asyncio.sleep(self.policy.interval)
@@ -310,8 +393,12 @@ class RetentionService:
         return out
 
     # ------------------------------------------------------------------ tether df
-    def df(self) -> dict[str, Any]:
-        """Bytes under the home by kind, by sandbox and by lineage (apparent sizes)."""
+    async def df(self) -> dict[str, Any]:
+        """Bytes under the home by kind, by sandbox and by lineage (apparent sizes): a walk
+        of the home and a read of every exec, in a worker thread (``Store.reads``)."""
+        return await self.store.reads(self._df)
+
+    def _df(self, db: sqlite3.Connection) -> dict[str, Any]:
         root = self.layout.root
         kinds = {"logs": 0, "run": 0, "snapshots": 0, "store": 0, "agents": 0, "other": 0}
         top = {"logs": "logs", "run": "run", "drain": "snapshots", "agents": "agents"}
@@ -332,24 +419,23 @@ class RetentionService:
                 elif kind == "snapshots":
                     per_lineage[stem] = per_lineage.get(stem, 0) + size
         sandboxes: dict[str, dict[str, Any]] = {}
-        for exec_id, sandbox, lineage in self.rs.exec_owners():
+        for exec_id, sandbox, lineage in self.rs.exec_owners(db):
             size = per_exec.get(exec_id, 0)
             sb = sandboxes.setdefault(sandbox, {"id": sandbox, "bytes": 0, "execs": 0})
             sb["bytes"] += size
             sb["execs"] += 1
             if lineage:
                 per_lineage[lineage] = per_lineage.get(lineage, 0) + size
+        sb_names = self.rs.names("sandboxes", list(sandboxes), db)
         for sb in sandboxes.values():
-            rec_sb = self.store.get_sandbox(sb["id"])
-            sb["name"] = rec_sb.name if rec_sb is not None else None
-        lineages = []
-        for ident, size in sorted(per_lineage.items()):
-            lin = self.store.get_lineage(ident)
-            lineages.append({"id": ident, "name": lin.name if lin else None, "bytes": size})
+            sb["name"] = sb_names.get(sb["id"])
+        lin_names = self.rs.names("lineages", list(per_lineage), db)
+        lineages = [{"id": ident, "name": lin_names.get(ident), "bytes": size}
+                    for ident, size in sorted(per_lineage.items())]
         return {"home": str(root), "total": sum(kinds.values()), "kinds": kinds,
                 "sandboxes": sorted(sandboxes.values(), key=lambda s: -s["bytes"]),
                 "lineages": sorted(lineages, key=lambda s: -s["bytes"]),
-                "schedule_runs": self.store.schedules.count_all_runs(),
+                "schedule_runs": self.store.schedules.count_all_runs(db),
                 "policy": {"keep_logs": self.policy.keep_logs,
                            "logs_max_bytes": self.policy.logs_max_bytes,
                            "keep_events": self.policy.keep_events,

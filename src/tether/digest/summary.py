@@ -8,6 +8,7 @@ says the same as one built from execs, and no network or model is needed. A
 from __future__ import annotations
 
 import os
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ class Leaf:
     started_at: float | None
     ended_at: float
     lineage: str | None = None
+    name: str | None = None  # the exec's (`tether run --name`; a job's run: JOB#N)
     revival: bool = False
     turns: int = 0
     tokens: dict[str, int] = field(default_factory=dict)
@@ -39,17 +41,39 @@ class Leaf:
     last_line: str = ""
 
 
-def command_name(argv: list[str]) -> str:
-    """What a person calls the command: ``pytest`` for ``/venv/bin/pytest -x``, the
-    script's first word for ``sh -c 'make test'``."""
+#: A ``sh -c`` script's commands that are not what it is about (``cd x && make``: make).
+_SHELL_WORDS = {"cd", "exit", "set", "export", "exec", "env", "time", "if", "then",
+                "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac",
+                "!", "{", "}", "(", ")"}
+_SEPARATORS = {";", "&&", "||", "|", "&", "(", "{", "then", "do", "else", "elif", "!"}
+#: A script's separators as words (not the ``&`` of a redirection such as ``>&2``).
+_SPLIT = re.compile(r"(&&|\|\||;|\||(?<![<>])&(?!>)|\(|\)|\{|\})")
+_REDIRECT = re.compile(r"^[0-9]*[<>]")
+
+
+def command_name(argv: list[str], name: str | None = None) -> str:
+    """What a person calls the command: the exec's name when it has one (a scheduled
+    job's run, ``nightly#3``, is its job, ``nightly``), else ``pytest`` for
+    ``/venv/bin/pytest -x``, or the first command a ``sh -c`` script runs (``make`` for
+    ``sh -c 'cd x; make test'``; ``sh`` when it runs none of its own, e.g. ``exit 3``)."""
+    if name:
+        job, sep, number = name.rpartition("#")
+        return job if sep and number.isdigit() else name
     if not argv:
         return "?"
-    name = os.path.basename(argv[0])
-    if name in {"sh", "bash", "dash", "zsh"} and len(argv) > 2 and argv[1] == "-c":
-        words = argv[2].split()
-        if words:
-            return os.path.basename(words[0])
-    return name
+    base = os.path.basename(argv[0])
+    if base in {"sh", "bash", "dash", "zsh"} and len(argv) > 2 and argv[1] == "-c":
+        at_command = True
+        for word in _SPLIT.sub(r" \1 ", argv[2]).split():
+            if word in _SEPARATORS:
+                at_command = True
+            elif _REDIRECT.match(word) or (at_command and "=" in word.split("/")[0]):
+                continue  # a redirection; FOO=1 make: the variable, then the command
+            elif at_command:
+                if word not in _SHELL_WORDS:
+                    return os.path.basename(word)
+                at_command = word in _SEPARATORS
+    return base
 
 
 def _top(counter: Counter[str]) -> dict[str, int]:
@@ -74,7 +98,7 @@ def of_leaves(leaves: Iterable[Leaf]) -> DigestSummary:
         else:
             s.failed += 1
             failures.append(FailureNote(
-                exec=leaf.id, command=command_name(leaf.argv), exit_code=leaf.exit_code,
+                exec=leaf.id, command=command_name(leaf.argv, leaf.name), exit_code=leaf.exit_code,
                 signal=leaf.signal, reason=leaf.reason, line=leaf.last_line,
                 ended_at=leaf.ended_at))
         if leaf.lineage is not None:
@@ -88,7 +112,7 @@ def of_leaves(leaves: Iterable[Leaf]) -> DigestSummary:
         s.busy_seconds += took
         if took > s.longest_seconds or s.longest_exec is None:
             s.longest_seconds, s.longest_exec = took, leaf.id
-        commands[command_name(leaf.argv)] += 1
+        commands[command_name(leaf.argv, leaf.name)] += 1
     s.commands = _top(commands)
     s.failures = sorted(failures, key=lambda f: f.ended_at)[-LAST_FAILURES:]
     s.text = describe(s)

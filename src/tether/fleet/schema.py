@@ -88,6 +88,11 @@ ALTER TABLE work DROP CONSTRAINT IF EXISTS work_host_fkey;
     (5, """
 ALTER TABLE hosts ADD COLUMN instance text;
 """),
+    # `tether --fleet URL kill WORK`: the kill a user asked for, carried out by the host
+    # that runs the placement (``daemon/fleet.py``), even after its daemon restarts.
+    (6, """
+ALTER TABLE work ADD COLUMN kill jsonb;
+"""),
 ]
 
 LATEST = max(v for v, _ in MIGRATIONS)

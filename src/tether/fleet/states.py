@@ -17,12 +17,13 @@ PLACED, RUNNING, ENDED, LOST, REAPED, ASK = (
 #: PLACED -> PLACED and RUNNING -> PLACED: placed again elsewhere (a revival or a
 #: drain's hand-over, the next generation). LOST -> ENDED: a plain exec swept LOST
 #: while its host was partitioned or fenced ran on there; its host reports the real
-#: end when it holds a lease again (``fleet.relay``).
+#: end when it holds a lease again (``fleet.relay``). LOST -> RUNNING: that host,
+#: back, finds the exec still running (``store.reclaim``): it answers for it again.
 WORK_TRANSITIONS: dict[str, frozenset[str]] = {
     PLACED: frozenset({RUNNING, ENDED, LOST, REAPED, ASK, PLACED}),
     RUNNING: frozenset({ENDED, LOST, REAPED, ASK, PLACED}),
     ASK: frozenset({PLACED, REAPED}),
-    LOST: frozenset({ENDED}),
+    LOST: frozenset({ENDED, RUNNING}),
     ENDED: frozenset(),
     REAPED: frozenset(),
 }

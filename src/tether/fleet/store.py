@@ -32,7 +32,7 @@ LIVE = tuple(sorted(states.LIVE))
 _IN_LIVE = states.sql(states.LIVE)
 #: What a host's own pass may move: PLACED → RUNNING, and its live work → ENDED (a
 #: LOST one ends only late, through ``relay``, which checks its generation and exec).
-_TO_RUNNING = states.sql(states.sources(states.RUNNING))
+_TO_RUNNING = states.sql(states.sources(states.RUNNING, {states.PLACED}))
 _TO_ENDED = states.sql(states.sources(states.ENDED, states.LIVE))
 CHANNEL = "tether_work"
 
@@ -145,14 +145,44 @@ def renew(conn: Any, name: str, token: int, ttl: float) -> str | None:
 
 def placed_for(conn: Any, name: str, token: int) -> list[dict[str, Any]]:
     return list(conn.execute(
-        "SELECT id, kind, spec, generation FROM work WHERE host = %s AND token = %s "
+        "SELECT id, kind, spec, generation, kill FROM work WHERE host = %s AND token = %s "
         "AND state = %s ORDER BY id", (name, token, states.PLACED)))
 
 
 def running_on(conn: Any, name: str, token: int) -> list[dict[str, Any]]:
     return list(conn.execute(
-        "SELECT id, kind, local_id, generation, spec, labels FROM work WHERE host = %s AND "
-        "token = %s AND state = %s", (name, token, states.RUNNING)))
+        "SELECT id, kind, local_id, generation, spec, labels, kill FROM work WHERE "
+        "host = %s AND token = %s AND state = %s", (name, token, states.RUNNING)))
+
+
+def lost_here(conn: Any, name: str) -> list[dict[str, Any]]:
+    """Plain execs of ``name`` that a sweep marked LOST while it was unreachable (they
+    ran on: a host's monitors outlive its daemon and its lease). Back with a lease, the
+    host reclaims those still running (``reclaim``); the end of the others reaches the
+    fleet through the relay."""
+    return list(conn.execute(
+        "SELECT id, kind, local_id, generation, kill FROM work WHERE host = %s AND "
+        f"kind = 'exec' AND state IN {states.sql({states.LOST})} AND local_id IS NOT NULL",
+        (name,)))
+
+
+def reclaim(conn: Any, work: int, name: str, token: int, local_id: str) -> bool:
+    """LOST → RUNNING under ``token``, fenced: the host that ran plain exec ``work`` is
+    back and its exec ``local_id`` still runs, so it answers for it again (``ps`` shows
+    it RUNNING; a ``kill`` reaches it; its end is reported as any other's)."""
+    with conn.transaction():
+        _guard(conn, name, token)
+        w = conn.execute("SELECT state FROM work WHERE id = %s AND host = %s AND "
+                         "local_id = %s FOR UPDATE", (work, name, local_id)).fetchone()
+        if w is None or w["state"] != states.LOST:
+            return False
+        states.check(work, w["state"], states.RUNNING)
+        conn.execute("UPDATE work SET state = %s, token = %s, reason = %s, updated_at = "
+                     "now() WHERE id = %s", (states.RUNNING, token,
+                                             f"host {name} answered again", work))
+        _journal(conn, "work.reclaimed", host=name, token=token, work=work,
+                 local_id=local_id)
+    return True
 
 
 def mark_running(conn: Any, work: int, name: str, token: int, local_id: str) -> None:
@@ -208,33 +238,73 @@ def sweep_orphans(conn: Any, name: str, token: int, lease: float = 10.0,
             "AND (h.lease_expires <= now() OR h.token <> w.token) "
             "ORDER BY w.id FOR UPDATE OF w SKIP LOCKED").fetchall()
         for w in orphans:
-            why = f"host {w['host']} lost its lease"
-            if w["kind"] == "exec" or w["revival"] == "reap":
-                state = states.LOST if w["kind"] == "exec" else states.REAPED
-                states.check(w["id"], w["state"], state)
-                conn.execute("UPDATE work SET state = %s, reason = %s, updated_at = now() "
-                             "WHERE id = %s", (state, why, w["id"]))
-                _journal(conn, f"work.{state.lower()}", host=w["host"], work=w["id"],
-                         reason=why, by=name)
-                done.append({"id": w["id"], "state": state})
-            elif w["revival"] == "ask":
-                states.check(w["id"], w["state"], states.ASK)
-                conn.execute("UPDATE work SET state = %s, reason = %s, updated_at = now() "
-                             "WHERE id = %s", (states.ASK, why + ": waiting for a human",
-                                               w["id"]))
-                _journal(conn, "work.ask", host=w["host"], work=w["id"], reason=why, by=name)
-                done.append({"id": w["id"], "state": states.ASK})
-            else:
-                target = _pick(conn, w["labels"], None, exclude=w["host"])
-                if target is None:
-                    continue  # no live host with room: the next sweep tries again
-                _place_again(conn, w, target, why + ": revived")
-                _journal(conn, "work.revived", host=target["name"], token=target["token"],
-                         work=w["id"], previous=w["host"], generation=w["generation"] + 1,
-                         by=name)
-                conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, target["name"]))
-                done.append({"id": w["id"], "state": states.PLACED, "host": target["name"]})
+            got = _settle_orphan(conn, w, f"host {w['host']} lost its lease", by=name)
+            if got is not None:
+                done.append(got)
     return done
+
+
+def _settle_orphan(conn: Any, w: dict[str, Any], why: str, *, by: str,
+                   here: str | None = None) -> dict[str, Any] | None:
+    """Settle live placement ``w`` (read ``FOR UPDATE``) whose copy runs nowhere: an exec
+    is LOST; an agent is placed again on the freest live host other than its own
+    (``revive``; ``here``: else on host ``here`` itself, the caller), REAPED or left to a
+    human (``ask``). None when no host has room (the row is left as it was: tried again)."""
+    if w["kind"] == "exec" or w["revival"] == "reap":
+        state = states.LOST if w["kind"] == "exec" else states.REAPED
+        states.check(w["id"], w["state"], state)
+        conn.execute("UPDATE work SET state = %s, reason = %s, updated_at = now() "
+                     "WHERE id = %s", (state, why, w["id"]))
+        _journal(conn, f"work.{state.lower()}", host=w["host"], work=w["id"], reason=why,
+                 by=by)
+        return {"id": w["id"], "state": state}
+    if w["revival"] == "ask":
+        states.check(w["id"], w["state"], states.ASK)
+        conn.execute("UPDATE work SET state = %s, reason = %s, updated_at = now() "
+                     "WHERE id = %s", (states.ASK, why + ": waiting for a human", w["id"]))
+        _journal(conn, "work.ask", host=w["host"], work=w["id"], reason=why, by=by)
+        return {"id": w["id"], "state": states.ASK}
+    target = _pick(conn, w["labels"], None, exclude=w["host"])
+    if target is None and here is not None:
+        target = _room_here(conn, here, w)
+    if target is None:
+        return None  # no live host with room: the next sweep tries again
+    _place_again(conn, w, target, why + ": revived")
+    _journal(conn, "work.revived", host=target["name"], token=target["token"], work=w["id"],
+             previous=w["host"], generation=w["generation"] + 1, by=by)
+    conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, target["name"]))
+    return {"id": w["id"], "state": states.PLACED, "host": target["name"],
+            "generation": w["generation"] + 1}
+
+
+def _room_here(conn: Any, name: str, w: dict[str, Any]) -> dict[str, Any] | None:
+    """Host ``name`` (the caller, whose row ``_guard`` holds) as the target of its own
+    placement ``w``, when it is ACTIVE, has ``w``'s labels and room besides ``w``."""
+    row: dict[str, Any] | None = conn.execute(
+        f"SELECT h.name, h.token FROM hosts h WHERE h.name = %s AND h.state = 'ACTIVE' AND "
+        f"h.lease_expires > now() AND h.labels @> %s::jsonb AND h.capacity > "
+        f"(SELECT count(*) FROM work x WHERE x.host = h.name AND x.state IN {_IN_LIVE} "
+        f"AND x.id <> %s)", (name, json.dumps(w["labels"] or {}), w["id"])).fetchone()
+    return row
+
+
+def revive_withdrawn(conn: Any, work: int, name: str, token: int, why: str,
+                     ) -> dict[str, Any] | None:
+    """This host's live agent placement ``work``, whose local lineage this host withdrew
+    when it was fenced, settled as an orphan is (``_settle_orphan``: revived on the
+    freest other live host, else here as its next generation; or REAPED, or ASK, by its
+    revival policy). Reached when the host stalled past its fence point and took its
+    lease again while PostgreSQL's still ran, carrying the row over. Fenced by
+    ``token``; once: the row moves on. None when nothing changed."""
+    with conn.transaction():
+        _guard(conn, name, token)
+        w = conn.execute(
+            "SELECT id, state, kind, host, revival, generation, labels FROM work WHERE "
+            f"id = %s AND host = %s AND token = %s AND kind = 'agent' AND state IN {_IN_LIVE} "
+            "FOR UPDATE", (work, name, token)).fetchone()
+        if w is None:
+            return None
+        return _settle_orphan(conn, dict(w), why, by=name, here=name)
 
 
 # ---------------------------------------------------------------------- client side
@@ -312,16 +382,101 @@ def hosts(conn: Any) -> list[dict[str, Any]]:
         f"FROM hosts h ORDER BY h.name")]
 
 
-def work(conn: Any, *, all_: bool = False) -> list[dict[str, Any]]:
-    where = "" if all_ else f"WHERE state IN {states.sql({*states.LIVE, states.ASK})}"
+#: A placement's host as its readers see it: whether it holds a live lease, and whether
+#: it is still listed at all (a forgotten host never answers again).
+_HOST_SEEN = ("h.name IS NOT NULL AS host_known, coalesce(h.state <> 'DEAD' AND "
+              "h.lease_expires > now(), false) AS host_live")
+
+
+def work(conn: Any, *, all_: bool = False, kind: str | None = None) -> list[dict[str, Any]]:
+    """Placements, oldest first: the live ones, those waiting for a human and the plain
+    execs of an unreachable host (LOST while it is still listed: they may run on there);
+    ``all_``: every one. ``kind``: only ``exec`` or ``agent`` placements."""
+    where = [] if all_ else [f"(w.state IN {states.sql({*states.LIVE, states.ASK})} OR "
+                             f"(w.state IN {states.sql({states.LOST})} AND h.name IS NOT "
+                             "NULL))"]
+    if kind is not None:
+        where.append("w.kind = %(kind)s")
     return [dict(r) for r in conn.execute(
-        "SELECT id, kind, host, state, generation, local_id, exit_code, reason, "
-        f"spec->'argv' AS argv, created_at FROM work {where} ORDER BY id")]
+        "SELECT w.id, w.kind, w.host, w.state, w.generation, w.local_id, w.exit_code, "
+        "w.reason, w.spec->'argv' AS argv, w.spec->>'name' AS name, w.kill IS NOT NULL "
+        f"AS killing, w.created_at, w.updated_at, {_HOST_SEEN} FROM work w LEFT JOIN "
+        f"hosts h ON h.name = w.host {'WHERE ' + ' AND '.join(where) if where else ''} "
+        "ORDER BY w.id", {"kind": kind})]
 
 
 def get_work(conn: Any, ident: int) -> dict[str, Any] | None:
-    row = conn.execute("SELECT * FROM work WHERE id = %s", (ident,)).fetchone()
+    row = conn.execute(f"SELECT w.*, {_HOST_SEEN} FROM work w LEFT JOIN hosts h ON "
+                       "h.name = w.host WHERE w.id = %s", (ident,)).fetchone()
     return dict(row) if row else None
+
+
+def find_work(conn: Any, ref: str) -> dict[str, Any] | None:
+    """The placement ``ref`` names: its WORK number, or the name it was given (``run
+    --name``): the one of that name still live (or waiting, or unreachable), else the
+    newest. Raises ``NoHost`` when several live ones share the name."""
+    if ref.isdigit():
+        return get_work(conn, int(ref))
+    rows = [dict(r) for r in conn.execute(
+        f"SELECT w.*, {_HOST_SEEN} FROM work w LEFT JOIN hosts h ON h.name = w.host "
+        "WHERE w.spec->>'name' = %s ORDER BY w.id DESC", (ref,))]
+    live = [r for r in rows if r["state"] in {*states.LIVE, states.ASK} or
+            (r["state"] == states.LOST and r["host_known"])]
+    if len(live) > 1:
+        raise NoHost(f"{len(live)} placements are named {ref!r} (WORK "
+                     f"{', '.join(str(r['id']) for r in reversed(live))}): name one by its "
+                     "WORK number")
+    found = live or rows
+    return found[0] if found else None
+
+
+def request_kill(conn: Any, work: int, signal: str, grace: float) -> dict[str, Any]:
+    """``tether --fleet URL kill``: record the kill on placement ``work`` for its host to
+    carry out (it signals the local exec or the agent's attempt, which then ends the
+    placement; a placement not started yet is never started), and wake that host. One
+    waiting for a human (ASK) is reaped at once; an ended one is left as it is.
+    Returns the row as it now is."""
+    with conn.transaction():
+        w = conn.execute("SELECT id, state, host, kind, exit_code, reason FROM work "
+                         "WHERE id = %s FOR UPDATE", (work,)).fetchone()
+        if w is None:
+            raise NoHost(f"no placement {work} in the fleet")
+        w = dict(w)
+        if w["state"] == states.ASK:
+            states.check(work, w["state"], states.REAPED)
+            conn.execute("UPDATE work SET state = %s, reason = 'killed by a human', "
+                         "updated_at = now() WHERE id = %s", (states.REAPED, work))
+            _journal(conn, "work.reaped", host=w["host"], work=work, by="kill")
+            return {**w, "state": states.REAPED, "reason": "killed by a human"}
+        if w["state"] in states.LIVE or w["state"] == states.LOST:
+            conn.execute("UPDATE work SET kill = %s, updated_at = now() WHERE id = %s",
+                         (json.dumps({"signal": signal, "grace": grace}), work))
+            _journal(conn, "work.kill", host=w["host"], work=work, signal=signal,
+                     grace=grace)
+            conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, w["host"]))
+        return w
+
+
+def remove_work(conn: Any, work: int) -> dict[str, Any]:
+    """``tether --fleet URL rm``: delete an ended placement's row (its journal rows stay,
+    as history). Refused (``NoHost``, saying what to do) while it may still run: live,
+    waiting for a human, or LOST on a host still listed (it may answer again)."""
+    with conn.transaction():
+        w = conn.execute(f"SELECT w.id, w.state, w.host, {_HOST_SEEN} FROM work w LEFT "
+                         "JOIN hosts h ON h.name = w.host WHERE w.id = %s FOR UPDATE OF w",
+                         (work,)).fetchone()
+        if w is None:
+            raise NoHost(f"no placement {work} in the fleet")
+        if w["state"] in {*states.LIVE, states.ASK}:
+            raise NoHost(f"placement {work} is {w['state']} on {w['host']}: stop it first "
+                         f"(tether --fleet URL kill {work})")
+        if w["state"] == states.LOST and w["host_known"]:
+            raise NoHost(f"placement {work} is unreachable on host {w['host']}, where it "
+                         "may still run: remove it once its host answers (its end is then "
+                         f"known), or after `tether --fleet URL forget {w['host']}`")
+        conn.execute("DELETE FROM work WHERE id = %s", (work,))
+        _journal(conn, "work.removed", host=w["host"], work=work, state=w["state"])
+        return dict(w)
 
 
 def journal(conn: Any, after: int = 0) -> list[dict[str, Any]]:

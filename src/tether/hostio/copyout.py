@@ -149,13 +149,14 @@ def write_file(src: IO[bytes], dfd: int, name: str, mode: int) -> int:
     return size
 
 
-def write_tar(tar: tarfile.TarFile, dfd: int, name: str, where: str) -> None:
+def write_tar(tar: tarfile.TarFile, dfd: int, name: str, where: str) -> int:
     """Extract an archive of one entry (a sandbox's ``docker cp`` tar) as ``name``
     below ``dfd``, member by member, every parent reached by descriptor with no symlink
     followed (so a directory swapped for one mid-way is refused, not written through).
     The rules of tarfile's ``"data"`` filter, except that symlinks are kept as links:
     no devices or FIFOs, no owners, no setuid bits, nothing outside ``name``. Every
-    member is checked before anything is written. ``where`` names ``name`` in errors."""
+    member is checked before anything is written. ``where`` names ``name`` in errors.
+    Returns the bytes of the regular files written (what ``tether cp`` reports)."""
     members = [(m, _below(m.name, name)) for m in tar.getmembers()]
     if len({split(m.name)[0] for m, _ in members}) > 1:
         raise CopyError("docker returned an archive of more than one entry", "COPY_FAILED")
@@ -171,6 +172,7 @@ def write_tar(tar: tarfile.TarFile, dfd: int, name: str, where: str) -> None:
             _write_member(tar, m, pfd, parts[-1], os.path.join(where, *parts[1:]), dfd, name)
         finally:
             os.close(pfd)
+    return sum(m.size for m, _ in members if m.isreg())
 
 
 def _below(member: str, name: str) -> list[str]:

@@ -104,10 +104,12 @@ class HomeLayout:
             stderr=logdir / f"{exec_id}.stderr.log",
             exit=logdir / f"{exec_id}.exit",
             pty=logdir / f"{exec_id}.pty.log",
+            order=logdir / f"{exec_id}.order",
             handles=self.run / f"{exec_id}.handles.json",
             socket=self.run / f"{exec_id}.sock",
             claim=self.run / f"{exec_id}.claim",
             monitor_log=self.run / f"{exec_id}.monitor.log",
+            events=self.run / f"{exec_id}.events.jsonl",
         )
 
 
@@ -121,6 +123,10 @@ class ExecPaths:
     socket: Path
     claim: Path
     monitor_log: Path
+    #: the monitor's terminal events (attach, detach, resize), for a daemon that was not
+    #: watching: one JSON line each, numbered as on its watch connection
+    events: Path
+    order: Path  # which of stdout and stderr was written when (monitor/order.py)
 
     def log(self, stream: str) -> Path:
         return {"stderr": self.stderr, "pty": self.pty}.get(stream, self.stdout)

@@ -314,6 +314,20 @@ class EgressLog(msgspec.Struct, kw_only=True, omit_defaults=True):
 MAX_DENIED_HOSTS = 20
 
 
+class UsageCursor(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """How far a lineage's agent's own record of its API calls (Claude Code's transcript)
+    has been counted, so that every call is counted exactly once, whenever it is
+    written: the file, the byte offset after its last complete line read, the usage
+    counted for the messages seen last (a message's entries may straddle the offset),
+    and usage read from an earlier file (a session left by ``/clear``) not yet in a
+    turn."""
+
+    path: str
+    offset: int = 0
+    seen: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)
+    pending: dict[str, int] = msgspec.field(default_factory=dict)
+
+
 class LineageRecord(msgspec.Struct, kw_only=True):
     """An agent's stable identity across revivals (category A).
 
@@ -360,8 +374,23 @@ class LineageRecord(msgspec.Struct, kw_only=True):
     # prompt submitted, a tool called). Hang detection applies only while it is None.
     waiting_since: float | None = None
     # Whether the provider session has a conversation to resume (a turn started in it);
-    # a revival of a session without one starts the agent afresh.
-    conversation: bool = False
+    # a revival of a session without one starts the agent afresh. None: not known (a
+    # lineage of an older daemon), resumed as before.
+    conversation: bool | None = None
+    # The provider session the last turn started in (a hook's session id): a session_start
+    # of that session, delivered after its first prompt's hook, does not clear the above.
+    turn_session: str | None = None
+    # The prompt of the turn last started (a turn_start hook's, at most 4,000 characters):
+    # a revival's continuation names it, even when the turn never ended.
+    last_prompt: str | None = None
+    # Why the last attempt ended, when it ended in the middle of a turn (a conversation
+    # started, not waiting at its prompt): its revival is asked to continue the turn.
+    interrupted: str | None = None
+    # The context window the agent's CLI reports it uses (tokens), when it reports one
+    # (Claude Code's status line); else the provider's rule for the model is used.
+    context_window: int | None = None
+    # How far the agent's transcript has been counted (providers that read one).
+    usage_cursor: UsageCursor | None = None
     reason: str | None = None
     predecessor: str | None = None  # the lineage whose handoff seeded this one
     request_key: str | None = None  # the agent.start that created it (retries are no-ops)

@@ -96,6 +96,7 @@ class JobRecord(msgspec.Struct, kw_only=True):
     created_at: float = 0.0
     updated_at: float = 0.0
     runs: int = 0  # runs that started an exec
+    fired: int = 0  # fire times committed (skipped ones too): the last run's number
     errors: int = 0  # runs that ended FAILED
     skipped: int = 0
     last_run_at: float | None = None
@@ -121,6 +122,9 @@ class RunRecord(msgspec.Struct, kw_only=True):
     missed: int = 0  # fire times this run stands for that passed unseen
     #: Waiting for a slot (overlap=queue): started when a run of its job ends.
     queued: bool = False
+    #: Its job's own count, 1 for its first fire time (0: a run from before numbers):
+    #: what ``schedule show`` and ``run-now`` call it, and its exec's name, ``JOB#N``.
+    number: int = 0
 
     def request_key(self) -> str:
         """The exec's idempotency key: one exec per (job, fire time, attempt)."""

@@ -7,7 +7,9 @@ and everything the program writes, and the most recently active one sets the win
 size. An attach line may carry the client's own terminal (``SCM_RIGHTS``): the monitor
 then writes the output to it and reads the keys itself (:mod:`tether.monitor.userterm`).
 A watch connection (the daemon's) is sent every attach, detach and resize as a
-numbered event. Standard library only (see :mod:`tether.monitor.main`).
+numbered event, and each is appended to the exec's events file too (a JSON line), for a
+daemon that was not watching — none ran, the client attached without one — to journal
+once it sees the exec. Standard library only (see :mod:`tether.monitor.main`).
 """
 
 from __future__ import annotations
@@ -95,6 +97,8 @@ class Clients:
         self.paused: set[Client] = set()  # attach clients not read while input is full
         self.tty_events: list[dict[str, Any]] = []  # attach/detach/resize, numbered
         self.tty_events_base = 0
+        self.events_path: str | None = spec["paths"].get("events")
+        self.events_fd: int | None = None  # opened at the first event
         self.on_command: Callable[[Client, bytes], None]  # a JSON line (wired to control)
 
     # -------------------------------------------------------------- socket
@@ -497,6 +501,21 @@ class Clients:
         for ev in self.tty_events[max(0, since - self.tty_events_base):]:
             self.send_line(c, ev)
 
+    def _record(self, event: dict[str, Any]) -> None:
+        """Append the event to the events file (not fsynced: a power cut ends the exec
+        too). At most MAX_TTY_EVENTS lines; a failed write (a full disk) loses the line,
+        never the event, which a watching daemon still gets."""
+        if self.events_path is None or event["n"] >= MAX_TTY_EVENTS:
+            return
+        try:
+            if self.events_fd is None:
+                self.events_fd = os.open(self.events_path, os.O_WRONLY | os.O_CREAT
+                                         | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            # A line torn by a full disk is ended by the next one's leading newline.
+            os.write(self.events_fd, ("\n" + json.dumps(event) + "\n").encode())
+        except OSError:
+            pass
+
     def notify_watchers(self, event: dict[str, Any]) -> None:
         """Number the terminal event, keep it, and push it to the daemon's watchers.
 
@@ -504,6 +523,7 @@ class Clients:
         running) journal every event exactly once, resuming from its own count.
         """
         event["n"] = self.tty_events_base + len(self.tty_events)
+        self._record(event)
         self.tty_events.append(event)
         if len(self.tty_events) > MAX_TTY_EVENTS:
             drop = len(self.tty_events) - MAX_TTY_EVENTS

@@ -64,6 +64,7 @@ from tether.monitor.files import (  # noqa: E402
     write_exit,
     write_handles,
 )
+from tether.monitor.order import Order  # noqa: E402
 from tether.monitor.pin import GATE_FD, Pin, gate_pipe, open_gate  # noqa: E402
 from tether.monitor.terminal import Terminal  # noqa: E402
 from tether.monitor.zygote import Zygote  # noqa: E402
@@ -143,6 +144,7 @@ class Monitor:
         self.control = Control(self.child, self.clients)
         self.pin = Pin()
         self.exit_fd: int | None = None  # the exit file's room, unnamed (made ahead)
+        self.order: Order | None = None  # which log was written when (no terminal)
         # A fleet agent's attempt: killed once its host's lease runs out (monitor.fence).
         self.fence = Fence(spec["fence"]) if spec.get("fence") else None
         self.term.on_output = self.clients.broadcast
@@ -189,6 +191,7 @@ class Monitor:
             gate_w = self._cold_start()
             if gate_w is None:
                 return 0
+        self._watch_order()
         try:
             self._announce()
         except BaseException as e:
@@ -205,6 +208,22 @@ class Monitor:
             self.zygote.finish_script()
         self.name_log()
         return self.loop()
+
+    def _watch_order(self) -> None:
+        """Before the command may write: note which of its logs it writes when
+        (``tether logs`` interleaves them); without it the logs are whole, only not
+        interleaved, so a failure is said in the log and the exec goes on."""
+        if self.term.tty or "order" not in self.paths:
+            return
+        order = Order(self.paths)
+        try:
+            fd = order.open()
+        except OSError as e:
+            os.write(2, f"monitor: the logs' order is not recorded: {e}\n".encode())
+            return
+        if fd >= 0:
+            self.poller.register(fd, "order")
+        self.order = order
 
     def name_log(self) -> None:
         """Name the log made ahead (a no-op for one opened by name, or named already)."""
@@ -347,9 +366,13 @@ class Monitor:
                     self.term.ready(events)
                 elif what == "stdin":
                     self.term.flush_input()
+                elif what == "order":
+                    self.order.ready()  # type: ignore[union-attr]
                 else:
                     self.clients.ready(what, events)
             self.child.run_timers()
+            if self.order is not None:
+                self.order.tick(time.monotonic())
             if self.fence is not None and self.fence.due(time.monotonic()):
                 # The lineage is revived on another host: SIGKILL, for it resumes from
                 # its session there (the child is unreaped: its pid is still its own).
@@ -360,6 +383,9 @@ class Monitor:
         wait = self.child.wait_time()
         if self.fence is not None:
             wait = min(wait, max(0.0, self.fence.next_check - time.monotonic()))
+        if self.order is not None and (look := self.order.wait_time(time.monotonic())) \
+                is not None:
+            wait = min(wait, look)
         return wait
 
     def _drain_wake(self) -> None:
@@ -373,6 +399,8 @@ class Monitor:
     # -------------------------------------------------------------- end
     def _finish(self, status: tuple[int | None, int | None]) -> int:
         self.term.drain()  # what the program wrote just before it ended
+        if self.order is not None:
+            self.order.close()  # before the exit file: a reader seeing it sees it all
         record = self.child.exit_record(self.pin.status() or status)
         self._write_exit(record)
         self.clients.close_all(record)

@@ -157,7 +157,7 @@ class ExecCancel(_P):
 
 class ExecLogs(_P):
     exec: NonEmpty
-    stream: Literal["stdout", "stderr", "pty"] = "stdout"
+    stream: Literal["stdout", "stderr", "pty", "all"] = "stdout"
     offset: Cursor = 0
     limit: Annotated[int, Meta(gt=0, le=1024 * 1024)] = 256 * 1024
     wait: Annotated[float, Meta(ge=0, le=60)] = 0.0
@@ -384,3 +384,14 @@ class ScheduleShow(_P):
 
 class ScheduleList(_P):
     all: bool = False
+
+
+#: ``scheduler.status``'s page when a caller gives no ``limit`` (one from before paging):
+#: a reply stays well under a MB however many jobs there are.
+STATUS_PAGE = 1000
+
+
+class SchedulerStatus(_P):
+    limit: Annotated[int, Meta(gt=0, le=5000)] = STATUS_PAGE
+    #: The ``next`` of the previous page; none for the first.
+    after: Annotated[str, Meta(min_length=1, max_length=20)] | None = None

@@ -14,8 +14,11 @@ code here, by the daemon's ``translate``, once for every handler.
 Floods are bounded too: at most ``max_connections`` per server (at the limit a new
 client evicts the longest-idle connection, or is refused with one error line when
 none is idle), a half-written line is dropped with its connection after
-``half_line_timeout`` seconds, and notifications wait while more than
-``NOTIFY_BUFFER`` bytes are queued for the client (``Connection.writable``).
+``half_line_timeout`` seconds, the unfinished lines of all connections together hold
+at most ``max_buffered`` bytes (past it the oldest are dropped with their connections),
+and notifications wait while more than ``NOTIFY_BUFFER`` bytes are queued for the
+client (``Connection.writable``). What such buffers held is handed back to the system
+once enough of it was freed (``hostio.memory``): glibc keeps freed memory otherwise.
 """
 
 from __future__ import annotations
@@ -33,9 +36,10 @@ from typing import Any
 
 import msgspec
 
+from tether.hostio.memory import release_free_memory
 from tether.model.errors import RpcCode, TetherError
 from tether.model.states import IllegalTransition
-from tether.rpc.framing import CHUNK, MAX_LINE, LineReader, LineTooLong
+from tether.rpc.framing import CHUNK, MAX_LINE, Budget, LineReader, LineTooLong
 
 log = logging.getLogger("tether.rpc")
 
@@ -54,6 +58,10 @@ _NONE: tuple[None, dict[str, Any]] = (None, {})
 MAX_CONNECTIONS = 1024  # per server (tether.sock and agent.sock each)
 HALF_LINE_TIMEOUT = 10.0  # seconds a line may take from its first byte to its newline
 NOTIFY_BUFFER = 64 * 1024  # bytes queued for a client above which notifications wait
+#: Bytes of unfinished lines all connections of a server may hold together.
+MAX_BUFFERED = 32 * 1024 * 1024
+#: Freed line buffers past which the server hands the C allocator's free memory back.
+TRIM_AFTER = 8 * 1024 * 1024
 
 #: A method's handler: a coroutine function, or a plain function for one that never waits
 #: (``daemon.health``): called without making a coroutine, which costs more than it does.
@@ -215,7 +223,8 @@ class RpcServer:
     def __init__(self, router: Router, *, max_line: int = MAX_LINE,
                  translate: Callable[[Exception], TetherError | None] | None = None,
                  max_connections: int = MAX_CONNECTIONS,
-                 half_line_timeout: float = HALF_LINE_TIMEOUT) -> None:
+                 half_line_timeout: float = HALF_LINE_TIMEOUT,
+                 max_buffered: int = MAX_BUFFERED) -> None:
         self.router = router
         # Maps an unexpected exception to a proper error (e.g. DISK_FULL), else None.
         self.translate = translate or (lambda e: None)
@@ -224,6 +233,9 @@ class RpcServer:
         self.half_line_timeout = half_line_timeout
         self.evicted = 0
         self.refused = 0
+        self.shed = 0  # connections closed because unfinished lines filled the budget
+        self.budget = Budget(max_buffered, self._shed)
+        self.trims = 0  # times freed memory was handed back
         self.accepting = True
         self.inflight = 0
         #: created by drain() while requests are in flight; resolved by the last to finish
@@ -247,7 +259,7 @@ class RpcServer:
                     {"code": "TOO_MANY_CONNECTIONS", "limit": self.max_connections})) + b"\n")
                 writer.close()
             return
-        lines = LineReader(reader, self.max_line)
+        lines = LineReader(reader, self.max_line, self.budget)
         methods, ticks = self.router.methods, self._ticks
         slots = asyncio.Semaphore(MAX_LONG_POLLS_PER_CONNECTION)
         with contextlib.suppress(Exception):
@@ -336,6 +348,7 @@ class RpcServer:
                 finally:
                     conn.closed.set()
                     self.connections.discard(conn)
+                    lines.release()
                     for t in list(conn.long_tasks):
                         t.cancel()
         except* (ConnectionError, asyncio.IncompleteReadError):
@@ -368,11 +381,40 @@ class RpcServer:
         with contextlib.suppress(Exception):
             conn.writer.close()
 
+    def _shed(self) -> None:
+        """Unfinished lines passed the budget: close the connections whose lines began
+        the longest ago until the rest fit (a client sends a line whole; many that do
+        not are a flood)."""
+        held = sorted((c for c in self.connections
+                       if c.lines is not None and c.lines.partial_since is not None),
+                      key=lambda c: c.lines.partial_since or 0.0)  # type: ignore[union-attr]
+        for conn in held:
+            if self.budget.used <= self.budget.limit:
+                break
+            assert conn.lines is not None
+            conn.lines.release()
+            self.shed += 1
+            self._close(conn, "TOO_MANY_UNFINISHED_LINES",
+                        f"closed: the daemon's clients together sent more than "
+                        f"{self.budget.limit} bytes of lines not yet ended (its limit) and "
+                        "this line began the longest ago; send each request with its "
+                        "newline at once")
+
+    def trim(self) -> bool:
+        """Hand freed memory back once enough line buffers were freed since last time."""
+        if self.budget.released < TRIM_AFTER:
+            return False
+        self.budget.released = 0
+        self.trims += 1
+        return release_free_memory()
+
     async def sweep_half_lines(self) -> None:
-        """Forever: close connections whose current line is unfinished for too long."""
+        """Forever: close connections whose current line is unfinished for too long;
+        hand back the memory freed line buffers held."""
         every = max(0.05, min(1.0, self.half_line_timeout / 4))
         while True:
             await asyncio.sleep(every)
+            self.trim()
             now = time.monotonic()
             for conn in list(self.connections):
                 since = conn.lines.partial_since if conn.lines is not None else None

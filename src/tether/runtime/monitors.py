@@ -13,9 +13,11 @@ import contextlib
 import json
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
+import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +41,7 @@ from tether.monitor.files import (
     read_handles,
 )
 from tether.runtime.base import Launch, MonitorFence, Warm
+from tether.runtime.forkserver import ForkServer
 
 MONITOR_SCRIPT = str(Path(_monitor_main.__file__).resolve().with_name("run.py"))
 _BOOT_ID = boot_id()
@@ -47,6 +50,14 @@ START_REPORT_TIMEOUT = 10.0
 #: for how many sandboxes at most (the most recently used), when the pool is on.
 ZYGOTES_PER_SANDBOX = 1
 ZYGOTE_SANDBOXES = 4
+#: While starts come faster than they are made, a sandbox's zygotes (and the pool of
+#: idle monitors) grow: doubled at each start that found none ready, up to these; they
+#: are back to their idle sizes once no start has asked for one for ``BURST_IDLE`` s.
+BURST_ZYGOTES = 8
+BURST_POOL = 8
+BURST_IDLE = 5.0
+#: How long a start waits for a zygote still setting up before it starts cold.
+ZYGOTE_WAIT = 1.0
 
 
 class StartError(Exception):
@@ -104,8 +115,52 @@ async def _read_report(fd: int) -> bytes:
 
 
 class _IdleMonitor:
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+    """A monitor waiting for its exec: our ends of its stdin and stdout, and how to tell
+    it ended — a pidfd when the fork server made it (its child, not ours), else the
+    ``Popen`` that started it."""
+
+    def __init__(self, pid: int, stdin: int, stdout: int, *, pidfd: int | None = None,
+                 proc: subprocess.Popen[bytes] | None = None) -> None:
+        self.pid = pid
+        self.stdin = os.fdopen(stdin, "wb")
+        self.stdout = os.fdopen(stdout, "rb", buffering=0)
+        self.pidfd = pidfd
         self.proc = proc
+        #: A zygote's first line: None until it comes, True for ``{"zygote": "ready"}``,
+        #: False for anything else (``failed``, EOF: it died).
+        self.said: bool | None = None
+        self.watched = False  # the loop reads that line (MonitorPool._watch_zygote)
+        self.kept = False  # the loop watches its pidfd while it waits in the pool
+
+    def alive(self) -> bool:
+        if self.proc is not None:
+            return self.proc.poll() is None
+        if self.pidfd is None:
+            return False
+        return not select.select([self.pidfd], [], [], 0)[0]  # readable once it exited
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.proc is not None:
+                self.proc.kill()
+            elif self.pidfd is not None:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+
+    def wait(self, timeout: float) -> None:
+        if self.proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout)
+        elif self.pidfd is not None:
+            select.select([self.pidfd], [], [], timeout)
+
+    def release(self) -> None:
+        """Done with it (it runs an exec now, or it was ended): close what we hold."""
+        for f in (self.stdin, self.stdout):
+            with contextlib.suppress(OSError):
+                f.close()
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
 
 
 @dataclass
@@ -118,6 +173,8 @@ class _Zygotes:
     ident: tuple[tuple[int, int], ...]
     logs: str
     idle: deque[_IdleMonitor]
+    want: int = 0  # how many to keep: ZYGOTES_PER_SANDBOX, more during a burst
+    used: float = 0.0  # when a start last asked for one (monotonic)
 
     def fits(self, warm: Warm, logs: str) -> bool:
         return self.argv == warm.argv and self.ident == warm.ident and self.logs == logs
@@ -139,10 +196,13 @@ class MonitorPool:
     """Starts, inspects and signals execs' monitors. Keeps a few idle ones ready."""
 
     def __init__(self, pool_size: int = 2, *, run: str | None = None,
-                 logs: str | None = None, umask: int = 0o022) -> None:
+                 logs: str | None = None, umask: int = 0o022, fork_server: bool = True,
+                 ) -> None:
         """``run`` and ``logs``: the home's directories, where idle monitors make an exec's
         files ahead (:mod:`tether.monitor.ahead`); without them, none are. ``umask``: the
-        commands' (the user's; monitors and the daemon keep their own, 077)."""
+        commands' (the user's; monitors and the daemon keep their own, 077).
+        ``fork_server``: fork monitors from :mod:`tether.monitor.forkserver` (else each
+        is started from scratch)."""
         self.pool_size = pool_size
         self.umask = umask
         self._ahead = {"run": run, "logs": logs} if run and logs else None
@@ -150,88 +210,231 @@ class MonitorPool:
         self._children: set[int] = set()
         self._zygotes: dict[str, _Zygotes] = {}  # by sandbox id, least recently used first
         self._runs: dict[int, str] = {}  # pid -> run directory of a monitor made ahead
+        #: Set when more idle monitors or zygotes are wanted: the daemon's monitor-pool
+        #: task then calls :meth:`refill_pool`. After a start (``ExecService``); during a
+        #: burst as soon as one is taken — not while starts are paced, when a refill
+        #: beside the start would take a CPU from its monitor.
+        self.wanted = asyncio.Event()
+        self._zygote_news: set[asyncio.Future[None]] = set()  # starts waiting for a zygote
+        self._pool_want = pool_size  # how many idle ones to keep: more during a burst
+        self._pool_used = 0.0  # when a start last took one (monotonic)
+        self._argv = [sys.executable, "-I", "-S", MONITOR_SCRIPT]
+        self._forks = ForkServer(self._argv) if fork_server else None
 
     # ------------------------------------------------------------------ pool
-    def _spawn_monitor(self, zygote: _Zygotes | None = None) -> _IdleMonitor:
-        """An idle monitor, told to make an exec's files ahead, or to be ``zygote``'s."""
-        proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", MONITOR_SCRIPT],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            start_new_session=True, close_fds=True, cwd="/",
-        )
-        self._children.add(proc.pid)
-        mon = _IdleMonitor(proc)
+    async def _new_monitor(self, zygote: _Zygotes | None = None) -> _IdleMonitor:
+        """An idle monitor, told to make an exec's files ahead, or to be ``zygote``'s:
+        forked by the fork server, else (it cannot answer) started from scratch in a
+        thread (fork/exec would stall the loop)."""
+        run = self._ahead["run"] if self._ahead else None
+        mon: _IdleMonitor | None = None
+        if self._forks is not None:
+            with contextlib.suppress(OSError):
+                f = await self._forks.fork(run)
+                mon = _IdleMonitor(f.pid, f.stdin, f.stdout, pidfd=f.pidfd)
+        if mon is None:
+            mon = await asyncio.get_running_loop().run_in_executor(None, self._start_monitor)
+            if run is not None:
+                self._runs[mon.pid] = run
         line: dict[str, Any] | None = {"ahead": self._ahead} if self._ahead else None
         if zygote is not None:
             line = {"zygote": {"argv": zygote.argv, "dir": zygote.logs,
-                               **({"run": self._ahead["run"]} if self._ahead else {})}}
-        if self._ahead is not None:
-            self._runs[proc.pid] = self._ahead["run"]
-        if line is not None:
-            assert proc.stdin is not None
+                               **({"run": run} if run else {})}}
+        if line is not None:  # a few hundred bytes into an empty pipe: it never blocks
             try:
-                proc.stdin.write(json.dumps(line).encode() + b"\n")
-                proc.stdin.flush()
+                mon.stdin.write(json.dumps(line).encode() + b"\n")
+                mon.stdin.flush()
             except OSError:
                 self._end(mon)
                 raise
         return mon
 
+    def _start_monitor(self) -> _IdleMonitor:
+        """A monitor started from scratch (``python -I -S run.py``), our child."""
+        in_r, in_w = os.pipe2(os.O_CLOEXEC)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            proc = subprocess.Popen(
+                self._argv, stdin=in_r, stdout=out_w, stderr=subprocess.DEVNULL,
+                start_new_session=True, close_fds=True, cwd="/")
+        except BaseException:
+            os.close(in_w)
+            os.close(out_r)
+            raise
+        finally:
+            os.close(in_r)
+            os.close(out_w)
+        self._children.add(proc.pid)
+        try:  # before reap_children may reap it: the pid is surely this child still
+            pidfd: int | None = os.pidfd_open(proc.pid)
+        except OSError:  # no descriptor left: found dead when taken (Popen.poll)
+            pidfd = None
+        return _IdleMonitor(proc.pid, in_w, out_r, pidfd=pidfd, proc=proc)
+
+    def status(self) -> dict[str, Any]:
+        """The idle monitors and zygotes now, and how many are wanted (``daemon.status``)."""
+        return {"idle": len(self._pool), "idle_wanted": self._pool_want,
+                "zygotes": [{"sandbox": sb, "idle": len(z.idle),
+                             "ready": sum(1 for m in z.idle if m.said), "wanted": z.want}
+                            for sb, z in self._zygotes.items()],
+                "fork_server": self._forks.pid if self._forks is not None else None,
+                "forked": self._forks.forks if self._forks is not None else 0}
+
     def pool_deficit(self) -> int:
-        return self.pool_size - len(self._pool) + sum(
-            ZYGOTES_PER_SANDBOX - len(z.idle) for z in self._zygotes.values())
+        return self._pool_want - len(self._pool) + sum(
+            z.want - len(z.idle) for z in self._zygotes.values())
 
     async def refill_pool(self) -> None:
-        """Top the pool up, then each sandbox's zygotes. Spawning runs in a thread:
-        fork/exec would stall the loop."""
-        loop = asyncio.get_running_loop()
-        while self.pool_size - len(self._pool) > 0:
-            self._pool.append(await loop.run_in_executor(None, self._spawn_monitor))
+        """Top the pool and each sandbox's zygotes up (after a burst, back to their idle
+        sizes first), asking for all the monitors missing at once. Raises the first
+        OSError of those (the others are kept)."""
+        self._trim(time.monotonic())
+        new = [self._add_idle() for _ in range(self._pool_want - len(self._pool))]
         for sandbox, z in list(self._zygotes.items()):
-            while self._zygotes.get(sandbox) is z and len(z.idle) < ZYGOTES_PER_SANDBOX:
-                mon = await loop.run_in_executor(None, self._spawn_monitor, z)
-                if self._zygotes.get(sandbox) is not z:  # dropped meanwhile
-                    self._end(mon)
-                else:
-                    z.idle.append(mon)
+            new += [self._add_zygote(sandbox, z) for _ in range(z.want - len(z.idle))]
+        for result in await asyncio.gather(*new, return_exceptions=True):
+            if isinstance(result, BaseException):
+                raise result
 
-    def _take_zygote(self, warm: Warm, logs: str) -> _IdleMonitor | None:
-        """An idle zygote set up for ``warm``, if there is one; either way, one is
-        wanted next time (for this bind set: a sandbox's other ones are dropped)."""
+    async def _add_idle(self) -> None:
+        self._keep(await self._new_monitor())
+
+    def _keep(self, mon: _IdleMonitor) -> None:
+        """Put a new monitor in the pool and watch it there: one that dies idle (the OOM
+        killer, an admin, a kill while it was being made) leaves the pool and is replaced
+        at once, instead of holding a place as if it were ready while the pool is short."""
+        self._pool.append(mon)
+        if mon.pidfd is not None:
+            asyncio.get_running_loop().add_reader(mon.pidfd, self._died_idle, mon)
+            mon.kept = True
+
+    def _died_idle(self, mon: _IdleMonitor) -> None:
+        if mon in self._pool:
+            self._pool.remove(mon)
+            self._end(mon)
+            self.reap_children()
+            self.wanted.set()
+        else:
+            self._unkeep(mon)
+
+    @staticmethod
+    def _unkeep(mon: _IdleMonitor) -> None:
+        """Stop watching a monitor that leaves the pool (taken for an exec, or ended)."""
+        if mon.kept and mon.pidfd is not None:
+            mon.kept = False
+            with contextlib.suppress(Exception):  # no running loop (close at shutdown)
+                asyncio.get_running_loop().remove_reader(mon.pidfd)
+
+    async def _add_zygote(self, sandbox: str, z: _Zygotes) -> None:
+        mon = await self._new_monitor(z)
+        if self._zygotes.get(sandbox) is not z:  # dropped meanwhile
+            self._end(mon)
+        else:
+            z.idle.append(mon)
+            self._watch_zygote(mon)
+
+    def trim_in(self) -> float | None:
+        """Seconds until the pool or a sandbox's zygotes are due back at their idle
+        size (:meth:`refill_pool` does it), or None when none is above it."""
+        due = [used + BURST_IDLE for want, used in (
+            (self._pool_want - self.pool_size, self._pool_used),
+            *((z.want - ZYGOTES_PER_SANDBOX, z.used) for z in self._zygotes.values()))
+            if want > 0]
+        return max(0.0, min(due) - time.monotonic()) if due else None
+
+    def _trim(self, now: float) -> None:
+        """After a burst (no start for BURST_IDLE): back to the idle sizes, ending the
+        extra monitors and zygotes, the newest first."""
+        if self._pool_want > self.pool_size and now - self._pool_used >= BURST_IDLE:
+            self._pool_want = self.pool_size
+            while len(self._pool) > self._pool_want:
+                self._end(self._pool.pop())
+        for z in self._zygotes.values():
+            if z.want > ZYGOTES_PER_SANDBOX and now - z.used >= BURST_IDLE:
+                z.want = ZYGOTES_PER_SANDBOX
+                while len(z.idle) > z.want:
+                    self._end(z.idle.pop())
+
+    @staticmethod
+    def _grow(want: int, base: int, most: int) -> int:
+        """A start found none ready: keep twice as many (at most ``most``)."""
+        return min(max(most, base), max(want * 2, base + 1))
+
+    async def _take_zygote(self, warm: Warm, logs: str) -> _IdleMonitor | None:
+        """An idle zygote set up for ``warm``, if there is one — waiting up to
+        ``ZYGOTE_WAIT`` for one still setting up, which is sooner than a cold start
+        that would set up the same sandbox from the beginning; either way, one is wanted
+        next time (for this bind set: a sandbox's other ones are dropped), and more than
+        one while starts come faster than they are made."""
         if self.pool_size <= 0:
             return None
         z = self._zygotes.pop(warm.sandbox, None)
         if z is None or not z.fits(warm, logs):
             if z is not None:
                 self._drop(z)
-            z = _Zygotes(warm.argv, warm.ident, logs, deque())
+            z = _Zygotes(warm.argv, warm.ident, logs, deque(), ZYGOTES_PER_SANDBOX)
         self._zygotes[warm.sandbox] = z  # the most recently used, last
         while len(self._zygotes) > ZYGOTE_SANDBOXES:
             self._drop(self._zygotes.pop(next(iter(self._zygotes))))
-        for mon in list(z.idle):
-            ready = self._zygote_ready(mon)
-            if ready is None:
-                continue  # still setting its sandbox up: a cold start is sooner
-            z.idle.remove(mon)
-            if ready:
-                return mon
-            self._end(mon)
-        return None
+        asked, z.used = z.used, time.monotonic()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ZYGOTE_WAIT
+        while True:
+            pending = False
+            for mon in list(z.idle):
+                if mon.said is None and mon.alive():
+                    pending = True  # still setting its sandbox up
+                    continue
+                z.idle.remove(mon)
+                if z.want > ZYGOTES_PER_SANDBOX:
+                    self.wanted.set()  # a burst: refill now, beside this start
+                if mon.said and mon.alive():
+                    return mon
+                self._end(mon)  # failed, or died
+            if asked:  # a start that found none ready: they come too slowly
+                z.want, asked = self._grow(z.want, ZYGOTES_PER_SANDBOX, BURST_ZYGOTES), 0.0
+                self.wanted.set()
+            if not pending or loop.time() >= deadline:
+                return None
+            news: asyncio.Future[None] = loop.create_future()
+            self._zygote_news.add(news)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await news
+            except TimeoutError:
+                pass
+            finally:
+                self._zygote_news.discard(news)
+            if self._zygotes.get(warm.sandbox) is not z:  # dropped meanwhile
+                return None
+
+    def _watch_zygote(self, mon: _IdleMonitor) -> None:
+        """Read a zygote's first line when it comes, and tell the starts waiting for one."""
+        fd = mon.stdout.fileno()
+
+        def said() -> None:
+            try:
+                line = os.read(fd, 4096)
+            except BlockingIOError:
+                return
+            except OSError:
+                line = b""
+            mon.said = line == b'{"zygote": "ready"}\n'
+            self._unwatch_zygote(mon)
+            for news in self._zygote_news:
+                if not news.done():
+                    news.set_result(None)
+
+        os.set_blocking(fd, False)
+        asyncio.get_running_loop().add_reader(fd, said)
+        mon.watched = True
 
     @staticmethod
-    def _zygote_ready(mon: _IdleMonitor) -> bool | None:
-        """Whether a zygote said its sandbox waits (``{"zygote": "ready"}``), failed or
-        died (False), or has said nothing yet (None). Never blocks: the line is written
-        at once, well under the pipe's atomic size."""
-        assert mon.proc.stdout is not None
-        fd = mon.proc.stdout.fileno()
-        if not select.select([fd], [], [], 0)[0]:
-            return None if mon.proc.poll() is None else False
-        try:
-            line = os.read(fd, 4096)
-        except OSError:
-            return False
-        return line == b'{"zygote": "ready"}\n' and mon.proc.poll() is None
+    def _unwatch_zygote(mon: _IdleMonitor) -> None:
+        if mon.watched:
+            mon.watched = False
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(mon.stdout.fileno())
 
     def drop_zygotes(self, sandbox: str) -> None:
         """End a sandbox's zygotes (it is stopped or deleted) and want none for it."""
@@ -243,35 +446,49 @@ class MonitorPool:
         while z.idle:
             self._end(z.idle.popleft())
 
-    @staticmethod
-    def _end(mon: _IdleMonitor) -> None:
+    def _end(self, mon: _IdleMonitor) -> None:
         """An idle monitor ends on EOF of its spec pipe, a zygote's sandbox with it
-        (reaped later by :meth:`reap_children`)."""
-        with contextlib.suppress(OSError):
-            assert mon.proc.stdin is not None
-            mon.proc.stdin.close()
+        (reaped by the fork server, or later by :meth:`reap_children`)."""
+        self._unwatch_zygote(mon)
+        self._unkeep(mon)
+        mon.release()
 
     async def _take_monitor(self) -> _IdleMonitor:
+        self._pool_used = time.monotonic()
         while self._pool:
             mon = self._pool.popleft()
-            if mon.proc.poll() is None:
-                return mon
-        return await asyncio.get_running_loop().run_in_executor(None, self._spawn_monitor)
+            self._unkeep(mon)
+            if not mon.alive():
+                self._end(mon)
+                continue
+            if self._pool_want > self.pool_size or not self._pool:
+                self.wanted.set()  # a burst: refill now, beside this start
+            return mon
+        if self.pool_size > 0:  # none left: starts come faster than the pool refills
+            self._pool_want = self._grow(self._pool_want, self.pool_size, BURST_POOL)
+            self.wanted.set()
+        return await self._new_monitor()
 
     def close(self) -> None:
-        """Idle monitors exit on EOF of their spec pipe."""
+        """Idle monitors exit on EOF of their spec pipe; the fork server on its socket's."""
         for sandbox in list(self._zygotes):
             self.drop_zygotes(sandbox)
         while self._pool:
             mon = self._pool.popleft()
+            self._unkeep(mon)
             with contextlib.suppress(OSError):
-                assert mon.proc.stdin is not None
-                mon.proc.stdin.close()
+                mon.stdin.close()
             with contextlib.suppress(Exception):
-                mon.proc.wait(timeout=2)
+                mon.wait(timeout=2)
+            mon.release()
+        if self._forks is not None:
+            self._forks.close()
 
     def reap_children(self) -> None:
-        """Collect exited monitors we spawned (they are our children until we die)."""
+        """Collect exited monitors we started (they are our children until we die), and
+        fork servers we left (the monitors they forked are theirs to reap)."""
+        if self._forks is not None:
+            self._forks.reap()
         for pid in list(self._children):
             try:
                 done, _ = os.waitpid(pid, os.WNOHANG)
@@ -321,11 +538,12 @@ class MonitorPool:
             "umask": self.umask,
             "paths": {k: str(getattr(paths, k)) for k in ("stdout", "stderr", "exit", "pty",
                                                             "handles", "socket", "claim",
-                                                            "monitor_log")},
+                                                            "monitor_log", "events",
+                                                            "order")},
         }
         if fence is not None:
             spec["fence"] = {"path": fence.path, "epoch": fence.epoch, "reason": fence.reason}
-        zygote = (self._take_zygote(launch.warm, str(paths.stdout.parent))
+        zygote = (await self._take_zygote(launch.warm, str(paths.stdout.parent))
                   if launch.warm is not None else None)
         if zygote is not None and launch.warm is not None:
             spec["warm"] = {"argv": list(launch.warm.argv), "cwd": launch.warm.cwd,
@@ -334,16 +552,16 @@ class MonitorPool:
             mon = zygote or await self._take_monitor()
         except OSError as e:
             raise StartError(f"cannot start a monitor process: {e}", "MONITOR_FAILED") from None
-        assert mon.proc.stdin is not None and mon.proc.stdout is not None
         try:
-            mon.proc.stdin.write(json.dumps(spec).encode() + b"\n")
-            mon.proc.stdin.flush()
-            mon.proc.stdin.close()
+            mon.stdin.write(json.dumps(spec).encode() + b"\n")
+            mon.stdin.flush()
+            mon.stdin.close()
         except OSError as e:
+            mon.release()
             raise StartError(f"could not hand the exec to its monitor: {e}",
                              "MONITOR_FAILED") from e
         try:
-            line = await asyncio.wait_for(_read_report(mon.proc.stdout.fileno()),
+            line = await asyncio.wait_for(_read_report(mon.stdout.fileno()),
                                           START_REPORT_TIMEOUT)
             report = json.loads(line) if line else None
         except (TimeoutError, ValueError) as e:
@@ -351,7 +569,7 @@ class MonitorPool:
             raise StartError(f"the monitor did not report a start ({e!r}); it was killed "
                              f"(see {paths.monitor_log})", "MONITOR_FAILED") from None
         finally:
-            mon.proc.stdout.close()
+            mon.release()
         if report is None:
             self._died_unreported(paths)
             raise StartError("the monitor exited before starting the command "
@@ -380,7 +598,7 @@ class MonitorPool:
 
     def _abandon(self, mon: _IdleMonitor, paths: ExecPaths) -> None:
         """Kill a monitor that failed to report: it never opened its command's gate."""
-        mon.proc.kill()
+        mon.kill()
         self._died_unreported(paths)
 
     # ------------------------------------------------------------------ inspect

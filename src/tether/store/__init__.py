@@ -1,5 +1,5 @@
 """Durable intent (category A): the SQLite store. Only the daemon writes it."""
 
-from tether.store.sqlite import SchemaTooNew, Store, StoreCorrupt
+from tether.store.sqlite import WAL_LIMIT, SchemaTooNew, Store, StoreCorrupt, StoreLost
 
-__all__ = ["SchemaTooNew", "Store", "StoreCorrupt"]
+__all__ = ["WAL_LIMIT", "SchemaTooNew", "Store", "StoreCorrupt", "StoreLost"]

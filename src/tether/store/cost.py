@@ -10,6 +10,7 @@ whatever crashes around it.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from typing import Any
 
@@ -45,12 +46,14 @@ class CostTables:
         self._s = store
 
     def turn_sums(self, key: str, *, since: float, until: float | None, bucket: float,
-                  shift: float = 0.0) -> list[Sums]:
+                  shift: float = 0.0, db: sqlite3.Connection | None = None) -> list[Sums]:
         """``agent.turn`` events with ``since <= time < until``, summed by ``key`` (one of
-        :data:`KEYS`), model and ``CAST((time + shift) / bucket)``."""
+        :data:`KEYS`), model and ``CAST((time + shift) / bucket)``. ``db``: a read
+        connection of ``Store.reads`` (a report over every turn runs in a worker thread),
+        else the store's own."""
         upper = f" AND {_TIME} < ?" if until is not None else ""
         args: tuple[Any, ...] = (shift, bucket, since, *((until,) if until is not None else ()))
-        return _rows(self._s._db.execute(
+        return _rows((db or self._s._db).execute(
             f"SELECT {KEYS[key]}, json_extract(e.body, '$.data.model'),"
             f" CAST(({_TIME} + ?) / ? AS INTEGER), COUNT(*), {_SUMS}"
             f" FROM events e WHERE {_TYPE} = 'agent.turn' AND {_TIME} >= ?{upper}"

@@ -9,6 +9,7 @@ any point resumes from the last node it finished.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from typing import Any
 
@@ -25,6 +26,9 @@ _dec_node = msgspec.json.Decoder(DigestNode)
 _dec_exec = msgspec.json.Decoder(ExecRecord)
 _dec_event = msgspec.json.Decoder(Event)
 
+#: A read connection (``Store.reads``), or None for the store's own.
+Db = sqlite3.Connection | None
+
 _ENDED = "json_extract(record, '$.ended_at')"
 # An attempt of a lineage that had an earlier attempt that really started: a revival.
 _REVIVAL = """EXISTS (SELECT 1 FROM execs p
@@ -34,78 +38,91 @@ _REVIVAL = """EXISTS (SELECT 1 FROM execs p
 
 
 class DigestTables:
-    """Digest reads and writes over the daemon's one :class:`Store` connection."""
+    """Digest reads and writes over the daemon's one :class:`Store` connection. The reads
+    take a connection ``db``: a pass makes them in a worker thread with a read connection
+    of its own (``Store.reads``); without one, the store's (inside its transactions)."""
 
     def __init__(self, store: Store) -> None:
         self._store = store
         self._db = store._db  # same package: one connection, one writer
+        self.reads = store.reads
 
     # ------------------------------------------------------------------ leaves
-    def ended_times(self, since: float, until: float) -> list[float]:
-        rows = self._db.execute(
+    def ended_times(self, since: float, until: float, db: Db = None) -> list[float]:
+        rows = (db or self._db).execute(
             f"SELECT {_ENDED} FROM execs WHERE {_ENDED} >= ? AND {_ENDED} < ?",
             (since, until)).fetchall()
         return [float(r[0]) for r in rows]
 
-    def exec_ids(self, start: float, end: float) -> list[str]:
-        rows = self._db.execute(
+    def exec_ids(self, start: float, end: float, db: Db = None) -> list[str]:
+        rows = (db or self._db).execute(
             f"SELECT id FROM execs WHERE {_ENDED} >= ? AND {_ENDED} < ? ORDER BY id",
             (start, end)).fetchall()
         return [str(r[0]) for r in rows]
 
-    def leaves(self, start: float, end: float) -> list[Leaf]:
+    def leaves(self, start: float, end: float, db: Db = None) -> list[Leaf]:
         """The execs that ended in ``[start, end)``, with their agent turns."""
-        rows = self._db.execute(
+        db = db or self._db
+        rows = db.execute(
             f"SELECT e.record, CASE WHEN json_extract(e.record, '$.lineage') IS NULL THEN 0 "
             f"ELSE {_REVIVAL} END FROM execs e "
             f"WHERE json_extract(e.record, '$.ended_at') >= ? "
             f"AND json_extract(e.record, '$.ended_at') < ? ORDER BY json_extract(e.record, "
             f"'$.ended_at'), e.id", (start, end)).fetchall()
         out = []
+        agents: dict[str, Leaf] = {}
         for blob, revival in rows:
             rec = _dec_exec.decode(blob)
             leaf = Leaf(id=rec.id, sandbox=rec.sandbox, argv=list(rec.spec.argv), state=rec.state,
                         exit_code=rec.exit_code, signal=rec.signal, reason=rec.reason,
                         started_at=rec.started_at, ended_at=float(rec.ended_at or end),
-                        lineage=rec.lineage, revival=bool(revival))
+                        lineage=rec.lineage, name=rec.name, revival=bool(revival))
             if rec.lineage is not None:
-                self._add_turns(leaf)
+                agents[leaf.id] = leaf
             out.append(leaf)
+        self._add_turns(agents, db)
         return out
 
-    def _add_turns(self, leaf: Leaf) -> None:
-        rows = self._db.execute(
-            "SELECT json_extract(body, '$.data.context_pct'), json_extract(body, '$.data.usage')"
-            " FROM events WHERE json_extract(body, '$.exec') = ?"
-            " AND json_extract(body, '$.type') = 'agent.turn'", (leaf.id,)).fetchall()
-        for pct, usage in rows:
-            leaf.turns += 1
-            if pct is not None:
-                leaf.context_peak_pct = max(float(pct), leaf.context_peak_pct or 0.0)
-            if usage:
-                for k, v in msgspec.json.decode(usage, type=dict[str, int]).items():
-                    leaf.tokens[k] = leaf.tokens.get(k, 0) + v
+    def _add_turns(self, leaves: dict[str, Leaf], db: sqlite3.Connection) -> None:
+        """The agent turns of these leaves (by exec id), a few hundred execs per query."""
+        ids = list(leaves)
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            rows = db.execute(
+                "SELECT json_extract(body, '$.exec'), json_extract(body, '$.data.context_pct'),"
+                " json_extract(body, '$.data.usage') FROM events WHERE json_extract(body, "
+                f"'$.exec') IN ({','.join('?' * len(chunk))}) AND json_extract(body, '$.type')"
+                " = 'agent.turn' ORDER BY gseq", chunk).fetchall()
+            for exec_id, pct, usage in rows:
+                leaf = leaves[exec_id]
+                leaf.turns += 1
+                if pct is not None:
+                    leaf.context_peak_pct = max(float(pct), leaf.context_peak_pct or 0.0)
+                if usage:
+                    for k, v in msgspec.json.decode(usage, type=dict[str, int]).items():
+                        leaf.tokens[k] = leaf.tokens.get(k, 0) + v
 
     # ------------------------------------------------------------------ nodes
-    def latest(self, ident: str) -> DigestNode | None:
-        row = self._db.execute(
+    def latest(self, ident: str, db: Db = None) -> DigestNode | None:
+        row = (db or self._db).execute(
             "SELECT n.record FROM digest_latest l JOIN digest_nodes n "
             "ON n.id = l.id AND n.version = l.version WHERE l.id = ?", (ident,)).fetchone()
         return None if row is None else _dec_node.decode(row[0])
 
-    def nodes(self, level: Level, start: float, end: float) -> list[DigestNode]:
+    def nodes(self, level: Level, start: float, end: float, db: Db = None,
+              ) -> list[DigestNode]:
         """The latest version of every ``level`` node whose period starts in [start, end)."""
-        rows = self._db.execute(
+        rows = (db or self._db).execute(
             "SELECT n.record FROM digest_latest l JOIN digest_nodes n "
             "ON n.id = l.id AND n.version = l.version "
             "WHERE l.level = ? AND l.period_start >= ? AND l.period_start < ? "
             "ORDER BY l.period_start", (level, start, end)).fetchall()
         return [_dec_node.decode(r[0]) for r in rows]
 
-    def unfinished(self, level: Level) -> list[DigestNode]:
+    def unfinished(self, level: Level, db: Db = None) -> list[DigestNode]:
         """Nodes a pass must build again wherever their period is: FAILED, or BUILDING
         when a crash interrupted their build."""
-        rows = self._db.execute(
+        rows = (db or self._db).execute(
             "SELECT n.record FROM digest_latest l JOIN digest_nodes n "
             "ON n.id = l.id AND n.version = l.version WHERE l.level = ? "
             "AND l.state IN ('FAILED', 'BUILDING') ORDER BY l.period_start",
@@ -193,18 +210,19 @@ class DigestTables:
                        (done.level, done.period_start, processed, time.time()))
             return done, ev
 
-    def checkpoint(self, level: Level) -> tuple[float, int] | None:
+    def checkpoint(self, level: Level, db: Db = None) -> tuple[float, int] | None:
         """The start of the newest period of ``level`` built, and how many were built."""
-        row = self._db.execute(
+        row = (db or self._db).execute(
             "SELECT period_start, processed FROM digest_checkpoints WHERE level = ?",
             (level,)).fetchone()
         return None if row is None else (float(row[0]), int(row[1]))
 
-    def events_of_execs(self, exec_ids: list[str]) -> list[Event]:
+    def events_of_execs(self, exec_ids: list[str], db: Db = None) -> list[Event]:
         """The journal of these execs (a lineage's attempts), in order."""
         out: list[Event] = []
         for ident in exec_ids:
-            rows = self._db.execute("SELECT body FROM events WHERE json_extract(body, '$.exec')"
-                                    " = ? ORDER BY gseq", (ident,)).fetchall()
+            rows = (db or self._db).execute(
+                "SELECT body FROM events WHERE json_extract(body, '$.exec') = ? ORDER BY gseq",
+                (ident,)).fetchall()
             out.extend(_dec_event.decode(r[0]) for r in rows)
         return sorted(out, key=lambda ev: ev.gseq)

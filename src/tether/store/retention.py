@@ -15,9 +15,12 @@ Two promises hold whatever crashes where:
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
+
+import msgspec
 
 from tether.model.records import Event
 from tether.model.states import EXEC_TERMINAL
@@ -42,8 +45,12 @@ class ExecLike(Protocol):
     def ended_at(self) -> float | None: ...
 
 
-@dataclass(frozen=True)
-class Ended:
+class Ended(msgspec.Struct, frozen=True, gc=False):
+    """A settled exec as a pass sees it. Not tracked by the garbage collector (it holds
+    only strings and numbers): a pass over 100,000 execs made as many tracked objects,
+    and the full collections they set off held every thread, the loop's too, for
+    hundreds of milliseconds."""
+
     id: str
     sandbox: str
     state: str
@@ -62,6 +69,14 @@ class Prune:
     bytes: int
     pruned_at: float
     done: bool
+
+
+#: A read connection (``Store.reads``: a pass plans in a worker thread), or None for
+#: the store's own.
+Db = sqlite3.Connection | None
+#: Up to this many streams, compaction names each one's newest event to keep (read once
+#: per pass); above it, each transaction finds them again with a ``GROUP BY``.
+KEEP_LISTED = 500
 
 
 class RetentionStore:
@@ -85,62 +100,97 @@ class RetentionStore:
         """The floor of a stream's ``seq``, or of the global ``gseq`` for None."""
         return self.floor() if stream is None else self.stream_floor(stream)
 
-    def compaction_bound(self, before: float, live_execs: list[str]) -> int:
+    def compaction_bound(self, before: float, live_execs: list[str], db: Db = None) -> int:
         """The highest ``gseq`` that may go: older than ``before`` (event time) and
         below the first event of every live exec (its terminal watcher reads them)."""
-        row = self._db.execute(
+        db = db or self._db
+        row = db.execute(
             "SELECT MAX(gseq) FROM events WHERE json_extract(body, '$.time') < ?",
             (before,)).fetchone()
         bound = int(row[0] or 0)
         if live_execs and bound:
-            pin = self._db.execute(
-                "SELECT MIN(gseq) FROM events WHERE json_extract(body, '$.exec') IN "
-                f"({','.join('?' * len(live_execs))})", live_execs).fetchone()
-            if pin[0] is not None:
-                bound = min(bound, int(pin[0]) - 1)
-        return max(bound, self.floor())
+            for i in range(0, len(live_execs), 500):  # SQLite's limit on variables
+                chunk = live_execs[i:i + 500]
+                pin = db.execute(
+                    "SELECT MIN(gseq) FROM events WHERE json_extract(body, '$.exec') IN "
+                    f"({','.join('?' * len(chunk))})", chunk).fetchone()
+                if pin[0] is not None:
+                    bound = min(bound, int(pin[0]) - 1)
+        row = db.execute("SELECT value FROM meta WHERE key = 'journal_floor'").fetchone()
+        return max(bound, int(row[0]) if row else 0)
 
-    def count_compactable(self, bound: int) -> int:
-        row = self._db.execute(
+    def count_compactable(self, bound: int, db: Db = None) -> int:
+        row = (db or self._db).execute(
             "SELECT COUNT(*) FROM events WHERE gseq <= ? AND gseq NOT IN "
             "(SELECT MAX(gseq) FROM events GROUP BY stream)", (bound,)).fetchone()
         return int(row[0])
 
-    def compact(self, bound: int) -> int:
-        """Delete the events up to ``bound`` (each stream's newest excepted) and raise
-        the floors, in one transaction. Returns how many events went."""
+    def newest_events(self, db: Db = None) -> list[int] | None:
+        """Each stream's newest event (``gseq``), which compaction keeps: None when there
+        are more than :data:`KEEP_LISTED` streams (each step then finds them itself).
+        Read once per pass: an event appended later is above the pass's bound anyway, so
+        an older one it makes deletable is merely kept."""
+        rows = (db or self._db).execute(
+            "SELECT MAX(gseq) FROM events GROUP BY stream").fetchall()
+        return None if len(rows) > KEEP_LISTED else [int(r[0]) for r in rows]
+
+    def live_exec_ids(self, db: Db = None) -> list[str]:
+        return [str(r[0]) for r in (db or self._db).execute(
+            "SELECT id FROM execs WHERE state IN ('PENDING', 'RUNNING')").fetchall()]
+
+    def compact(self, bound: int, keep_list: list[int] | None = None) -> int:
+        """Delete the events up to ``bound`` (each stream's newest excepted: given in
+        ``keep_list``, from :meth:`newest_events`, or found here) and raise the floors,
+        in one transaction. Returns how many events went."""
         if bound <= self.floor():
             return 0
-        with self._store._tx() as db:
+        args: tuple[int, ...] = ()
+        if keep_list is None:
             keep = "(SELECT MAX(gseq) FROM events GROUP BY stream)"
+        else:
+            keep = f"({','.join('?' * len(keep_list))})"
+            args = tuple(keep_list)
+        with self._store._tx() as db:
             db.execute(
                 "INSERT INTO journal_floor (stream, seq, gseq) "
-                f"SELECT stream, MAX(seq), MAX(gseq) FROM events WHERE gseq <= ? "
+                # NOT INDEXED: a range of the rowid, not a scan of (stream, seq) for GROUP BY
+                f"SELECT stream, MAX(seq), MAX(gseq) FROM events NOT INDEXED WHERE gseq <= ? "
                 f"AND gseq NOT IN {keep} GROUP BY stream "
                 "ON CONFLICT (stream) DO UPDATE SET seq = MAX(seq, excluded.seq), "
-                "gseq = MAX(gseq, excluded.gseq)", (bound,))
+                "gseq = MAX(gseq, excluded.gseq)", (bound, *args))
             n = db.execute(f"DELETE FROM events WHERE gseq <= ? AND gseq NOT IN {keep}",
-                           (bound,)).rowcount
+                           (bound, *args)).rowcount
             db.execute("UPDATE meta SET value = ? WHERE key = 'journal_floor'", (str(bound),))
         return int(n)
 
     # ------------------------------------------------------------------ execs
-    def ended_execs(self) -> list[Ended]:
+    def ended_execs(self, db: Db = None) -> list[Ended]:
         """Settled execs whose files are not (being) removed, oldest end first (the
         columns a pass needs, without decoding whole records)."""
-        rows = self._db.execute(
+        rows = (db or self._db).execute(
             "SELECT id, sandbox_id, state, name, json_extract(record, '$.ended_at') AS ended "
             f"FROM execs WHERE state IN ({','.join('?' * len(EXEC_TERMINAL))}) "
             "AND id NOT IN (SELECT exec_id FROM exec_prunes) ORDER BY COALESCE(ended, 0)",
-            sorted(EXEC_TERMINAL)).fetchall()
+            sorted(EXEC_TERMINAL))
         return [Ended(r[0], r[1], r[2], r[3], None if r[4] is None else float(r[4]))
-                for r in rows]
+                for r in rows]  # a cursor, read row by row: no list of 100,000 tuples
 
-    def exec_owners(self) -> list[tuple[str, str, str | None]]:
+    def exec_owners(self, db: Db = None) -> list[tuple[str, str, str | None]]:
         """Every exec's id, sandbox and lineage (for ``retention.df``)."""
-        rows = self._db.execute("SELECT id, sandbox_id, json_extract(record, '$.lineage') "
+        rows = (db or self._db).execute("SELECT id, sandbox_id, json_extract(record, '$.lineage') "
                                 "FROM execs").fetchall()
         return [(r[0], r[1], r[2]) for r in rows]
+
+    def names(self, table: str, ids: list[str], db: Db = None) -> dict[str, str | None]:
+        """The names of these sandboxes or lineages (``table``), by id (for ``df``)."""
+        assert table in ("sandboxes", "lineages")
+        out: dict[str, str | None] = {}
+        for i in range(0, len(ids), 500):
+            chunk = ids[i:i + 500]
+            out.update((str(r[0]), r[1]) for r in (db or self._db).execute(
+                f"SELECT id, name FROM {table} WHERE id IN ({','.join('?' * len(chunk))})",
+                chunk).fetchall())
+        return out
 
     def get_prune(self, exec_id: str) -> Prune | None:
         row = self._db.execute(

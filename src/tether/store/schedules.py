@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -30,6 +31,15 @@ if TYPE_CHECKING:
 _enc = msgspec.json.Encoder()
 _dec_job = msgspec.json.Decoder(JobRecord)
 _dec_run = msgspec.json.Decoder(RunRecord)
+
+
+@dataclass(frozen=True)
+class JobsPage:
+    jobs: list[JobRecord]
+    live: dict[str, int]  # job id -> its runs PENDING, PAUSED or RUNNING (absent: none)
+    total: int  # jobs in the listing (all pages)
+    next: int | None  # the cursor of the next page, None after the last
+    next_due: float | None
 
 
 class ScheduleStore:
@@ -82,6 +92,33 @@ class ScheduleStore:
         if not include_removed:
             sql += " WHERE state != 'REMOVED'"
         return [_dec_job.decode(r[0]) for r in self._s._db.execute(sql + " ORDER BY rowid")]
+
+    def jobs_page(self, db: sqlite3.Connection, *, after: int, limit: int,
+                  include_removed: bool = False) -> JobsPage:
+        """Up to ``limit`` jobs after cursor ``after`` (a row id; 0: from the first), in
+        the order of :meth:`list_jobs`, with their live runs counted in one query: what
+        ``scheduler.status`` serves a page of. ``db``: a read connection
+        (``Store.reads``), for the scan of a large table runs off the loop."""
+        where = "" if include_removed else " AND state != 'REMOVED'"
+        rows = db.execute(f"SELECT rowid, record FROM schedule_jobs WHERE rowid > ?{where} "
+                          "ORDER BY rowid LIMIT ?", (after, limit + 1)).fetchall()
+        more = len(rows) > limit
+        rows = rows[:limit]
+        jobs = [_dec_job.decode(r[1]) for r in rows]
+        live: dict[str, int] = {}
+        if jobs:
+            marks = ",".join("?" * len(jobs))
+            live = dict(db.execute(
+                "SELECT job_id, COUNT(*) FROM schedule_runs WHERE state IN "
+                f"('PENDING', 'PAUSED', 'RUNNING') AND job_id IN ({marks}) GROUP BY job_id",
+                [j.id for j in jobs]).fetchall())
+        total = int(db.execute(f"SELECT COUNT(*) FROM schedule_jobs WHERE 1{where}"
+                               ).fetchone()[0])
+        due = db.execute("SELECT MIN(due_at) FROM schedule_jobs WHERE state = 'ACTIVE'"
+                         ).fetchone()[0]
+        return JobsPage(jobs=jobs, live=live, total=total,
+                        next=int(rows[-1][0]) if more else None,
+                        next_due=None if due is None else float(due))
 
     def update_job(self, ident: str, reason: str, **fields: Any) -> tuple[JobRecord, Event]:
         """Change a job (pause, resume, remove, a new next fire) and journal it."""
@@ -162,19 +199,24 @@ class ScheduleStore:
             row = db.execute("SELECT record FROM schedule_jobs WHERE id = ?",
                              (job.id,)).fetchone()
             current = _dec_job.decode(row[0])
-            if not manual:
-                current = msgspec.structs.replace(current, next_fire=next_fire,
-                                                  due_at=due_at, updated_at=now)
-                self._put_job(db, current)
             try:
                 cur = db.execute("INSERT INTO schedule_runs (job_id, fire_at, state, record) "
                                  "VALUES (?, ?, ?, '{}')", (job.id, fire_at, "PENDING"))
             except sqlite3.IntegrityError:
                 return None, []
+            # A job from before run numbers counts on from the runs it has.
+            number = 1 + (current.fired or db.execute(
+                "SELECT count(*) - 1 FROM schedule_runs WHERE job_id = ?",
+                (job.id,)).fetchone()[0])
+            changes: dict[str, Any] = {"fired": number}
+            if not manual:
+                changes.update(next_fire=next_fire, due_at=due_at, updated_at=now)
+            current = msgspec.structs.replace(current, **changes)
+            self._put_job(db, current)
             run = RunRecord(id=int(cur.lastrowid or 0), job=job.id, fire_at=fire_at,
                             state=RunState.PENDING, manual=manual, created_at=now,
                             reason=reason if state == RunState.PENDING else "fire time",
-                            missed=missed, queued=queued)
+                            missed=missed, queued=queued, number=number)
             db.execute("UPDATE schedule_runs SET record = ? WHERE id = ?",
                        (_enc.encode(run), run.id))
             events = [self._run_event(db, run, current)]
@@ -242,19 +284,26 @@ class ScheduleStore:
             "AND COALESCE(json_extract(record, '$.ended_at'), fire_at) < ? "
             "AND id NOT IN (SELECT MAX(id) FROM schedule_runs GROUP BY job_id)")
 
-    def count_runs_before(self, cutoff: float) -> int:
-        """How many runs :meth:`prune_runs` would delete (``retention.prune --dry-run``)."""
-        row = self._s._db.execute(f"SELECT COUNT(*) FROM schedule_runs WHERE {self._OLD}",
-                                  (cutoff,)).fetchone()
+    def count_runs_before(self, cutoff: float, db: sqlite3.Connection | None = None) -> int:
+        """How many runs :meth:`runs_before` lists (``retention.prune --dry-run``)."""
+        row = (db or self._s._db).execute(
+            f"SELECT COUNT(*) FROM schedule_runs WHERE {self._OLD}", (cutoff,)).fetchone()
         return int(row[0])
 
-    def prune_runs(self, cutoff: float) -> tuple[int, Event | None]:
-        """Delete settled runs that ended before ``cutoff`` (the journal's retention age),
-        journaling ``schedule.pruned`` in the same transaction. A job's next fire time is
+    def runs_before(self, cutoff: float, db: sqlite3.Connection | None = None) -> list[int]:
+        """Settled runs that ended before ``cutoff`` (the journal's retention age), each
+        job's newest excepted, for :meth:`delete_runs` in batches (a run that is settled
+        and not its job's newest stays so: the list stays true). A job's next fire time is
         in its own record, so no deleted run's fire time is ever committed again."""
+        return [int(r[0]) for r in (db or self._s._db).execute(
+            f"SELECT id FROM schedule_runs WHERE {self._OLD} ORDER BY id", (cutoff,))]
+
+    def delete_runs(self, ids: list[int], cutoff: float) -> tuple[int, Event | None]:
+        """Delete these runs (from :meth:`runs_before`), journaling ``schedule.pruned``
+        (how many) in the same transaction."""
         with self._s._tx() as db:
-            n = int(db.execute(f"DELETE FROM schedule_runs WHERE {self._OLD}",
-                               (cutoff,)).rowcount)
+            n = int(db.execute(f"DELETE FROM schedule_runs WHERE id IN "
+                               f"({','.join('?' * len(ids))})", ids).rowcount)
             if not n:
                 return 0, None
             ev = self._s._append(db, None, "schedule.pruned", reason=(
@@ -262,5 +311,6 @@ class ScheduleStore:
                 data={"runs": n, "before": cutoff})
         return n, ev
 
-    def count_all_runs(self) -> int:
-        return int(self._s._db.execute("SELECT COUNT(*) FROM schedule_runs").fetchone()[0])
+    def count_all_runs(self, db: sqlite3.Connection | None = None) -> int:
+        return int((db or self._s._db).execute("SELECT COUNT(*) FROM schedule_runs"
+                                               ).fetchone()[0])

@@ -7,10 +7,18 @@ sequence number after a crash is simply ``MAX(seq) + 1``.
 ``synchronous=NORMAL`` in WAL mode survives any process crash (``kill -9``) with
 every committed transaction; a power cut may lose the last few commits but
 never corrupts the file. ``docs/STATE.md`` states this promise.
+
+The WAL is bounded: no commit checkpoints (its fsyncs would be on the request path);
+the daemon calls :meth:`Store.checkpoint` from a worker thread, which copies the WAL
+into the database without blocking the writer and, once the WAL has passed
+:data:`WAL_LIMIT`, truncates it. The store file is watched too: a store deleted or
+replaced under the daemon (:meth:`Store.check_file`) refuses every later write with
+``STORE_LOST`` instead of committing into a file nobody will ever open again.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 import sqlite3
 import time
@@ -18,6 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import msgspec
 
@@ -35,6 +44,7 @@ from tether.store.base import DAEMON_STREAM, Page, SchemaTooNew
 from tether.store.marks import SetupMarks
 from tether.store.migrations import MIGRATIONS
 from tether.store.ports import PortLeases
+from tether.store.reads import Reads
 from tether.store.schedules import ScheduleStore
 
 _enc = msgspec.json.Encoder()
@@ -50,11 +60,35 @@ _LINEAGE_TEXT = ("instr(lower(id || ' ' || COALESCE(name, '') || ' ' || COALESCE
                  "record, '$.config.provider'), '') || ' ' || COALESCE(json_extract(record, "
                  "'$.config.worktree'), '')), ?) > 0")
 
-__all__ = ["DAEMON_STREAM", "SchemaTooNew", "Store", "StoreCorrupt"]
+__all__ = ["DAEMON_STREAM", "WAL_LIMIT", "SchemaTooNew", "Store", "StoreCorrupt", "StoreLost"]
+
+#: Bytes of WAL past which a checkpoint truncates it (and SQLite's own reset keeps it no
+#: larger: ``journal_size_limit``). The WAL then never holds much more than this plus what
+#: is written between two checkpoints (the daemon looks every second).
+WAL_LIMIT = 64 * 1024 * 1024
+#: Frames a truncating checkpoint may still have to copy while it holds the write lock:
+#: it first catches up without the lock (PASSIVE) until at most this many are left, so
+#: the commits it makes wait stay short.
+_CATCH_UP_FRAMES = 256
 
 
 class StoreCorrupt(Exception):
     """``PRAGMA quick_check`` failed, or SQLite does not recognise the file at all."""
+
+
+class StoreLost(TetherError):
+    """The store file was deleted or replaced while the daemon had it open: its writes
+    would go to a file no later daemon opens, so none is made."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(
+            RpcCode.UNAVAILABLE, "STORE_LOST",
+            f"the store {path} was {why} while the daemon ran, so it accepts no more "
+            "changes (running execs keep running under their monitors); stop it (`tether "
+            "daemon stop`), then put the file back, or start with `tether daemon "
+            "--recover-store` to rebuild the store from the execs' files",
+            {"path": str(path), "why": why})
+        self.why = why
 
 
 # SQLITE_CORRUPT and SQLITE_NOTADB: the file's content is bad (not the disk or a lock).
@@ -84,11 +118,18 @@ class Store:
         # checkpoints in a worker thread at every sweep instead (``checkpoint``); the last
         # connection to close checkpoints too, as before.
         self._db.execute("PRAGMA wal_autocheckpoint=0")
+        self.wal_limit = WAL_LIMIT
+        self._db.execute(f"PRAGMA journal_size_limit={WAL_LIMIT}")
+        #: Why the file at ``path`` is no longer this store's, once seen (then for good).
+        self.lost: str | None = None
+        self._ident = _identity(path)  # the file exists: quick_check read it
         self.migrate()
         self._epoch: str | None = None
         self.schedules = ScheduleStore(self)
         self.ports = PortLeases(self)
         self.setup_marks = SetupMarks(self)
+        #: Heavy reads in worker threads, each with its own connection (store/reads.py).
+        self.reads = Reads(path)
 
     @property
     def epoch(self) -> str:
@@ -99,18 +140,72 @@ class Store:
         return self._epoch
 
     # ------------------------------------------------------------------ infra
-    def checkpoint(self) -> None:
-        """Copy the WAL into the database file (PASSIVE: never waits for the writer),
-        on a connection of its own, so that a worker thread can do it while the daemon
-        serves. Durability does not depend on it: a committed WAL frame survives a crash."""
-        con = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+    def checkpoint(self) -> dict[str, int]:
+        """Copy the WAL into the database file, on a connection of its own, so that a
+        worker thread can do it while the daemon serves. PASSIVE first: it never waits
+        for the writer. Once the WAL has passed :data:`WAL_LIMIT` (a writer faster than
+        the copy, so SQLite never got to restart it; ``wal_limit``), catch up the same
+        way, then TRUNCATE it: the writer waits only for the last few frames and the truncation.
+        Durability does not depend on it: a committed WAL frame survives a crash.
+        Returns what it did: the WAL's ``frames`` and ``copied`` after the passive pass,
+        ``truncated`` (0 or 1) and ``wal_bytes`` at the end."""
+        self.check_file()  # never on a path that is no longer this store's
+        # mode=rw: a checkpoint must never create an empty store where the file vanished
+        con = sqlite3.connect(f"file:{quote(str(self.path))}?mode=rw", uri=True,
+                              isolation_level=None, check_same_thread=False)
         try:
             con.execute("PRAGMA busy_timeout=5000")
-            con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            _busy, frames, copied = con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            truncated = 0
+            if self.wal_size() > self.wal_limit:
+                for _ in range(16):
+                    if frames - copied <= _CATCH_UP_FRAMES:
+                        break
+                    _busy, frames, copied = con.execute(
+                        "PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                busy = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                truncated = int(not busy)
         finally:
             con.close()
+        return {"frames": int(frames), "copied": int(copied), "truncated": truncated,
+                "wal_bytes": self.wal_size()}
+
+    def limit_wal(self, limit: int) -> None:
+        """Bound the WAL at ``limit`` bytes instead of :data:`WAL_LIMIT`."""
+        self.wal_limit = int(limit)
+        self._db.execute(f"PRAGMA journal_size_limit={self.wal_limit}")
+
+    def wal_size(self) -> int:
+        """The WAL file's size in bytes (0 when there is none)."""
+        try:
+            return os.stat(f"{self.path}-wal").st_size
+        except FileNotFoundError:
+            return 0
+
+    def check_file(self) -> None:
+        """Raise :class:`StoreLost` if the file at ``path`` is not the one this store
+        opened (deleted, or replaced by another inode). One ``stat``: cheap enough to run
+        before every transaction, which is where it runs."""
+        if self.lost is None:
+            try:
+                ident = _identity(self.path)
+            except FileNotFoundError:
+                self.lost = "deleted"
+            else:
+                if ident != self._ident:
+                    self.lost = "replaced by another file"
+        if self.lost is not None:
+            raise StoreLost(self.path, self.lost)
+
+    def wal_bytes(self) -> int:
+        """The write-ahead log's size now (0 when there is none)."""
+        try:
+            return os.stat(f"{self.path}-wal").st_size
+        except OSError:
+            return 0
 
     def close(self) -> None:
+        self.reads.close()
         self._db.close()
 
     def _quick_check(self) -> None:
@@ -131,6 +226,7 @@ class Store:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
+        self.check_file()
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield self._db
@@ -550,6 +646,11 @@ class Store:
                                   state=rec.status if event == "lineage.state" else rec.lifecycle,
                                   reason=event_reason or reason, data=payload)
         return rec, ev
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
 
 
 if TYPE_CHECKING:

@@ -78,6 +78,12 @@ def load_user(directory: Path) -> list[str]:
     return errors
 
 
+def user_warnings() -> list[str]:
+    """What is doubtful in the user's provider files as loaded (``NAME.toml: …``)."""
+    return [f"{name}.toml: {w}" for name, p in _REGISTRY.user.items()
+            for w in getattr(p, "warnings", ())]
+
+
 def get(name: str) -> Provider:
     """The provider called ``name``; ``KeyError`` names the known ones."""
     try:
@@ -87,12 +93,22 @@ def get(name: str) -> Provider:
         raise KeyError(f"unknown agent provider {name!r} (known: {known})") from None
 
 
-def for_command(argv0: str) -> Provider | None:
-    """The provider whose ``commands`` holds the basename of ``argv0``, if any."""
+def for_command(argv0: str, cwd: str | None = None) -> Provider | None:
+    """The provider whose ``commands`` names ``argv0``, if any: a name there is matched
+    against ``argv0``'s basename (``./myagent``, ``/opt/x/myagent``), a path (a user's
+    profile may give one) against the file ``argv0`` is, relative to ``cwd``."""
     base = os.path.basename(argv0)
     for provider in REGISTRY.values():
         if base in provider.commands:
             return provider
+    if "/" not in argv0:
+        return None
+    here = os.path.realpath(os.path.join(cwd or os.getcwd(), os.path.expanduser(argv0)))
+    for provider in REGISTRY.values():
+        for command in provider.commands:
+            if "/" in command and os.path.realpath(os.path.join(
+                    cwd or os.getcwd(), os.path.expanduser(command))) == here:
+                return provider
     return None
 
 
@@ -108,5 +124,5 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["PROVIDERS", "REGISTRY", "ClaudeProvider", "CodexProvider",
-           "GenericProvider", "Provider", "for_command", "get", "load_user"]
+__all__ = ["PAYLOAD_IN_ARGV", "PROVIDERS", "REGISTRY", "ClaudeProvider", "CodexProvider",
+           "GenericProvider", "Provider", "for_command", "get", "load_user", "user_warnings"]

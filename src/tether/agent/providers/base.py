@@ -10,7 +10,10 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, BinaryIO, TextIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
+
+if TYPE_CHECKING:
+    from tether.model.records import UsageCursor
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,12 @@ class SessionContext:
     # CLI's own telemetry and update checks — nothing else — where the user has not set
     # them (``Provider.quiet_env``, or the CLI's config in the plan; docs/SECURITY.md).
     egress: bool = False
+    # For a resume: what asks the session to carry on (built from the drain snapshot: the
+    # last request, the handoff, why the last attempt ended). A headless resume needs a
+    # prompt; an interactive one uses it only when ``interrupted``.
+    continuation: str = ""
+    # The last attempt ended in the middle of a turn (not at its prompt).
+    interrupted: bool = False
 
 
 @dataclass
@@ -89,8 +98,9 @@ class HookEvent:
     tool_name: str | None = None
     tool_input: dict[str, Any] | None = None
     model: str | None = None
-    # turn_failed: the CLI's error class (Claude Code's StopFailure ``error``) and its
-    # message, e.g. a usage limit and when it resets.
+    # turn_failed: the CLI's error class (``usage_limit`` for a usage or rate limit,
+    # which tether waits out; else the CLI's own name) and its message, e.g. when the
+    # limit resets.
     error: str | None = None
     error_message: str | None = None
     # status: the context window the CLI really uses (tokens).
@@ -153,6 +163,9 @@ class Provider:
     # those hosts anyway, and each try would be a journaled denial) unless the lineage's
     # or its sandbox's environment gives them; never with the host's network.
     quiet_env: Mapping[str, str] = MappingProxyType({})
+    # True when ``settle_turn`` reads a record the CLI may write only after its turn-end
+    # hook has returned: the daemon answers the hook at once and counts the turn after.
+    settles_turns = False
 
     def launch(self, argv: list[str], ctx: SessionContext) -> LaunchPlan:
         raise NotImplementedError
@@ -169,6 +182,25 @@ class Provider:
     def parse_hook(self, event: str, payload: dict[str, Any]) -> HookEvent:
         """Translate one hook call (its event name and JSON payload)."""
         raise NotImplementedError
+
+    def can_resume(self, provider_session_id: str | None,
+                   cursor: UsageCursor | None) -> bool:
+        """Whether the agent's session can be resumed (its CLI wrote its conversation
+        down); when not, a revival starts the agent afresh."""
+        return True
+
+    def settle_turn(self, ev: HookEvent, cursor: UsageCursor | None) -> UsageCursor | None:
+        """A ``turn_end``'s usage, model and messages from the agent's own record of its
+        API calls, read from ``cursor`` once the record holds the turn's end (waiting a
+        moment for it: a CLI may run its hook before it has written the turn); returns
+        the cursor after what was counted, so that each call is counted exactly once.
+        The default: the hook payload says it all (``parse_hook``)."""
+        return cursor
+
+    def follow_record(self, ev: HookEvent, cursor: UsageCursor | None) -> UsageCursor | None:
+        """A ``session_start`` of a new session whose record is another file: what is
+        left of the old one is kept as pending usage, and counting goes on in the new."""
+        return cursor
 
     def reply(self, event: HookEvent, allowed: bool, reason: str) -> HookReply:
         """The hook program's output for a decision (deny output when not allowed)."""
@@ -237,6 +269,12 @@ AGENT_FILES: ContextVar[AgentFiles | None] = ContextVar("agent_files", default=N
 
 
 def open_agent_file(path: str) -> TextIO | None:
+    """:func:`open_agent_bytes`, as text (UTF-8, errors replaced)."""
+    raw = open_agent_bytes(path)
+    return None if raw is None else io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
+
+
+def open_agent_bytes(path: str) -> BinaryIO | None:
     """Open a file an agent named (a transcript, a rollout) for reading, or None. The
     path comes from the agent: never block on a FIFO or device, never follow a planted
     symlink, never read without bound, and under :data:`AGENT_FILES` only beneath its
@@ -247,12 +285,10 @@ def open_agent_file(path: str) -> TextIO | None:
     policy = AGENT_FILES.get()
     try:
         if policy is None:
-            raw = open_regular(os.path.expanduser(path), max_bytes=MAX_AGENT_FILE_BYTES)
-        else:
-            raw = _open_beneath(os.path.expanduser(path), policy)
+            return open_regular(os.path.expanduser(path), max_bytes=MAX_AGENT_FILE_BYTES)
+        return _open_beneath(os.path.expanduser(path), policy)
     except (OSError, ValueError, NotRegular):
         return None
-    return io.TextIOWrapper(raw, encoding="utf-8", errors="replace")
 
 
 def _open_beneath(path: str, policy: AgentFiles) -> BinaryIO:

@@ -13,6 +13,7 @@ Resuming: ``resume_argv`` is a template (``{argv0}``, ``{session}``; ``{args}`` 
 original arguments less ``resume_drop`` options and, when ``drop_positionals``, less
 positional words such as a prompt); ``resume_last_argv`` is used when no session id
 was learned. Both are data, so a user-defined provider (``user.py``) is the same class.
+A turn is priced as ``model``, or as what ``model_pattern`` reads from the output.
 """
 
 from __future__ import annotations
@@ -35,6 +36,13 @@ class OutputProvider(Provider):
     drop_positionals = False
     # Options that take a value: with ``drop_positionals``, their value is kept.
     value_options: frozenset[str] = frozenset()
+    # The model its turns are priced as (``tether cost``, budgets): read from its output
+    # by ``model_pattern`` (group 1) when that matches, else ``model``; None: unpriced.
+    model: str | None = None
+    model_pattern: str | None = None
+    # What is doubtful in a user's profile (a regex that can never match): said by the
+    # daemon's log and by ``tether run`` when the profile is used.
+    warnings: tuple[str, ...] = ()
 
     def launch(self, argv: list[str], ctx: SessionContext) -> LaunchPlan:
         if not argv:

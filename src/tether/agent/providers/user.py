@@ -1,9 +1,12 @@
-"""User-defined providers: ``<home>/providers/NAME.toml``, no code.
+r"""User-defined providers: ``<home>/providers/NAME.toml``, no code.
 
 A user's CLI is driven like the built-in CLIs without hooks (:mod:`.heuristic`): turns
 inferred from its output, resume by an argv template. Every key is optional::
 
-    commands = ["mycli"]                 # argv[0] basenames that select it; default [NAME]
+    commands = ["mycli"]                 # what selects it in `tether run CMD`: a name is
+                                         # argv[0]'s basename (./mycli, /opt/x/mycli),
+                                         # a path that file; default [NAME]
+    model = "gpt-4.1"                    # its turns are priced as this model
     resume = ["{argv0}", "--resume", "{session}", "{args}"]
     resume_last = ["{argv0}", "--continue", "{args}"]   # when no session id is known
     resume_drop = { "-p" = 1, "--yes" = 0 }   # options left out of {args}, and their values
@@ -12,18 +15,22 @@ inferred from its output, resume by an argv template. Every key is optional::
 
     [turns]
     idle_seconds = 5.0                   # quiet output for this long ends a turn
-    end_regex = '^> $'                   # ... if the last output matches (its prompt)
-    context_regex = '(\\d+)% context'    # group 1: context used, percent
-    session_regex = 'session: (\\S+)'    # group 1: the CLI's session id
-    usage_regex = '(\\d+) in, (\\d+) out'  # groups 1, 2: the turn's input, output tokens
+    end_regex = '^> ?$'                  # ... if the last line matches (its prompt)
+    context_regex = '(\d+)% context'    # group 1: context used, percent
+    session_regex = 'session: (\S+)'    # group 1: the CLI's session id
+    usage_regex = '(\d+) in, (\d+) out'  # groups 1, 2: the turn's input, output tokens
+    model_regex = 'model: (\S+)'        # group 1: the model (else `model` above)
 
     [exits]                              # regexes over the last output of an attempt
     usage_limit = ['rate limit reached.*']   # a reset time in the line is understood
     out_of_context = ['context is full']
-    waiting_for_user = ['\\(y/n\\)']
+    waiting_for_user = ['\(y/n\)']
 
-Regexes are Python's, matched case-insensitively (``end_regex`` per line). A file that
-does not parse, an unknown key or a bad regex is refused with the file and key named.
+Regexes are Python's, matched case-insensitively; ``end_regex`` against the last
+non-blank line of output with its trailing whitespace removed (so ``'^> $'`` could never
+match: that is warned about), the others over the last output, line by line (``^``/``$``
+at each line). A file that does not parse, an unknown key, a bad regex or one without the
+groups it must capture is refused with the file and key named.
 """
 
 from __future__ import annotations
@@ -36,9 +43,16 @@ from typing import Any
 from tether.agent.providers.heuristic import OutputProvider
 
 NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
-_TOP = {"commands", "resume", "resume_last", "resume_drop", "drop_positionals",
+_TOP = {"commands", "model", "resume", "resume_last", "resume_drop", "drop_positionals",
         "value_options", "turns", "exits", "notes"}
-_TURNS = {"idle_seconds", "end_regex", "context_regex", "session_regex", "usage_regex"}
+_TURNS = {"idle_seconds", "end_regex", "context_regex", "session_regex", "usage_regex",
+          "model_regex"}
+#: The groups each ``[turns]`` regex must capture (what tether reads from its match).
+_GROUPS = {"context_regex": 1, "session_regex": 1, "usage_regex": 2, "model_regex": 1}
+#: A whitespace a pattern requires right before its end (``' $'``, ``'\s+$'``): a line is
+#: matched with its trailing whitespace removed, so that can never match.
+_TRAILING_SPACE = re.compile(r"(?:[ \t]|\\s|\\t|\\x20|\[(?: |\\s|\\t)+\])"
+                             r"(?:\+|\{[1-9][0-9]*,?[0-9]*\})?(?:\$|\\Z)$")
 _EXITS = {"usage_limit", "out_of_context", "waiting_for_user"}
 
 
@@ -52,14 +66,32 @@ def _words(where: str, value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _regex(where: str, value: Any) -> str:
+def _regex(where: str, value: Any, groups: int = 0) -> str:
     if not isinstance(value, str):
         raise ProviderFileError(f"{where} must be a string (a regex)")
     try:
-        re.compile(value)
+        compiled = re.compile(value)
     except re.error as e:
         raise ProviderFileError(f"{where} is not a valid regex: {e}") from None
+    if compiled.groups < groups:
+        raise ProviderFileError(f"{where} {value!r} captures {compiled.groups} group(s); "
+                                f"tether reads {'groups 1 and 2' if groups == 2 else 'group 1'}"
+                                " of its match: add ( ) around "
+                                + ("each number" if groups == 2 else "what it reads"))
     return value
+
+
+def end_warnings(pattern: str) -> list[str]:
+    """Why ``end_regex`` could never match a line as tether sees it, if it could not."""
+    said = []
+    if _TRAILING_SPACE.search(pattern):
+        said.append(f"[turns] end_regex '{pattern}' can never match: each line is matched "
+                    "with its trailing whitespace removed; end it without the space: "
+                    f"'{_TRAILING_SPACE.sub('', pattern)}$' (' ?$' where one may follow)")
+    if "\\n" in pattern or "\n" in pattern:
+        said.append(f"[turns] end_regex '{pattern}' can never match: it is matched against "
+                    "one line, which holds no newline")
+    return said
 
 
 def _table(where: str, value: Any, keys: set[str]) -> dict[str, Any]:
@@ -114,9 +146,15 @@ def _build(name: str, data: dict[str, Any]) -> OutputProvider:
         raise ProviderFileError("[turns] idle_seconds must be a number of seconds above 0")
     p.turn_idle_seconds = float(idle)
     for key, attr in (("end_regex", "turn_end_pattern"), ("context_regex", "context_pattern"),
-                      ("session_regex", "session_pattern"), ("usage_regex", "usage_pattern")):
+                      ("session_regex", "session_pattern"), ("usage_regex", "usage_pattern"),
+                      ("model_regex", "model_pattern")):
         if key in turns:
-            setattr(p, attr, _regex(f"[turns] {key}", turns[key]))
+            setattr(p, attr, _regex(f"[turns] {key}", turns[key], _GROUPS.get(key, 0)))
+    p.warnings = tuple(end_warnings(p.turn_end_pattern)) if p.turn_end_pattern else ()
+    model = data.get("model")
+    if model is not None and (not isinstance(model, str) or not model.strip()):
+        raise ProviderFileError("model must be a model's name (as in prices.toml)")
+    p.model = model
     exits = _table("[exits]", data.get("exits", {}), _EXITS)
     for key, attr in (("usage_limit", "usage_limit_patterns"),
                       ("out_of_context", "out_of_context_patterns"),

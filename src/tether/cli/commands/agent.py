@@ -10,21 +10,57 @@ from typing import TYPE_CHECKING
 import click
 
 from tether.cli import output as out
-from tether.cli.context import client, die, listing
+from tether.cli.context import check_fleet, client, die
 
 if TYPE_CHECKING:
     from tether.agent.session import Session
 
 
 @click.group()
-def lineage() -> None:
-    """Agent lineages: stable identities across revivals."""
+@click.pass_context
+def lineage(ctx: click.Context) -> None:
+    """Agent lineages: stable identities across revivals (with --fleet, the agents placed
+    on every host: ls, inspect and resolve)."""
+    check_fleet(ctx)
 
 
-listing(lineage, ls_help="List lineages with their state.",
-        inspect_help="Show one lineage as JSON.", all_help="include finished lineages",
-        fetch=lambda c, all_: c.lineage_list(all=all_), get=lambda c, ref: c.lineage_get(ref),
-        table=lambda rows: out.lineage_table(rows))
+@lineage.command("ls")
+@click.option("-a", "--all", "all_", is_flag=True, help="include finished lineages")
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
+@click.pass_context
+def lineage_ls(ctx: click.Context, all_: bool, as_json: bool) -> None:
+    """List lineages with their state; with --fleet, the agent placements of every host."""
+    if ctx.obj.fleet:
+        from tether.cli.commands.fleet import fleet_lineages
+
+        fleet_lineages(ctx, all_, as_json)
+        return
+    rows = client(ctx).lineage_list(all=all_)
+    if as_json:
+        out.emit_json(rows)
+    else:
+        out.lineage_table(rows)
+
+
+@lineage.command("inspect")
+@click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
+@click.argument("ref")
+@click.pass_context
+def lineage_inspect(ctx: click.Context, as_json: bool, ref: str) -> None:
+    """Show one lineage (--json: its record); with --fleet, a placement (WORK or name) and
+    its lineage on its host."""
+    if ctx.obj.fleet:
+        from tether.cli.commands.fleet import fleet_lineage_inspect
+
+        fleet_lineage_inspect(ctx, ref, as_json)
+        return
+    rec = client(ctx).lineage_get(ref)
+    if as_json:
+        out.emit_json(rec)
+    else:
+        import msgspec
+
+        out.lineage_detail(msgspec.to_builtins(rec))
 
 
 @lineage.command("resolve")

@@ -65,13 +65,26 @@ def cost(ctx: click.Context, by: str, since: str | None, as_json: bool) -> None:
         out.note(n)
 
 
+def _spent(usd: float, unpriced: int) -> str:
+    """Dollars spent; with turns no price covers, unknown (never shown as free)."""
+    if not unpriced:
+        return f"${usd:,.4f}"
+    return (f"unknown (>= ${usd:,.4f}; {unpriced} turn{'s' if unpriced != 1 else ''} of a "
+            "model without a price)")
+
+
 def _show(b: Budgets) -> None:
     daily = (f"${b.daily.budget_usd:,.2f} a day ({b.daily.policy})" if b.daily
              else "none (`tether budget set AMOUNT`)")
-    click.echo(f"daily budget: {daily}; spent on {b.day}: ${b.spent_today_usd:,.4f}")
+    click.echo(f"daily budget: {daily}; spent on {b.day}: "
+               f"{_spent(b.spent_today_usd, b.unpriced_today)}")
     for lb in b.lineages:
         click.echo(f"lineage {lb.lineage}{f' ({lb.name})' if lb.name else ''}  {lb.status}  "
-                   f"${lb.spent_usd:,.4f} of ${lb.budget_usd:,.2f} ({lb.policy})")
+                   f"{_spent(lb.spent_usd, lb.unpriced_turns)} of ${lb.budget_usd:,.2f} "
+                   f"({lb.policy})")
+    if b.unpriced_today or any(lb.unpriced_turns for lb in b.lineages):
+        out.note("a budget counts only what is priced: add a [[price]] for the model to "
+                 "<home>/prices.toml (`tether cost` names it)")
 
 
 @click.group(invoke_without_command=True)

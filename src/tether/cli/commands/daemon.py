@@ -9,7 +9,7 @@ import sys
 import click
 
 from tether.cli import output as out
-from tether.cli.context import client, die, kv
+from tether.cli.context import check_fleet, client, die, kv
 from tether.client import daemonctl
 
 
@@ -76,6 +76,7 @@ def daemon(ctx: click.Context, pool: int, default_runtime: str | None,
            labels: tuple[str, ...]) -> None:
     """Run the daemon in the foreground (systemd Type=notify friendly)."""
     if ctx.invoked_subcommand is not None:
+        check_fleet(ctx)
         return
     # The daemon's own lean entry point in this very process (same pid for systemd, and
     # its signals and exit codes), so the CLI never imports the daemon.

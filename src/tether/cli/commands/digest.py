@@ -111,17 +111,22 @@ def digest(ctx: click.Context, hour: str | None, day: str | None, week: str | No
         raise click.UsageError("give one of --hour, --day, --week, --month")
     if not chosen:
         nodes = c.digest_recent("day", 7)
+        if not nodes and not build:  # the daemon's pass runs every 15 min: run one now
+            c.digest_build()
+            nodes = c.digest_recent("day", 7)
         if as_json:
             out.emit_json({"nodes": nodes})
             return
         if not nodes:
-            click.echo("no digest yet: nothing has ended, or no pass has run "
-                       "(`tether digest --build`)")
+            click.echo("nothing has ended in the last seven days")
         for n in nodes:
             click.echo(_node_line(n))
         return
     level, label = chosen[0]
     tree = c.digest_show(level, label or None, versions=versions)  # type: ignore[arg-type]
+    if tree.node is None and not build:  # not rolled up yet: a pass now
+        c.digest_build()
+        tree = c.digest_show(level, label or None, versions=versions)  # type: ignore[arg-type]
     if as_json:
         out.emit_json(tree)
         return

@@ -10,6 +10,7 @@ import os
 import sys
 import threading
 import uuid
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -63,7 +64,8 @@ if TYPE_CHECKING:
 @click.option("--stale-after", type=float, default=STALE_AFTER, show_default=True,
               help="agents: seconds of silence before STALE")
 @click.option("--crashed-after", type=float, default=CRASHED_AFTER, show_default=True,
-              help="agents: seconds of silence before CRASHED (then killed and revived)")
+              help="agents: seconds of silence in a turn before CRASHED (then killed and "
+                   "revived; an interactive agent waiting for its user is never)")
 @click.option("--successor", type=click.Choice(["none", "auto"]), default="none",
               show_default=True, help="agents: start a fresh session from the handoff at DEAD")
 @click.option("--worktree", default=None,
@@ -114,7 +116,6 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
     when the command ends unless --keep-sandbox (an agent's is always kept: it is
     revived there).
     """
-    from tether.agent.providers import for_command
     from tether.cli import foreground as fg
     from tether.cli.terminal import terminal_size
 
@@ -133,7 +134,7 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
         worktree = os.path.abspath(workdir_opt)  # used as it is: never created
     if issue_id is not None and not (issue and worktree):
         die("--issue-id needs --issue and --worktree", 2)
-    auto = for_command(argv[0]) if not no_agent else None
+    auto = _auto_provider(ctx, argv[0], cwd) if not no_agent else None
     provider = agent_provider or (auto.name if auto is not None else None)
     if ctx.obj.fleet or fleet_host or fleet_labels:
         from tether.cli.commands.fleet import place_run
@@ -161,8 +162,14 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
             if provider is None:
                 die("--worktree is for agents: add --agent NAME", 2)
             spec["git"] = fleet_branch(worktree, spec["cwd"])
-        place_run(ctx, "agent" if provider else "exec", spec, fleet_host,
-                  kv(fleet_labels, "host-label"), revival)
+        ident = place_run(ctx, "agent" if provider else "exec", spec, fleet_host,
+                          kv(fleet_labels, "host-label"), revival)
+        if use_tty and not detach:  # as a local `run -it`: this terminal on its session
+            from tether.cli.commands.fleet import fleet_attach, started
+
+            keys = fg.detach_keys(detach_keys)
+            started(ctx, ident)
+            sys.exit(fleet_attach(ctx, str(ident), keys, not interactive))
         return
     keys = fg.detach_keys(detach_keys)
     c = client(ctx)
@@ -171,8 +178,6 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
     workdir = os.path.abspath(cwd) if cwd else os.getcwd()
     size = terminal_size(sys.stdin.fileno()) if use_tty else None
     interrupts = fg.Interrupts() if not detach and not use_tty else None
-    auto = for_command(argv[0]) if not no_agent else None
-    provider = agent_provider or (auto.name if auto is not None else None)
     if budget_usd is not None and provider is None:
         die("--budget is for agents: add --agent NAME (or run claude, codex, ...)", 2)
     if allow_domains and provider is None:
@@ -198,10 +203,12 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
         if not ephemeral:
             out.note(f"sandbox {sandbox} created for this run (kept; `tether sandbox rm "
                      f"{sandbox}` removes it)")
+    tree: Worktree | None = None
     try:
         if provider is not None:
-            wt_path = (worktree if workdir_opt else
-                       _prepare_worktree(worktree, workdir) if worktree else None)
+            if worktree and not workdir_opt:
+                tree = _prepare_worktree(worktree, workdir)
+            wt_path = tree.path if tree is not None else worktree
             lin = c.agent_start(
                 list(argv), provider=provider, name=name, sandbox=sandbox, env=env,
                 cwd=wt_path or workdir, tty=use_tty, revival=revival,
@@ -214,9 +221,10 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
             if lin.exec_view is None:
                 # Its program could not be started: exit as the shell (and `tether run`
                 # of a plain command) would, 127 not found, 126 not executable.
+                hint = tree.undo() if tree is not None else None
                 die(f"agent lineage {lin.id} did not start: {lin.reason}",
                     1 if lin.exit_reason != "start_failed" else
-                    127 if "not found" in (lin.reason or "") else 126)
+                    127 if "not found" in (lin.reason or "") else 126, hint=hint)
             x: ExecView = lin.exec_view
             if detach:  # stdout is the exec ref alone: `x=$(tether run -d -- claude)`
                 out.note(f"agent lineage {lin.id}: revived as a new exec if this one dies")
@@ -231,8 +239,11 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
         if made is not None:
             with contextlib.suppress(TetherError):
                 c.sandbox_delete(made, grace=1.0)
+        hint = tree.undo() if tree is not None else None
         if e.code == "START_FAILED":
-            die(e.message, 127 if "not found" in e.message else 126)
+            die(e.message, 127 if "not found" in e.message else 126, hint=hint)
+        if hint is not None:
+            die(e.message, 1, hint=hint)
         raise
     if x.notice:
         click.echo(f"tether: {x.notice}", err=True)
@@ -246,6 +257,26 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
     if interactive:
         threading.Thread(target=fg.forward_stdin, args=(c.home, x.id), daemon=True).start()
     sys.exit(fg.attach_output(c, x.id, interrupts))
+
+
+def _auto_provider(ctx: click.Context, argv0: str, cwd: str | None) -> Any:
+    """The provider a command is (`tether run claude …`, or one a profile of the home's
+    ``providers/`` names in its ``commands``), saying what is wrong with that profile."""
+    from pathlib import Path
+
+    from tether.agent.providers import for_command, load_user, user_warnings
+
+    refused = load_user(Path(ctx.obj.home) / "providers")
+    found = for_command(argv0, os.path.abspath(cwd) if cwd else os.getcwd())
+    name = os.path.basename(argv0)
+    for why in refused:  # a profile meant for this command that could not be used
+        if f"/{name}.toml:" in why:
+            out.note(f"provider file refused, so it runs as a plain command: {why}")
+    if found is not None:
+        for w in user_warnings():
+            if w.startswith(f"{found.name}.toml: "):
+                out.note(f"provider file {w}")
+    return found
 
 
 def _existing_worktrees(top: str) -> dict[str, str]:
@@ -265,21 +296,67 @@ def _existing_worktrees(top: str) -> dict[str, str]:
     return found
 
 
-def _prepare_worktree(branch: str, cwd: str) -> str:
+class Worktree:
+    """The worktree ``run --worktree`` chose: made by this start (``made``; the branch
+    too, ``new_branch``) or one that existed (adopted). A failed start undoes what it
+    made, so a retry starts afresh from the repository's HEAD instead of adopting a
+    worktree left on an old commit; an adopted one is named, with how to remove it."""
+
+    def __init__(self, path: str, branch: str | None = None, top: str | None = None, *,
+                 made: bool = False, new_branch: bool = False) -> None:
+        self.path, self.branch, self.top = path, branch, top
+        self.made, self.new_branch = made, new_branch
+
+    def undo(self) -> str | None:
+        """After a failed start: remove what this start made (saying so), or name the
+        worktree it reused; the hint for the error, if any."""
+        import subprocess
+
+        if self.top is None or self.branch is None:
+            return None
+        if not self.made:
+            return (f"the worktree {self.path} (branch {self.branch}, at "
+                    f"{_head(self.path)}) was there before this start and was reused; if "
+                    f"it is stale, remove it and start again: git -C {self.top} worktree "
+                    f"remove --force {self.path}")
+        r = subprocess.run(["git", "-C", self.top, "worktree", "remove", "--force",
+                            self.path], capture_output=True, text=True)
+        if r.returncode != 0:
+            return (f"the worktree {self.path} this start made could not be removed "
+                    f"({r.stderr.strip()}): git -C {self.top} worktree remove --force "
+                    f"{self.path}")
+        if self.new_branch:
+            subprocess.run(["git", "-C", self.top, "branch", "-D", self.branch],
+                           capture_output=True)
+        return (f"removed the worktree {self.path}" + (f" and branch {self.branch}"
+                                                        if self.new_branch else "")
+                + " this start made")
+
+
+def _head(path: str) -> str:
+    """``<short sha> <subject>`` of the worktree's HEAD, for a message."""
+    import subprocess
+
+    r = subprocess.run(["git", "-C", path, "log", "-1", "--format=%h %s"],
+                       capture_output=True, text=True)
+    return r.stdout.strip() or "an unknown commit"
+
+
+def _prepare_worktree(branch: str, cwd: str) -> Worktree:
     """``--worktree .`` uses the current directory; ``--worktree PATH`` adopts the
     repository's existing worktree there; ``--worktree B`` adopts the worktree that has
     branch B checked out, else creates (or reuses) ``<repo>.worktrees/<B>`` for it."""
     import subprocess
 
     if branch == ".":
-        return cwd
+        return Worktree(cwd)
     if os.path.isdir(branch):
         real = os.path.realpath(branch)
         top = subprocess.run(["git", "-C", real, "rev-parse", "--show-toplevel"],
                              capture_output=True, text=True).stdout.strip()
         if top and os.path.realpath(top) == real and real in {
                 os.path.realpath(p) for p in _existing_worktrees(cwd)}:
-            return real
+            return Worktree(real)
         die(f"--worktree {branch}: a directory, but not a worktree of the repository at "
             f"{cwd}; use --workdir {branch} to run there as it is", 2)
     ok = not branch.startswith("-") and subprocess.run(
@@ -293,10 +370,10 @@ def _prepare_worktree(branch: str, cwd: str) -> str:
         die(f"--worktree {branch}: {cwd} is not inside a git repository", 2)
     for have, checked_out in _existing_worktrees(top).items():
         if checked_out == branch:
-            return have  # the branch's own worktree, wherever it is: adopted
+            return Worktree(have, branch, top)  # the branch's own worktree: adopted
     path = os.path.join(f"{top}.worktrees", branch.replace("/", "-"))
     if os.path.isdir(path):
-        return path
+        return Worktree(path, branch, top)
     exists = subprocess.run(["git", "-C", top, "rev-parse", "--verify", "--quiet",
                              f"refs/heads/{branch}"], capture_output=True).returncode == 0
     args = ["git", "-C", top, "worktree", "add", path] + ([branch] if exists
@@ -304,7 +381,7 @@ def _prepare_worktree(branch: str, cwd: str) -> str:
     r = subprocess.run(args, capture_output=True, text=True)
     if r.returncode != 0:
         die(f"git worktree add failed: {r.stderr.strip()}", 1)
-    return path
+    return Worktree(path, branch, top, made=True, new_branch=not exists)
 
 
 @click.command()
@@ -354,49 +431,75 @@ def ps(ctx: click.Context, all_: bool, sandbox: str | None, as_json: bool) -> No
 
 @click.command()
 @click.option("-f", "--follow", is_flag=True, help="keep printing until the exec ends")
-@click.option("--stderr", "use_stderr", is_flag=True, help="the stderr log instead of stdout")
-@click.option("--offset", type=click.IntRange(min=0), default=0, help="start at this byte")
+@click.option("--stdout", "use_stdout", is_flag=True, help="only its stdout")
+@click.option("--stderr", "use_stderr", is_flag=True, help="only its stderr")
+@click.option("--offset", type=click.IntRange(min=0), default=0,
+              help="start at this byte of what is printed (of the one stream, with "
+                   "--stdout or --stderr)")
 @click.option("--plain", is_flag=True, help="terminal execs: strip escape sequences")
 @click.argument("exec_ref")
 @click.pass_context
-def logs(ctx: click.Context, follow: bool, use_stderr: bool, offset: int, plain: bool,
-         exec_ref: str) -> None:
-    """Print an exec's output, byte for byte (a terminal exec's raw terminal log); with
-    --fleet, a placement's (WORK), streamed from the host that runs it."""
+def logs(ctx: click.Context, follow: bool, use_stdout: bool, use_stderr: bool, offset: int,
+         plain: bool, exec_ref: str) -> None:
+    """Print an exec's output, byte for byte: stdout and stderr interleaved in the order
+    they were written, each to its own stream, as `docker logs` does (a terminal exec's
+    raw terminal log); with --fleet, a placement's (WORK or name), streamed from the host
+    that runs it."""
+    only = None if use_stdout == use_stderr else "stderr" if use_stderr else "stdout"
     if ctx.obj.fleet:
         from tether.cli.commands.fleet import fleet_logs
 
-        fleet_logs(ctx, exec_ref, follow=follow, use_stderr=use_stderr, offset=offset)
+        fleet_logs(ctx, exec_ref, follow=follow, stream=only, offset=offset, plain=plain)
         return
     c = client(ctx)
     x = c.exec_get(exec_ref)
-    stream = "stderr" if use_stderr else ("pty" if x.spec.tty else "stdout")
-    sink = sys.stdout.buffer
-    strip: EscapeStripper | None = None
+    if only is not None and x.spec.tty:
+        only = "pty" if only == "stdout" else only  # a terminal's one log is its stdout
+    # The one stream asked for goes to stdout (`tether logs --stderr x | less`); both go
+    # each to its own, as docker logs does.
+    parts = ((("stdout", data) for data in c.read_logs(x.id, stream=only, offset=offset,
+                                                        follow=follow))
+             if only is not None else c.read_output(x.id, offset=offset, follow=follow))
+    write_output(parts, plain)
+
+
+def write_output(parts: Iterable[tuple[str, bytes]], plain: bool) -> None:
+    """Each part to this process's stdout or stderr (``stderr``'s), in order; ``plain``:
+    less a terminal's escape sequences. A closed pipe or Ctrl-C ends it quietly."""
+    sinks = {"stderr": sys.stderr.buffer}
+    strips: dict[str, EscapeStripper] = {}
     if plain:  # the terminal module (termios, the attach client) only when asked
         from tether.cli.terminal import EscapeStripper
-
-        strip = EscapeStripper()
     try:
-        for data in c.read_logs(x.id, stream=stream, offset=offset, follow=follow):
-            sink.write(strip.feed(data) if strip else data)
+        for stream, data in parts:
+            sink = sinks.get(stream, sys.stdout.buffer)
+            if plain:
+                data = strips.setdefault(stream, EscapeStripper()).feed(data)
+            sink.write(data)
             sink.flush()
-        if strip:
-            sink.write(strip.flush())
-            sink.flush()
+        for stream, strip in strips.items():
+            sinks.get(stream, sys.stdout.buffer).write(strip.flush())
     except KeyboardInterrupt:
         pass
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            sys.stdout.flush()
 
 
 @click.command()
 @click.argument("exec_ref")
 @click.pass_context
 def wait(ctx: click.Context, exec_ref: str) -> None:
-    """Wait for an exec to end; print its exit code and exit with it."""
+    """Wait for an exec to end; print its exit code and exit with it (with --fleet, a
+    placement's: WORK or its name)."""
     from tether.cli import foreground as fg
 
+    if ctx.obj.fleet:
+        from tether.cli.commands.fleet import fleet_wait
+
+        fleet_wait(ctx, exec_ref)
     c = client(ctx)
     while True:
         x = c.exec_wait(exec_ref, timeout=30.0)
@@ -415,7 +518,12 @@ def wait(ctx: click.Context, exec_ref: str) -> None:
 @click.argument("exec_refs", nargs=-1, required=True)
 @click.pass_context
 def kill(ctx: click.Context, sig: str, grace: float, exec_refs: tuple[str, ...]) -> None:
-    """Cancel execs: SIGNAL to the process group, then SIGKILL after GRACE."""
+    """Cancel execs: SIGNAL to the process group, then SIGKILL after GRACE; with --fleet,
+    placements (WORK or name), by the hosts that run them."""
+    if ctx.obj.fleet:
+        from tether.cli.commands.fleet import fleet_kill
+
+        fleet_kill(ctx, exec_refs, sig, grace)
     c = client(ctx)
     status = 0
     for ref in exec_refs:

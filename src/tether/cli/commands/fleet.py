@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 import click
 
@@ -88,6 +88,20 @@ def fleet_init(ctx: click.Context, url: str | None) -> None:
                (f" (applied {', '.join(map(str, applied))})" if applied else " (up to date)"))
 
 
+def host_state(r: dict[str, Any]) -> str:
+    """A host's state as ``hosts`` shows it: ACTIVE or DRAINING only while its lease is
+    live. Past it the host is DOWN (stopped, or cut off) until it takes a lease again, or
+    DEAD once a live host's sweep has settled its work."""
+    return str(r["state"]) if r["live"] or r["state"] == "DEAD" else "DOWN"
+
+
+def _ago(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size:.0f}{unit} ago"
+    return f"{max(seconds, 0):.0f}s ago"
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="print JSON instead of text")
 @click.pass_context
@@ -98,14 +112,15 @@ def hosts(ctx: click.Context, as_json: bool) -> None:
     with _ready(_url(ctx)) as conn:
         rows = fs.hosts(conn)
     if as_json:
-        out.emit_json(rows)
+        out.emit_json([{**r, "shown": host_state(r)} for r in rows])
         return
-    click.echo(f"{'HOST':<16} {'STATE':<9} {'LEASE':<12} {'LOAD':>9} {'TOKEN':>6}  "
+    click.echo(f"{'HOST':<16} {'STATE':<9} {'LEASE':<15} {'LOAD':>9} {'TOKEN':>6}  "
                "VERSION  LABELS")
     for r in rows:
-        lease = f"{r['lease_left']:.1f}s left" if r["live"] else "expired"
+        lease = (f"{r['lease_left']:.1f}s left" if r["live"] else
+                 f"expired {_ago(-r['lease_left'])}")
         labels = ",".join(f"{k}={v}" for k, v in sorted(r["labels"].items())) or "-"
-        click.echo(f"{r['name']:<16} {r['state']:<9} {lease:<12} "
+        click.echo(f"{r['name']:<16} {host_state(r):<9} {lease:<15} "
                    f"{r['load']:>4}/{r['capacity']:<4} {r['token']:>6}  "
                    f"{r['version']:<8} {labels}")
 
@@ -180,6 +195,17 @@ def fleet_rotate_token(ctx: click.Context, url: str | None, grace: float) -> Non
     click.echo(f"fleet token rotated; the previous one is accepted for {grace:g} s more")
 
 
+def shown_state(r: dict[str, Any]) -> str:
+    """A placement's state as ``ps`` and ``lineage ls`` show it: a live or LOST one whose
+    host has no live lease is UNREACHABLE (its command may run on there: a host's monitors
+    outlive its daemon) until that host answers, or is forgotten (then LOST)."""
+    if r["state"] in ("PLACED", "RUNNING") and not r.get("host_live", True):
+        return "UNREACHABLE"
+    if r["state"] == "LOST" and r.get("host_known") and not r.get("host_live"):
+        return "UNREACHABLE"
+    return str(r["state"])
+
+
 def fleet_ps(ctx: click.Context, all_: bool, as_json: bool) -> None:
     """``ps`` with ``--fleet``: every placement on every host."""
     from tether.fleet import store as fs
@@ -187,19 +213,153 @@ def fleet_ps(ctx: click.Context, all_: bool, as_json: bool) -> None:
     with _ready(_url(ctx)) as conn:
         rows = fs.work(conn, all_=all_)
     if as_json:
-        out.emit_json(rows)
+        out.emit_json([{**r, "shown": shown_state(r)} for r in rows])
         return
-    click.echo(f"{'WORK':>6} {'KIND':<6} {'HOST':<16} {'STATE':<8} {'GEN':>3} {'LOCAL':<12} "
-               "COMMAND")
+    click.echo(f"{'WORK':>6} {'NAME':<16} {'KIND':<6} {'HOST':<16} {'STATE':<11} "
+               f"{'EXIT':>4} {'GEN':>3} {'LOCAL':<12} COMMAND")
     for r in rows:
         cmd = " ".join(r["argv"] or [])
-        click.echo(f"{r['id']:>6} {r['kind']:<6} {r['host'] or '-':<16} {r['state']:<8} "
+        code = "-" if r["exit_code"] is None else str(r["exit_code"])
+        click.echo(f"{r['id']:>6} {(r['name'] or '-')[:16]:<16} {r['kind']:<6} "
+                   f"{r['host'] or '-':<16} {shown_state(r):<11} {code:>4} "
                    f"{r['generation']:>3} {r['local_id'] or '-':<12} {cmd[:60]}")
 
 
+def fleet_lineages(ctx: click.Context, all_: bool, as_json: bool) -> None:
+    """``lineage ls`` with ``--fleet``: the agent placements, on every host."""
+    from tether.fleet import store as fs
+
+    with _ready(_url(ctx)) as conn:
+        rows = fs.work(conn, all_=all_, kind="agent")
+    if as_json:
+        out.emit_json([{**r, "shown": shown_state(r)} for r in rows])
+        return
+    click.echo(f"{'WORK':>6} {'NAME':<16} {'HOST':<16} {'STATE':<11} {'GEN':>3} "
+               f"{'LINEAGE':<14} REASON")
+    for r in rows:
+        click.echo(f"{r['id']:>6} {(r['name'] or '-')[:16]:<16} {r['host'] or '-':<16} "
+                   f"{shown_state(r):<11} {r['generation']:>3} {r['local_id'] or '-':<14} "
+                   f"{(r['reason'] or '')[:70]}")
+
+
+def fleet_lineage_inspect(ctx: click.Context, work_ref: str, as_json: bool) -> None:
+    """``lineage inspect`` with ``--fleet``: an agent placement, and its lineage as its
+    host's daemon has it (when that host answers)."""
+    import json
+
+    with _ready(_url(ctx)) as conn:
+        w = _find(conn, work_ref)
+        if w["kind"] != "agent":
+            die(f"placement {w['id']} is a command, not an agent: "
+                f"`tether --fleet URL ps -a` shows it", 1)
+        at = _where(conn, w["host"], {"lineage": w["local_id"]}) if w["local_id"] else None
+    lineage: Any = None
+    why = "not started yet" if at is None else None
+    if at is not None:
+        try:
+            lineage = json.loads(b"".join(_stream(at, "/v1/lineage", at.query,
+                                                  "lineage is on its disk", fatal=False)))
+        except _Unanswered as e:
+            why = str(e)
+    row = {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in w.items()}
+    if as_json:
+        out.emit_json({"placement": row, "lineage": lineage})
+        return
+    click.echo(f"placement {w['id']}  {shown_state(w)} on {w['host'] or '-'}, generation "
+               f"{w['generation']}" + (f": {w['reason']}" if w["reason"] else ""))
+    if lineage is not None:
+        out.lineage_detail(lineage)
+    else:
+        click.echo(f"lineage: {why}")
+
+
+def fleet_kill(ctx: click.Context, refs: tuple[str, ...], sig: str, grace: float) -> NoReturn:
+    """``kill`` with ``--fleet``: ask each placement's host to stop it (a placement not
+    started yet never starts; one waiting for a human is reaped)."""
+    import sys
+
+    from tether.fleet import store as fs
+
+    status = 0
+    with _ready(_url(ctx)) as conn:
+        for ref in refs:
+            try:
+                w = _find(conn, ref, fatal=False)
+                row = fs.request_kill(conn, int(w["id"]), sig, grace)
+            except fs.NoHost as e:
+                out.fail(str(e))
+                status = 1
+                continue
+            click.echo(row["id"])
+            if row["state"] in ("ENDED", "REAPED") and row["id"] == w["id"] \
+                    and w["state"] == row["state"]:
+                out.note(f"placement {row['id']} had already ended ({row['state']})")
+            elif shown_state(w) == "UNREACHABLE":
+                out.note(f"placement {row['id']}: host {w['host']} does not answer; it "
+                         "stops it when it is back")
+    sys.exit(status)
+
+
+def fleet_wait(ctx: click.Context, work_ref: str) -> NoReturn:
+    """``wait`` with ``--fleet``: until the placement ends; print its exit status and exit
+    with it (1, and why on stderr, for one that ended without one: reaped, never
+    started, or lost with its forgotten host)."""
+    import sys
+    import time
+
+    from tether.fleet import store as fs
+
+    said: set[str] = set()
+    with _ready(_url(ctx)) as conn:
+        ident = int(_find(conn, work_ref)["id"])
+        while True:
+            w = fs.get_work(conn, ident)
+            if w is None:
+                die(f"placement {ident} was removed while waiting", 1)
+            shown = shown_state(w)
+            if w["state"] in ("ENDED", "REAPED") or (w["state"] == "LOST"
+                                                     and not w["host_known"]):
+                break
+            if shown in ("UNREACHABLE", "ASK") and shown not in said:
+                said.add(shown)
+                out.note(f"placement {ident} is {shown} on host {w['host']}: "
+                         + ("waiting for it to answer" if shown == "UNREACHABLE" else
+                            "waiting for a human (tether --fleet URL lineage resolve "
+                            f"--revive/--reap {ident})"))
+            time.sleep(0.5)
+    code = w["exit_code"]
+    if code is None:
+        out.fail(f"placement {ident} {shown}: {w['reason'] or 'no exit status'}")
+        code = 1
+    click.echo(code)
+    sys.exit(code)
+
+
+def fleet_rm(ctx: click.Context, refs: tuple[str, ...]) -> NoReturn:
+    """``rm`` with ``--fleet``: forget ended placements (their journal rows stay). The
+    host's local record and logs of it go with that host's retention (`tether prune`)."""
+    import sys
+
+    from tether.fleet import store as fs
+
+    status = 0
+    with _ready(_url(ctx)) as conn:
+        for ref in refs:
+            try:
+                w = _find(conn, ref, fatal=False)
+                fs.remove_work(conn, int(w["id"]))
+            except fs.NoHost as e:
+                out.fail(str(e))
+                status = 1
+                continue
+            click.echo(w["id"])
+    sys.exit(status)
+
+
 def place_run(ctx: click.Context, kind: str, params: dict[str, Any], host: str | None,
-              labels: dict[str, str], revival: str) -> None:
-    """``run`` with ``--fleet``: place the work on a host and print where it went."""
+              labels: dict[str, str], revival: str) -> int:
+    """``run`` with ``--fleet``: place the work on a host and print where it went; its
+    WORK number."""
     from tether.fleet import store as fs
 
     want = None if host in (None, "auto") else host
@@ -211,6 +371,26 @@ def place_run(ctx: click.Context, kind: str, params: dict[str, Any], host: str |
         except fs.NoHost as e:
             die(str(e), 1)
     click.echo(f"{row['id']}  placed on {row['host']}")
+    return int(row["id"])
+
+
+def started(ctx: click.Context, ident: int, timeout: float = 60.0) -> None:
+    """Wait for placement ``ident``'s host to start it (``run -t`` attaches then)."""
+    import time
+
+    from tether.fleet import store as fs
+
+    deadline = time.monotonic() + timeout
+    with _ready(_url(ctx)) as conn:
+        while True:
+            w = fs.get_work(conn, ident)
+            if w is None or w["local_id"] or w["state"] not in ("PLACED", "RUNNING"):
+                return
+            if time.monotonic() > deadline:
+                die(f"placement {ident} has not started on {w['host']} after "
+                    f"{timeout:.0f} s", 1, hint=f"tether --fleet URL attach {ident} once it "
+                    "runs (`tether --fleet URL ps` shows it)")
+            time.sleep(0.2)
 
 
 #: Seconds to wait for a host without a live lease to accept a connection: partitioned
@@ -242,20 +422,30 @@ def _unanswered(e: OSError) -> bool:
         errno.EHOSTUNREACH, errno.ENETUNREACH)
 
 
-def _remote(ctx: click.Context, work_ref: str) -> Remote:
-    """Where placement ``work_ref``'s logs and events live."""
+def _find(conn: Any, ref: str, *, fatal: bool = True) -> dict[str, Any]:
+    """The placement ``ref`` names (its WORK number or its name); ends the command when
+    there is none (``fatal=False``: raises ``NoHost`` instead, for one of many refs)."""
     from tether.fleet import store as fs
 
-    if not work_ref.isdigit():
-        die(f"{work_ref!r} is not a placement: with --fleet, name the WORK number "
-            "`tether --fleet URL ps -a` shows", 2)
-    with _ready(_url(ctx)) as conn:
-        w = fs.get_work(conn, int(work_ref))
+    try:
+        w = fs.find_work(conn, ref)
         if w is None:
-            die(f"no placement {work_ref} in the fleet", 1,
-                hint="tether --fleet URL ps -a lists them")
+            raise fs.NoHost(f"no placement {ref if ref.isdigit() else repr(ref)} in the "
+                            "fleet (a WORK number or a name: `tether --fleet URL ps -a` "
+                            "lists them)")
+    except fs.NoHost as e:
+        if not fatal:
+            raise
+        die(str(e), 1)
+    return w
+
+
+def _remote(ctx: click.Context, work_ref: str) -> Remote:
+    """Where placement ``work_ref``'s logs and events live."""
+    with _ready(_url(ctx)) as conn:
+        w = _find(conn, work_ref)
         if not w["local_id"] or not w["host"]:
-            die(f"placement {work_ref} has not started yet (it is {w['state']} on "
+            die(f"placement {w['id']} has not started yet (it is {w['state']} on "
                 f"{w['host'] or 'no host'})", 1, hint="try again in a moment")
         key = "lineage" if w["kind"] == "agent" else "exec"
         return _where(conn, w["host"], {key: w["local_id"]})
@@ -271,14 +461,25 @@ def _where(conn: Any, host: str, query: dict[str, str]) -> Remote:
     return Remote(end.api, token, query, host, end.live)
 
 
-def _stream(at: Remote, path: str, query: dict[str, str], what: str) -> Any:
+class _Unanswered(Exception):
+    """A host API call failed (``_stream`` with ``fatal=False``); the message says why."""
+
+
+def _stream(at: Remote, path: str, query: dict[str, str], what: str, *,
+            fatal: bool = True) -> Any:
     """GET ``path`` on a host's API, streamed; yields the body's chunks. An error reply
     or an unreachable host ends the command with what to do (``what``: the
-    ``logs are on its disk``, for a host without a lease that does not answer). The standard
-    library's ``http.client`` (not httpx): a CLI run pays ~100 ms less of imports."""
+    ``logs are on its disk``, for a host without a lease that does not answer), or with
+    ``fatal=False`` raises ``_Unanswered`` saying it. The standard library's
+    ``http.client`` (not httpx): a CLI run pays ~100 ms less of imports."""
     import http.client
     import json
     from urllib.parse import urlencode, urlsplit
+
+    def fail(message: str, code: int, hint: str | None = None) -> NoReturn:
+        if not fatal:
+            raise _Unanswered(message)
+        die(message, code, hint=hint)
 
     api, host = at.api, at.host
     u = urlsplit(api)
@@ -300,9 +501,9 @@ def _stream(at: Remote, path: str, query: dict[str, str], what: str) -> Any:
         r = conn.getresponse()
     except (OSError, http.client.HTTPException) as e:
         if not at.live and isinstance(e, OSError) and _unanswered(e):
-            die(gone(host, api, what), 1)
-        die(f"cannot reach host {host}'s fleet API at {api}: {e}", 125,
-            hint="is its daemon up, and TETHER_FLEET_LISTEN/ADVERTISE reachable from here?")
+            fail(gone(host, api, what), 1)
+        fail(f"cannot reach host {host}'s fleet API at {api}: {e}", 125,
+             hint="is its daemon up, and TETHER_FLEET_LISTEN/ADVERTISE reachable from here?")
     try:
         if r.status != 200:
             body = r.read()
@@ -310,32 +511,44 @@ def _stream(at: Remote, path: str, query: dict[str, str], what: str) -> Any:
                 msg = json.loads(body)["error"]["message"]
             except (ValueError, KeyError, TypeError):
                 msg = body[:200].decode(errors="replace")
-            die(f"host {host}: {msg}", 1)
+            fail(f"host {host}: {msg}", 1)
         if conn.sock is not None:
             conn.sock.settimeout(None)  # a follow waits as long as the exec runs
         while chunk := r.read1(1 << 16):
             yield chunk
     except (OSError, http.client.HTTPException) as e:
-        die(f"lost host {host}'s fleet API at {api}: {e}", 125)
+        fail(f"lost host {host}'s fleet API at {api}: {e}", 125)
     finally:
         conn.close()
 
 
-def fleet_logs(ctx: click.Context, work_ref: str, *, follow: bool, use_stderr: bool,
-               offset: int) -> None:
-    """``logs`` with ``--fleet``: a placement's output, streamed from its host's daemon."""
-    import sys
+def fleet_logs(ctx: click.Context, work_ref: str, *, follow: bool, stream: str | None,
+               offset: int, plain: bool) -> None:
+    """``logs`` with ``--fleet``: a placement's output, streamed from its host's daemon
+    (both streams interleaved, framed; or the one ``stream``)."""
+    from tether.cli.commands.execs import write_output
 
     at = _remote(ctx, work_ref)
-    query = {**at.query, "offset": str(offset), "follow": "1" if follow else "0"}
-    if use_stderr:
-        query["stream"] = "stderr"
-    try:
-        for data in _stream(at, "/v1/logs", query, "logs are on its disk"):
-            sys.stdout.buffer.write(data)
-            sys.stdout.buffer.flush()
-    except KeyboardInterrupt:
-        pass
+    query = {**at.query, "offset": str(offset), "follow": "1" if follow else "0",
+             "stream": stream or "all"}
+    body = _stream(at, "/v1/logs", query, "logs are on its disk")
+    write_output((("stdout", data) for data in body) if stream else unframe(body), plain)
+
+
+#: ``/v1/logs?stream=all``: each part of the output is a frame, its stream's letter, its
+#: length (4 bytes, big-endian), its bytes.
+FRAME_STREAMS = {b"o": "stdout", b"e": "stderr", b"p": "pty"}
+
+
+def unframe(body: Any) -> Any:
+    """(stream, bytes) of each frame in ``body``'s chunks."""
+    buf = b""
+    for chunk in body:
+        buf += chunk
+        while len(buf) >= 5 and len(buf) >= 5 + int.from_bytes(buf[1:5], "big"):
+            n = int.from_bytes(buf[1:5], "big")
+            yield FRAME_STREAMS.get(buf[:1], "stdout"), buf[5:5 + n]
+            buf = buf[5 + n:]
 
 
 def fleet_events(ctx: click.Context, *, work_ref: str | None, host: str | None,
@@ -449,12 +662,9 @@ def fleet_resolve(ctx: click.Context, work_ref: str, action: str) -> None:
     """``lineage resolve`` with ``--fleet``: answer an ASK placement (its host died)."""
     from tether.fleet import store as fs
 
-    if not work_ref.isdigit():
-        die(f"{work_ref!r} is not a placement: with --fleet, name the WORK number "
-            "`tether --fleet URL ps` shows (state ASK)", 2)
     with _ready(_url(ctx)) as conn:
         try:
-            row = fs.resolve_ask(conn, int(work_ref), action)
+            row = fs.resolve_ask(conn, int(_find(conn, work_ref)["id"]), action)
         except fs.NoHost as e:
             die(str(e), 1)
     click.echo(f"{row['id']} {row['state']}" + (f" on {row['host']} (generation "

@@ -80,9 +80,14 @@ def hook_ls(ctx: click.Context, as_json: bool) -> None:
     if as_json:
         out.emit_json(hooks)
         return
-    for h in hooks:
-        counts = " ".join(f"{k}={v}" for k, v in sorted(h.counts.items())) or "no deliveries"
-        click.echo(f"{h.name}\t{','.join(h.on)}\t{_target(h)}\t{counts}")
+    rows = [("HOOK", "ON", "TARGET", "DELIVERIES")] + [
+        (h.name, ",".join(h.on), _target(h),
+         " ".join(f"{k}={v}" for k, v in sorted(h.counts.items())) or "none")
+        for h in hooks]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for r in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r[:3], widths, strict=True))
+                   + "  " + r[3])
 
 
 def _line(d: DeliveryView) -> str:
@@ -125,7 +130,8 @@ def hook_show(ctx: click.Context, name: str, limit: int, as_json: bool) -> None:
 def hook_retry(ctx: click.Context, name: str, delivery: int | None) -> None:
     """Try DEAD and FAILED deliveries again, now, from try 1."""
     r = client(ctx).hook_retry(name, delivery=delivery)
-    click.echo(f"{r.retried} deliveries of {r.name} queued again")
+    click.echo(f"{r.retried} {'delivery' if r.retried == 1 else 'deliveries'} of {r.name} "
+               "queued again")
 
 
 @hook.command("rm")

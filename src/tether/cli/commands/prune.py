@@ -25,7 +25,12 @@ def human(n: float) -> str:
 @click.argument("exec_refs", nargs=-1, required=True)
 @click.pass_context
 def rm(ctx: click.Context, exec_refs: tuple[str, ...]) -> None:
-    """Remove settled execs: their record, logs and run files."""
+    """Remove settled execs: their record, logs and run files; with --fleet, ended
+    placements (WORK or name) from the fleet database."""
+    if ctx.obj.fleet:
+        from tether.cli.commands.fleet import fleet_rm
+
+        fleet_rm(ctx, exec_refs)
     c = client(ctx)
     status = 0
     for ref in exec_refs:  # one at a time: a live one is refused, the others still go
@@ -84,11 +89,17 @@ def df(ctx: click.Context, as_json: bool) -> None:
     if du.sandboxes:
         click.echo("sandboxes (logs and run files):")
         for s in du.sandboxes:
-            click.echo(f"  {s.name or s.id:<24}{human(s.bytes):>12}  {_count(s.execs, 'exec')}")
+            click.echo(f"  {_named(s.name, s.id):<36}{human(s.bytes):>12}  "
+                       f"{_count(s.execs, 'exec')}")
     if du.lineages:
         click.echo("lineages (logs, run files and snapshots):")
         for s in du.lineages:
-            click.echo(f"  {s.name or s.id:<24}{human(s.bytes):>12}")
+            click.echo(f"  {_named(s.name, s.id):<36}{human(s.bytes):>12}")
+
+
+def _named(name: str | None, ident: str) -> str:
+    """``bot (lin-3f2a9c1e04)``: two lineages may share a name, never an id."""
+    return f"{name} ({ident})" if name and name != ident else ident
 
 
 def _count(n: int, noun: str) -> str:

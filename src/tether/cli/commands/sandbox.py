@@ -94,10 +94,12 @@ def cp(ctx: click.Context, src: str, dst: str) -> None:
             assert s_sb is not None
             r = c.sandbox_copy(s_sb, "out", s_path, os.path.abspath(dst))
     except TetherError as e:
-        # A path that cannot be used is a bad invocation (2); the copy failing is 1.
+        # A path that cannot be used is a bad invocation (2); the copy failing, or a
+        # source that is not there (as for cp and docker cp), is 1.
         die(e.message, 1 if e.code in ("COPY_FAILED", "SANDBOX_NOT_READY", "SANDBOX_NOT_FOUND",
-                                         "DOCKER_UNAVAILABLE", "RUNTIME_UNAVAILABLE") else 2)
-    click.echo(f"copied {r.bytes} bytes")
+                                         "DOCKER_UNAVAILABLE", "RUNTIME_UNAVAILABLE",
+                                         "PATH_NOT_FOUND") else 2)
+    click.echo(f"copied {r.bytes} byte{'' if r.bytes == 1 else 's'}")
 
 
 def _sandbox_path(arg: str) -> tuple[str | None, str]:

@@ -8,11 +8,15 @@ import sys
 from collections.abc import Iterable
 
 import click
+import msgspec
 
 from tether.cli import output as out
 from tether.cli.argvcommand import ArgvCommand
 from tether.cli.context import client, die, kv
 from tether.client.replies import JobView
+
+#: Jobs per ``scheduler.status`` call after the first (the daemon's maximum).
+PAGE = 5000
 
 
 def _duration(value: str | None, flag: str) -> float | None:
@@ -43,14 +47,31 @@ def _period(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def _at(ts: float | None) -> str:
+def _at(ts: float | None, tz: str | None = None) -> str:
     """A time in this machine's zone, labelled (``2026-01-05 02:00:00 CET``): a job's cron
-    has a zone of its own, so an unlabelled time is ambiguous."""
+    has a zone of its own, so an unlabelled time is ambiguous. With the job's ``tz``,
+    when it is another: in that zone first (what its cron says), then in this one."""
     if not ts:
         return "-"
     import datetime as dt
 
-    return dt.datetime.fromtimestamp(ts).astimezone().strftime("%Y-%m-%d %H:%M:%S %Z")
+    fmt = "%Y-%m-%d %H:%M:%S %Z"
+    here = dt.datetime.fromtimestamp(ts).astimezone()
+    if tz:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            there = here.astimezone(ZoneInfo(tz))
+        except (ZoneInfoNotFoundError, ValueError):
+            return here.strftime(fmt)
+        if there.utcoffset() != here.utcoffset() or there.tzname() != here.tzname():
+            return f"{there.strftime(fmt)} ({here.strftime(fmt)})"
+    return here.strftime(fmt)
+
+
+def _next(job: JobView) -> str:
+    """Its next run: in its cron's zone too, when that is not this machine's."""
+    return _at(job.next_fire, job.spec.tz if job.spec.cron is not None else None)
 
 
 def _print(table: object) -> None:
@@ -70,7 +91,7 @@ def _table(jobs: Iterable[JobView]) -> None:
         status = j.state if not j.live else f"{j.state} ({j.live} live)"
         last = f"{_at(j.last_run_at)} {j.last_state or ''}".strip()
         t.add_row(j.name, status, _when(j), last,
-                  _at(j.next_fire) if j.state == "ACTIVE" else "-", str(j.runs),
+                  _next(j) if j.state == "ACTIVE" else "-", str(j.runs),
                   str(j.errors))
     _print(t)
 
@@ -122,7 +143,7 @@ def add(ctx: click.Context, name: str, cron: str | None, every: str | None, tz: 
     if as_json:
         out.emit_json(job)
     else:
-        click.echo(f"{job.id} {job.name}: {_when(job)}, next run {_at(job.next_fire)}")
+        click.echo(f"{job.id} {job.name}: {_when(job)}, next run {_next(job)}")
 
 
 @schedule.command("ls")
@@ -153,7 +174,7 @@ def show(ctx: click.Context, job: str, limit: int, as_json: bool) -> None:
         return
     click.echo(f"{d.name} ({d.id}) {d.state}: {_when(d)} -> {' '.join(d.spec.exec.argv)}")
     click.echo(f"  overlap={d.spec.overlap} missed={d.spec.missed} runs={d.runs} "
-               f"errors={d.errors} skipped={d.skipped} next={_at(d.next_fire)}")
+               f"errors={d.errors} skipped={d.skipped} next={_next(d)}")
     from rich.table import Table
 
     t = Table(box=None, pad_edge=False, header_style="bold")
@@ -161,7 +182,7 @@ def show(ctx: click.Context, job: str, limit: int, as_json: bool) -> None:
         t.add_column(col, no_wrap=col != "REASON")
     for r in d.recent:
         took = (f"{r.ended_at - r.started_at:.1f}s" if r.started_at and r.ended_at else "-")
-        t.add_row(str(r.id), _at(r.fire_at), r.state, r.exec_id or "-",
+        t.add_row(str(r.number or f"id {r.id}"), _at(r.fire_at), r.state, r.exec_id or "-",
                   "-" if r.exit_code is None else str(r.exit_code), took, r.reason or "")
     _print(t)
 
@@ -176,7 +197,11 @@ def _simple(verb: str, doc: str) -> None:
             run = c.schedule_run_now(job)
             if run is None:
                 die("that fire time already has a run; try again in a moment")
-            click.echo(f"run {run.id}: {run.state} ({run.reason})")
+            name = c.schedule_show(job, limit=1).name
+            named = (f" (its exec: {name}#{run.number})" if run.number and run.state ==
+                     "PENDING" else "")
+            click.echo(f"run {run.number or run.id} of {name}: {run.state}{named}"
+                       + (f": {run.reason}" if run.state != "PENDING" else ""))
             return
         act = {"pause": c.schedule_pause, "resume": c.schedule_resume,
                "rm": c.schedule_remove}[verb]
@@ -200,7 +225,13 @@ def scheduler() -> None:
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
     """Every job: JOB, STATUS, LAST RUN, NEXT RUN, RUNS, ERRORS."""
-    st = client(ctx).scheduler_status()
+    c = client(ctx)
+    st = c.scheduler_status()
+    jobs = list(st.jobs)
+    while st.next is not None:  # a page at a time: the daemon never builds them all at once
+        st = c.scheduler_status(limit=PAGE, after=st.next)
+        jobs += st.jobs
+    st = msgspec.structs.replace(st, jobs=jobs, next=None)
     if as_json:
         out.emit_json(st)
     else:

@@ -2,9 +2,9 @@
 
 A lineage is an agent's stable identity; each attempt is an exec of it. The
 lineage record (category A) holds the intent and the counters; the
-conversation lives in the drain snapshot (category D); heartbeats and the
-message cache are memory (category C: a restarted daemon gives every live
-session a fresh grace period and reloads messages from the snapshot).
+conversation lives in the drain snapshot (category D) and nowhere else;
+heartbeats are memory (category C: a restarted daemon gives every live session a
+fresh grace period).
 
 Exactly once: an attempt's intent (its number and token) is committed before
 its exec is started, and the exec carries the request key

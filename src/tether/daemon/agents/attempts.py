@@ -117,7 +117,8 @@ class Attempts:
         cfg = await self.scripts.prepare(cfg, ident, predecessor)  # copy, ports, setup
         now = time.time()
         rec = LineageRecord(id=ident, name=name, config=cfg, created_at=now, updated_at=now,
-                            request_key=request_key, predecessor=predecessor)
+                            request_key=request_key, predecessor=predecessor,
+                            conversation=False)
         rec = self.core.commit(self.core.store.create_lineage(rec))
         return await self.begin(rec, resume=False)
 
@@ -160,6 +161,13 @@ class Attempts:
         if resume:  # the agent may read the base file alone: fold the appended turns in
             await asyncio.get_running_loop().run_in_executor(
                 None, snapshot.compact, layout.root, rec.id)
+        # A session without a conversation yet (never prompted, or cleared since) has
+        # nothing to resume: it starts afresh ("No conversation found with session ID").
+        if resume:
+            ctx = dataclasses.replace(ctx, interrupted=rec.interrupted is not None,
+                                      continuation=continuation(rec, snap_path))
+        resume = resume and rec.conversation is not False and await asyncio.to_thread(
+            provider.can_resume, rec.provider_session_id, rec.usage_cursor)
         plan = (provider.resume(cfg.argv, rec.provider_session_id, str(snap_path), ctx)
                 if resume else provider.launch(cfg.argv, ctx))
         for path, content in plan.files.items():
@@ -304,18 +312,28 @@ class Attempts:
             if rec.status == LineageStatus.REVIVING and self.core.tasks.open:
                 self.core.tasks.spawn(self.run_restart(rec.id), name=f"restart-{rec.id}")
             return  # (before the group opens, recovery runs it: it is REVIVING)
-        if (x.reason or "").startswith(FENCED):
-            self.fenced(rec, x)
-            return
+        fenced = (x.reason or "").startswith(FENCED)
         turns = self.output_turns
-        text = turns.final(rec, x) if turns is not None and self.core.tasks.open else None
+        text = (turns.final(rec, x) if not fenced and turns is not None and self.core.tasks.open
+                else None)
         if text is not None:  # a last turn in its output (``aider --message`` exits after it)
             self.core.tasks.spawn(self._final_turn(rec, x, text), name=f"final-turn-{rec.id}")
             return
         # A hung kill from before a restart is recognised by its recorded reason.
         hung = x.id in self.core.hung_kills or (x.reason or "").startswith("hung:")
         self.core.hung_kills.discard(x.id)
-        end = ending.classify(self.core, rec, x, get_provider(rec.config.provider), hung=hung)
+        end = (Exit(ExitReason.FENCED, x.reason or "fenced") if fenced else
+               ending.classify(self.core, rec, x, get_provider(rec.config.provider), hung=hung))
+        # Ended in the middle of a turn? Then its revival is asked to carry the turn on.
+        interrupted = (f"{end.reason.replace('_', ' ')}: {end.detail}"
+                       if rec.conversation is not False and rec.waiting_since is None
+                       else None)
+        if interrupted != rec.interrupted:
+            rec = self.core.commit(self.core.store.update_lineage(
+                rec.id, interrupted=interrupted))
+        if fenced:
+            self.fenced(rec, x)
+            return
         why = end.reason
         if why == ExitReason.OUT_OF_CONTEXT:
             if rec.lifecycle == lc.Lifecycle.DEAD:
@@ -510,6 +528,30 @@ class Attempts:
                 removed += int(self.worktree.remove_heartbeat(rec))
         return {"swept": swept, "heartbeat_files_removed": removed}
 
+
+
+#: At most this much of the last request and of the handoff go into a continuation.
+CONTINUATION_QUOTE = 1500
+
+
+def continuation(rec: LineageRecord, snap_path: Path) -> str:
+    """The prompt that asks a resumed session to carry on, built from the drain snapshot
+    (the last request) and the lineage (why the last attempt ended, its handoff)."""
+    why = rec.interrupted or "it was stopped"
+    text = (f"[tether] This session was interrupted ({why[:200]}) and has been resumed. "
+            "Continue the task from where it stopped; do not repeat finished steps.")
+    try:
+        messages = snapshot.read(snap_path).get("messages") or []
+    except (OSError, snapshot.SnapshotError, ValueError):
+        messages = []
+    last = rec.last_prompt or next(
+        (m.get("content") for m in reversed(messages) if isinstance(m, dict)
+         and m.get("role") == "user" and isinstance(m.get("content"), str)), None)
+    if last:
+        text += f" The last request was: «{last[:CONTINUATION_QUOTE]}»."
+    if rec.handoff:
+        text += f" Your handoff notes: «{rec.handoff[:CONTINUATION_QUOTE]}»."
+    return text
 
 
 def _exit_data(end: Exit) -> dict[str, object]:

@@ -1,9 +1,9 @@
 """The state the parts of the agent service share, explicitly.
 
 The daemon's services the parts call, and the lineages' memory of category C:
-heartbeats, the message cache, hung kills and the rest are lost on a restart by
-design (a restarted daemon gives every live session a fresh grace period and
-reloads messages from the snapshot). One object, so that ``forget`` drops a
+heartbeats, hung kills and the rest are lost on a restart by design (a restarted
+daemon gives every live session a fresh grace period and reads each drain snapshot
+back once, at its next turn). One object, so that ``forget`` drops a
 lineage's memory in one place whichever part ends it.
 """
 
@@ -32,6 +32,9 @@ from tether.model.states import LineageStatus
 from tether.runtime.base import MonitorFence
 from tether.store import Store
 
+#: How much of a turn's prompt a lineage keeps (``last_prompt``).
+PROMPT_CHARS = 4000
+
 
 def token_digest(token: str) -> str:
     """What the store keeps of a token: reading tether.db must not let one speak for it."""
@@ -55,7 +58,7 @@ class AgentCore:
         self.heartbeat: dict[str, float] = {}  # lineage -> last sign of life (C)
         self.hb_class: dict[str, lc.HeartbeatClass] = {}
         self.wt_written: dict[str, float] = {}
-        self.messages: dict[str, list[dict[str, Any]]] = {}  # cache of the snapshot's
+        self.verified: set[str] = set()  # lineages whose drain snapshot was read back once
         self.hung_kills: set[str] = set()  # exec ids we cancelled as hung
         self.successor_wanted: list[str] = []  # DEAD lineages whose successor is due
         self.tool_calls: dict[str, int] = {}  # for heartbeat.json toolCallsCount
@@ -95,7 +98,7 @@ class AgentCore:
         if lock is not None and not lock.locked():
             self.locks.pop(lineage, None)
         self.hb_class.pop(lineage, None)
-        self.messages.pop(lineage, None)
+        self.verified.discard(lineage)
         self.tokens.pop(lineage, None)
         self.output_marks.pop(lineage, None)
 
@@ -116,16 +119,22 @@ class AgentCore:
         :meth:`wait_for_user`)."""
         self.heartbeat[rec.id] = time.time()
 
-    def turn_started(self, rec: LineageRecord, why: str) -> LineageRecord:
+    def turn_started(self, rec: LineageRecord, why: str, session: str | None = None,
+                     prompt: str | None = None) -> LineageRecord:
         """A turn began (a prompt was submitted, the agent called a tool): the agent no
         longer waits for its user, and its silence from now on may be a hang. Marks the
-        session as having a conversation. Journaled as ``agent.turn_start`` when it
-        waited; a no-op while a turn is already in progress."""
-        if rec.waiting_since is None and rec.conversation:
+        session (``session``, the provider's id, when the hook gave one) as having a
+        conversation. Journaled as ``agent.turn_start`` when it waited; a no-op while a
+        turn is already in progress."""
+        rec = self.store.get_lineage(rec.id) or rec  # the caller's copy may be stale
+        if rec.waiting_since is None and rec.conversation and prompt is None and (
+                session is None or session == rec.turn_session):
             return rec
         event = "agent.turn_start" if rec.waiting_since is not None else None
         return self.commit(self.store.update_lineage(
-            rec.id, waiting_since=None, conversation=True, event=event,
+            rec.id, waiting_since=None, conversation=True,
+            turn_session=session or rec.turn_session, event=event,
+            last_prompt=prompt[:PROMPT_CHARS] if prompt is not None else rec.last_prompt,
             reason=f"turn {rec.turns + 1} started ({why})" if event else None,
             data={"lineage": rec.id, "turn": rec.turns + 1, "why": why}))
 
@@ -134,6 +143,7 @@ class AgentCore:
         """An interactive agent's turn ended (or it asked its user something): it waits
         at its prompt, which is not a hang, until the next turn starts. Journals
         ``agent.waiting`` (``why``: idle, notification) for hooks to tell a person."""
+        rec = self.store.get_lineage(rec.id) or rec  # the caller's copy may be stale
         if rec.config.tty and rec.waiting_since is None:
             rec = self.commit(self.store.update_lineage(rec.id, waiting_since=time.time()))
         self.waiting(rec, why, reason, **data)

@@ -41,8 +41,15 @@ def rules_of(provider: Provider) -> exits.ExitRules:
                            waiting_for_user=provider.waiting_patterns)
 
 
+#: The reason of a cancel tether sends when an agent's CLI reported a usage limit.
+LIMIT_STOP = "usage limit: "
+
+
 def classify(core: AgentCore, rec: LineageRecord, x: ExecRecord, provider: Provider,
              *, hung: bool) -> exits.Exit:
+    reason = x.reason or ""
     facts = exits.ExitFacts(state=str(x.state), exit_code=x.exit_code, hung=hung,
-                            dead=rec.lifecycle == lc.Lifecycle.DEAD)
+                            dead=rec.lifecycle == lc.Lifecycle.DEAD,
+                            limited=reason.removeprefix(LIMIT_STOP)
+                            if reason.startswith(LIMIT_STOP) else None, reason=reason)
     return exits.classify(facts, output_tail(core, x), rules_of(provider), core.clock.now())

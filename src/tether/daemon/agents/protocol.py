@@ -7,6 +7,7 @@ handoff, and provider hooks translated into those. Every call is a sign of life.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import functools
 import logging
@@ -14,6 +15,7 @@ import os
 import secrets
 import signal
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from tether.agent import lifecycle as lc
@@ -25,10 +27,11 @@ from tether.cost import limits
 from tether.cost.prices import PriceTable
 from tether.cost.prices import load as load_prices
 from tether.daemon.agents.core import AgentCore, token_digest
+from tether.daemon.agents.ending import LIMIT_STOP
 from tether.daemon.agents.worktree import WorktreeFiles
 from tether.hostio.atomic import atomic_write
 from tether.model.errors import RpcCode, TetherError
-from tether.model.records import LineageRecord
+from tether.model.records import LineageRecord, UsageCursor
 from tether.model.states import EXEC_TERMINAL, LINEAGE_LIVE
 
 if TYPE_CHECKING:
@@ -37,6 +40,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("tether.agents")
 
 REAP_DELAY = 1.0  # seconds between a DEAD turn's reply and SIGTERM to the agent
+#: How long a tool call waits for the turn before it to be counted (its lifecycle).
+SETTLE_WAIT = 15.0
 
 
 
@@ -63,8 +68,9 @@ class Protocol:
     def __init__(self, core: AgentCore, worktree: WorktreeFiles) -> None:
         self.core = core
         self.worktree = worktree
-        self._unreadable: set[str] = set()  # lineages whose snapshot could not be read
         self._refused_paths: set[str] = set()  # lineages whose refused path was journaled
+        # lineage -> its turn being counted in the background (settles_turns providers)
+        self._settling: dict[str, asyncio.Task[None]] = {}
         #: Budgets, checked at every turn's end and tool call (set by the composition
         #: root; None: no cost accounting, as in a bare AgentService).
         self.budget: CostService | None = None
@@ -97,7 +103,10 @@ class Protocol:
     async def _turn(self, rec: LineageRecord, *, context_pct: float | None,
                     usage: dict[str, int] | None, model: str | None,
                     messages: list[dict[str, Any]], config: dict[str, Any] | None = None,
+                    cursor: UsageCursor | None = None, settled_late: bool = False,
                     ) -> dict[str, Any]:
+        """``settled_late``: the turn ended a while ago (its wait for its user began then,
+        and a next turn may have started since): its waiting state is left as it is."""
         core = self.core
         core.touch(rec)
         th = lc.Thresholds(rec.config.aging_pct, rec.config.dying_pct)
@@ -107,13 +116,12 @@ class Protocol:
         total = dict(rec.usage)
         for k, v in usage.items():
             total[k] = total.get(k, 0) + int(v)
-        # A new list, cached only once the snapshot is durable: a failed write followed
-        # by the agent's retry must not record the turn's messages twice.
-        convo = [*self._conversation(rec), *messages]
         turn_no = rec.turns + 1
+        # Only the header: the conversation stays on disk (a rewrite reads it back there,
+        # in the worker thread), so no turn, however large, is held here after its reply.
         snap = snapshot.build(
             lineage=rec.id, instance=core.instance, provider=rec.config.provider,
-            model=model or rec.model, usage=total, messages=convo, turn=turn_no,
+            model=model or rec.model, usage=total, messages=[], turn=turn_no,
             provider_session_id=rec.provider_session_id,
             loop_config={"argv": rec.config.argv, "revival": rec.config.revival,
                          "max_revivals": rec.config.max_revivals,
@@ -121,9 +129,8 @@ class Protocol:
                          "tty": rec.config.tty, **(config or {})})
         await asyncio.get_running_loop().run_in_executor(
             None, functools.partial(snapshot.record_turn, core.layout.root, snap, messages,
-                                    full=rec.id in self._unreadable))
-        self._unreadable.discard(rec.id)
-        core.messages[rec.id] = convo
+                                    verify=rec.id not in core.verified))
+        core.verified.add(rec.id)
         now = time.time()
         once: dict[str, Any] = {}
         if capped is not None and rec.usage_capped_attempt != rec.attempt:
@@ -134,8 +141,10 @@ class Protocol:
             rec.id, event="agent.turn", turns=turn_no, lifecycle=str(after),
             context_pct=context_pct if context_pct is not None else rec.context_pct,
             model=model or rec.model, usage=total, last_turn_at=now, conversation=True,
+            usage_cursor=cursor or rec.usage_cursor,
             # An interactive agent now waits for its user (until the next turn starts).
-            waiting_since=(rec.waiting_since or now) if rec.config.tty else None,
+            waiting_since=rec.waiting_since if settled_late else (
+                (rec.waiting_since or now) if rec.config.tty else None),
             reason=f"turn {turn_no}" + (f" at {context_pct:.0f}% context"
                                         if context_pct is not None else ""),
             data={"turn": turn_no, "context_pct": context_pct, "usage": dict(usage),
@@ -145,7 +154,7 @@ class Protocol:
                    if self.budget else [])
         if after != before:
             self._lifecycle_event(rec, before, after, "turn report")
-        if rec.config.tty:
+        if rec.config.tty and rec.waiting_since is not None:
             core.waiting(rec, "idle", f"turn {turn_no} done; the agent waits at its prompt",
                          turn=turn_no)
         self.worktree.update(rec)
@@ -194,20 +203,6 @@ class Protocol:
                                              "DEAD: context exhausted; reaping the session")
         except Exception:  # never into the daemon's TaskGroup
             log.exception("reaping DEAD exec %s failed", exec_id)
-
-    def _conversation(self, rec: LineageRecord) -> list[dict[str, Any]]:
-        convo = self.core.messages.get(rec.id)
-        if convo is None:
-            try:
-                convo = list(snapshot.read(snapshot.path_for(self.core.layout.root, rec.id))
-                             ["messages"])
-            except FileNotFoundError:
-                convo = []
-            except snapshot.SnapshotError:
-                convo = []
-                self._unreadable.add(rec.id)  # the next turn rewrites it whole
-            self.core.messages[rec.id] = convo
-        return convo
 
     def _lifecycle_event(self, rec: LineageRecord, before: str, after: str, why: str) -> None:
         self.core.journal.record(
@@ -273,6 +268,17 @@ class Protocol:
         return AgentFiles(tuple(dict.fromkeys(os.path.realpath(p) for p in places
                                               if p and os.path.isdir(p))))
 
+    @contextlib.contextmanager
+    def _agent_files_of(self, rec: LineageRecord) -> Iterator[AgentFiles | None]:
+        """``AGENT_FILES`` set to ``rec``'s places while a provider reads what its agent
+        named (``asyncio.to_thread`` copies the context into its worker thread)."""
+        files = self._agent_files(rec)
+        ctx = AGENT_FILES.set(files)
+        try:
+            yield files
+        finally:
+            AGENT_FILES.reset(ctx)
+
     def _refused_path(self, rec: LineageRecord, provider_name: str, path: str) -> None:
         if rec.id in self._refused_paths:
             return  # the first per lineage (and daemon run): a hook fires every turn
@@ -284,11 +290,12 @@ class Protocol:
                    "directories, state dir and workspace, with no symlink on the way)",
             data={"lineage": rec.id, "what": "transcript_path", "path": path})
 
-    def follow_session(self, rec: LineageRecord, provider_name: str,
-                       ev: HookEvent) -> LineageRecord:
+    def follow_session(self, rec: LineageRecord, provider_name: str, ev: HookEvent,
+                       cursor: UsageCursor | None = None) -> LineageRecord:
         """A session (re)start. A ``/clear`` or a compaction starts a new provider session
         inside the same agent (a fork): the lineage follows it, so that a revival resumes
         the newest session, never the one the agent left."""
+        rec = self.core.store.get_lineage(rec.id) or rec  # another hook may have committed
         new, old = ev.provider_session_id, rec.provider_session_id
         source = ev.session_source or "startup"
         forked = old is not None and new != old
@@ -296,11 +303,13 @@ class Protocol:
                 else f"{provider_name} session {new} ({source})")
         # A new session that starts empty (a /clear, a fresh start) has no conversation
         # to resume yet; a compaction's carries its summary on.
-        fresh = new != old and source in ("startup", "clear")
+        # (A hook of its first prompt may have come first: that session is not empty.)
+        fresh = new != old and source in ("startup", "clear") and new != rec.turn_session
         rec = self.core.commit(self.core.store.update_lineage(
             rec.id, provider_session_id=new, event="agent.session", reason=what,
             data={"from": old, "to": new, "source": source, "fork": forked},
-            conversation=rec.conversation and not fresh))
+            conversation=False if fresh else rec.conversation,
+            usage_cursor=cursor or rec.usage_cursor))
         self.worktree.update(rec)
         return rec
 
@@ -309,26 +318,27 @@ class Protocol:
         """A provider's hook program calling back: translate, act, answer in its format."""
         core = self.core
         provider = get_provider(provider_name)
-        files = self._agent_files(rec)
-        ctx = AGENT_FILES.set(files)
-        try:  # in a thread: a turn-end hook reads the transcript file, which may be large
+        with self._agent_files_of(rec) as files:
+            # In a thread: a turn-end hook reads the transcript file, which may be large.
             ev: HookEvent = await asyncio.to_thread(provider.parse_hook, event, payload)
-        finally:
-            AGENT_FILES.reset(ctx)
         for path in files.refused if files is not None else ():
             self._refused_path(rec, provider_name, path)
         core.touch(rec)
         allowed, reason = True, "ok"
         if ev.kind == "session_start" and ev.provider_session_id:
-            rec = self.follow_session(rec, provider_name, ev)
+            async with core.lock(rec.id):  # the usage cursor moves under the turns' lock
+                fresh = core.store.get_lineage(rec.id) or rec
+                with self._agent_files_of(fresh) as files:
+                    cursor = await asyncio.to_thread(provider.follow_record, ev,
+                                                     fresh.usage_cursor)
+                for path in files.refused if files is not None else ():
+                    self._refused_path(fresh, provider_name, path)
+                rec = self.follow_session(fresh, provider_name, ev, cursor)
         elif ev.kind == "turn_start":
-            core.turn_started(rec, f"{provider_name} {event}")
+            prompt = next((m["content"] for m in ev.messages if m.get("role") == "user"
+                           and isinstance(m.get("content"), str)), None)
+            core.turn_started(rec, f"{provider_name} {event}", ev.provider_session_id, prompt)
         elif ev.kind == "turn_end":
-            u: Usage | None = ev.usage
-            usage = None if u is None else {
-                "input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
-                "cache_read_tokens": u.cache_read_tokens,
-                "cache_creation_tokens": u.cache_creation_tokens}
             other = ev.provider_session_id and ev.provider_session_id != rec.provider_session_id
             if other and (rec.provider_session_id is None
                           or provider.follows_session_at_turn_end):
@@ -342,8 +352,22 @@ class Protocol:
                          rec.provider_session_id)
                 return {"kind": "other", "allowed": True, "reason": "another session's turn",
                         "stdout": b"", "exit_code": 0}
-            await self.turn(rec, context_pct=u.context_pct if u else None, usage=usage,
-                            model=ev.model, messages=ev.messages)
+            if provider.settles_turns and core.tasks.open:
+                # Its record of the turn may be written only once this hook has returned:
+                # the turn is counted in the background; the wait for its user begins now.
+                if rec.config.tty:
+                    rec = core.commit(core.store.update_lineage(
+                        rec.id, waiting_since=rec.waiting_since or time.time()))
+                self._settling[rec.id] = core.tasks.spawn(self._settle(rec, ev),
+                                                          name=f"turn-{rec.id}")
+            else:
+                await self.hook_turn(rec, ev)
+        elif ev.kind == "turn_failed":
+            self.turn_failed(rec, provider_name, ev)
+        elif ev.kind == "status":
+            if ev.context_window and ev.context_window != rec.context_window:
+                # The window the CLI really uses: the context % is taken against it.
+                core.commit(core.store.update_lineage(rec.id, context_window=ev.context_window))
         elif ev.kind == "waiting":
             message = ev.raw.get("message")
             core.wait_for_user(rec, "notification",
@@ -351,8 +375,81 @@ class Protocol:
                                else f"{provider_name} waits for its user",
                                message=message, notification=ev.raw.get("notification_type"))
         elif ev.kind == "tool_request":
+            await self._settled(rec.id)  # the fence follows the last turn's lifecycle
+            rec = core.store.get_lineage(rec.id) or rec
             decision = self.authorize_tool(rec, ev.tool_name or "?")
             allowed, reason = decision["allowed"], decision["reason"]
         reply = provider.reply(ev, allowed, reason)
         return {"kind": ev.kind, "allowed": allowed, "reason": reason,
                 "stdout": reply.stdout, "exit_code": reply.exit_code}
+
+    async def hook_turn(self, rec: LineageRecord, ev: HookEvent, *,
+                        settled_late: bool = False) -> dict[str, Any]:
+        """A ``turn_end`` hook: the turn's usage read from where the last one stopped
+        (the lineage's usage cursor, under its lock: each API call counted once), its
+        context % against the window the CLI reported if it did, then the turn."""
+        provider = get_provider(rec.config.provider)
+        async with self.core.lock(rec.id):
+            fresh = self.core.store.get_lineage(rec.id) or rec
+            with self._agent_files_of(fresh) as files:
+                cursor = await asyncio.to_thread(provider.settle_turn, ev, fresh.usage_cursor)
+            for path in files.refused if files is not None else ():
+                self._refused_path(fresh, rec.config.provider, path)
+            u: Usage | None = ev.usage
+            if u is None and ev.transcript_path:
+                log.info("lineage %s: no usage in %s at its turn's end yet (counted at the "
+                         "next)", rec.id, ev.transcript_path)
+            usage = None if u is None else {
+                "input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
+                "cache_read_tokens": u.cache_read_tokens,
+                "cache_creation_tokens": u.cache_creation_tokens}
+            if u is not None and fresh.context_window:
+                u.context_window = fresh.context_window
+            return await self._turn(fresh, context_pct=u.context_pct if u else None,
+                                    usage=usage, model=ev.model,
+                                    # read from the agent's own files, not chosen by
+                                    # tether: cut to fit
+                                    messages=snapshot.fit_turn(ev.messages),
+                                    cursor=cursor, settled_late=settled_late)
+
+    async def _settled(self, lineage: str) -> None:
+        """Wait (bounded) for a turn still being counted in the background."""
+        task = self._settling.get(lineage)
+        if task is not None and not task.done():
+            await asyncio.wait({task}, timeout=SETTLE_WAIT)
+
+    async def _settle(self, rec: LineageRecord, ev: HookEvent) -> None:
+        try:
+            fresh = self.core.store.get_lineage(rec.id)
+            if fresh is not None and fresh.status in LINEAGE_LIVE:
+                await self.hook_turn(fresh, ev, settled_late=True)
+        except Exception:  # never into the daemon's TaskGroup
+            log.exception("counting a turn of lineage %s failed", rec.id)
+        finally:
+            if self._settling.get(rec.id) is asyncio.current_task():
+                self._settling.pop(rec.id, None)
+
+    def turn_failed(self, rec: LineageRecord, provider_name: str, ev: HookEvent) -> None:
+        """A turn ended on an API error. A usage limit: tether stops the attempt (an
+        interactive CLI would sit at its prompt showing it) and the lineage waits for
+        the reset (WAITING_LIMIT, no revival spent). Any other error: the turn is over,
+        and an interactive agent waits for its user."""
+        core = self.core
+        what = f"{ev.error or 'error'}: {ev.error_message or 'no message'}"
+        if ev.error != "usage_limit":
+            core.wait_for_user(rec, "error", f"{provider_name}'s turn failed: {what}",
+                               error=ev.error, message=ev.error_message)
+            return
+        x = core.store.get_exec(rec.exec_id) if rec.exec_id else None
+        if x is None or x.state in EXEC_TERMINAL or not core.tasks.open:
+            return
+        reason = f"{LIMIT_STOP}{ev.error_message or provider_name + ' reported a usage limit'}"
+        core.tasks.spawn(self._stop(x.id, reason[:1000]), name=f"limit-{x.id}")
+
+    async def _stop(self, exec_id: str, reason: str) -> None:
+        try:
+            x = self.core.store.get_exec(exec_id)
+            if x is not None and x.state not in EXEC_TERMINAL:
+                await self.core.execs.cancel(x, signal.SIGTERM, 5.0, reason)
+        except Exception:  # never into the daemon's TaskGroup
+            log.exception("stopping exec %s for its usage limit failed", exec_id)

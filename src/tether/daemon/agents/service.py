@@ -17,7 +17,7 @@ import msgspec
 
 from tether.agent import snapshot
 from tether.agent.confinement import egress_allow
-from tether.agent.providers import load_user
+from tether.agent.providers import load_user, user_warnings
 from tether.daemon.agents import recovery
 from tether.daemon.agents.attempts import Attempts, revivals
 from tether.daemon.agents.core import AgentCore
@@ -68,6 +68,7 @@ class AgentService:
                            self.attempts.output_turns)
         self.wake = self.core.wake
         execs.on_terminal.append(self.attempts.on_exec_terminal)
+        self._warned: set[str] = set()  # provider files' warnings already logged
         self.reload_providers()  # before recovery, which may resume a user provider's agent
 
     def reload_providers(self) -> list[str]:
@@ -75,6 +76,9 @@ class AgentService:
         errors = load_user(self.layout.root / "providers")
         for e in errors:
             log.warning("provider file refused: %s", e)
+        for w in set(user_warnings()) - self._warned:  # once each, not at every start
+            log.warning("provider file %s", w)
+            self._warned.add(w)
         return errors
 
     @property

@@ -2,17 +2,18 @@
 
 For a provider with ``turn_idle_seconds`` (Aider, OpenCode, Amp, user-defined ones), the
 agent tick calls :meth:`OutputTurns.check` for each ACTIVE lineage. Only the output written
-since the last look counts (a byte offset into the attempt's terminal log, or stdout):
-when there is some, it has been quiet for ``turn_idle_seconds`` and its last line matches
+since the last look counts (a byte offset into the attempt's terminal log, or stdout): when
+there is some, it has been quiet for ``turn_idle_seconds`` and its last line matches
 ``turn_end_pattern`` (when set: the CLI's prompt), that output is one turn — reported like
 any other (``agent.turn``, lifecycle, snapshot), with the context percent, session id and
-token counts (every usage line in it, one per model call) the provider's regexes find in
-it. A provider whose every turn prints a usage line (``turn_needs_usage``: Aider) has no
-turn without one: its banner, a local command (``/tokens``), an empty line's redraw, a
-revived attempt's banner are output at its prompt, not turns. Output that went quiet
-elsewhere than at the prompt, once the CLI has been at its prompt, is a turn in progress
-(an interactive agent then no longer waits for its user: its silence may be a hang); for a
-provider without a prompt pattern, any new output after a turn is.
+token counts (every usage line in it, one per model call) and model the provider's regexes
+find in it (the model: else the one its profile names, for ``tether cost``). A provider
+whose every turn prints a usage line (``turn_needs_usage``: Aider) has no turn without one:
+its banner, a local command (``/tokens``), an empty line's redraw, a revived attempt's
+banner are output at its prompt, not turns. Output that went quiet elsewhere than at the
+prompt, once the CLI has been at its prompt, is a turn in progress (an interactive agent
+then no longer waits for its user: its silence may be a hang); for a provider without a
+prompt pattern, any new output after a turn is.
 
 An attempt that ends with a turn's output not yet read (a headless ``aider --message``
 exits right after its usage line) has that turn reported first (:meth:`final`). The
@@ -193,9 +194,11 @@ class OutputTurns:
                 pct = min(100.0, max(0.0, float(ctx.group(1))))
             except ValueError:
                 pct = None
+        named = _last(getattr(provider, "model_pattern", None), text)
+        model = named.group(1) if named is not None else getattr(provider, "model", None)
         answer = "\n".join(lines)[-ANSWER_CHARS:]
         messages: list[dict[str, Any]] = [{"role": "assistant", "content": answer}] \
             if answer else []
-        await self.protocol.turn(rec, context_pct=pct, usage=usage, model=None,
+        await self.protocol.turn(rec, context_pct=pct, usage=usage, model=model,
                                  messages=messages)
 

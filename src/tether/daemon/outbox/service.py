@@ -7,15 +7,20 @@ state: COMPLETED, FAILED with an exponential, jittered ``next_at``, or DEAD afte
 the hook's ``max_tries``. Wall time comes from the daemon's :class:`Clock`, so tests
 move it instead of sleeping through a backoff. A daemon killed mid-try leaves
 PROCESSING rows; :meth:`HookService.recover` puts them back to PENDING, and the
-receiver may see that delivery twice, with the same key.
+receiver may see that delivery twice, with the same key. An outcome the store refused
+(a full disk) is kept and committed again, with a backoff, until it is recorded: the
+row does not wait for a restart.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +40,8 @@ log = logging.getLogger("tether.daemon.outbox")
 CONCURRENCY = 16
 #: The most seconds the worker sleeps without looking at the outbox again.
 IDLE_POLL = 60.0
+#: After a commit the store refused: seconds before the next try, doubling to the last.
+RETRY_FIRST, RETRY_MAX = 1.0, 30.0
 
 
 class HookService:
@@ -48,6 +55,10 @@ class HookService:
         self._inflight: set[asyncio.Task[None]] = set()
         self._sender = Sender()
         self._secrets: dict[str, bytes | None] = {}  # read once per hook, dropped at remove
+        #: outcomes of tries the store refused to record: delivery id -> its commit
+        self._unrecorded: dict[int, Callable[[], object]] = {}
+        self._retry = RETRY_FIRST  # seconds before the next try after a refused commit
+        self._last_refusal = -1e9  # monotonic time of the last refused commit
         journal.hooks.on_enqueued = self._wake.set
 
     # ------------------------------------------------------------------ intent
@@ -148,12 +159,17 @@ class HookService:
             while True:
                 self._wake.clear()
                 try:
+                    self._record_again()
                     await self._dispatch()
-                except Exception:  # a full disk, a busy store: log, back off, go on
-                    log.exception("outbox: dispatch failed; retrying in 1 s")
-                    await asyncio.sleep(1.0)
+                except Exception as e:  # a full disk, a busy store: back off, go on
+                    self._refused("dispatching deliveries", e)
+                    await asyncio.sleep(self._retry)
                     continue
+                self._retry = RETRY_FIRST if not self._unrecorded else self._retry
                 due = self.outbox.next_due()
+                if self._unrecorded:  # try those again after the backoff
+                    later = self.clock.now() + self._retry
+                    due = later if due is None else min(due, later)
                 await self._sleep(due)
         finally:
             for t in list(self._inflight):
@@ -195,22 +211,49 @@ class HookService:
             await asyncio.gather(waker, sleeper, return_exceptions=True)
 
     async def _try(self, d: Delivery) -> None:
+        hook = self._hook(d.hook)
+        if hook is None:
+            return  # removed meanwhile (with its rows)
+        outcome: Callable[[], object]
         try:
-            hook = self._hook(d.hook)
-            if hook is None:
-                return  # removed meanwhile (with its rows)
-            try:
-                await self._sender.send(hook, d.key, d.type, d.body, self._secret(hook.name))
-            except DeliveryFailed as e:
-                self._failed(hook, d, str(e))
-            except Exception as e:  # a bug in a try must not stop the worker
-                log.exception("outbox: delivery %s", d.key)
-                self._failed(hook, d, f"internal error: {e}")
-            else:
-                self.outbox.finish(d, DeliveryState.COMPLETED)
-        except Exception:  # the outcome could not be recorded (a full disk): the row stays
-            # PROCESSING, and the next daemon start tries it again
-            log.exception("outbox: could not record the outcome of %s", d.key)
+            await self._sender.send(hook, d.key, d.type, d.body, self._secret(hook.name))
+        except DeliveryFailed as e:
+            outcome = functools.partial(self._failed, hook, d, str(e))
+        except Exception as e:  # a bug in a try must not stop the worker
+            log.exception("outbox: delivery %s", d.key)
+            outcome = functools.partial(self._failed, hook, d, f"internal error: {e}")
+        else:
+            outcome = functools.partial(self.outbox.finish, d, DeliveryState.COMPLETED)
+        self._record(d, outcome)
+
+    def _record(self, d: Delivery, outcome: Callable[[], object]) -> None:
+        """Commit a try's outcome; if the store refuses (a full disk), keep it for the
+        worker to commit again: the row stays PROCESSING meanwhile, never for good."""
+        try:
+            outcome()
+        except Exception as e:
+            self._refused(f"recording the outcome of {d.key}", e)
+            self._unrecorded[d.id] = outcome
+            self._wake.set()
+        else:
+            self._unrecorded.pop(d.id, None)
+
+    def _record_again(self) -> None:
+        for ident, outcome in list(self._unrecorded.items()):
+            outcome()  # a refusal ends the pass: the worker backs off
+            del self._unrecorded[ident]
+
+    def _refused(self, what: str, e: Exception) -> None:
+        """Back off; logged once per spell of refusals (a full disk refuses every try,
+        and its log must not fill it again)."""
+        now = time.monotonic()
+        if self._retry == RETRY_FIRST and now - self._last_refusal > 2 * RETRY_MAX:
+            log.warning("outbox: %s failed (%s); trying again, backing off up to %.0f s",
+                        what, e, RETRY_MAX)
+        else:
+            log.debug("outbox: %s failed again: %r", what, e)
+        self._last_refusal = now
+        self._retry = min(self._retry * 2, RETRY_MAX)
 
     def _failed(self, hook: HookRecord, d: Delivery, error: str) -> None:
         if d.tries >= hook.max_tries:

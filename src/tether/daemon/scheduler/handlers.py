@@ -25,7 +25,7 @@ def schedule_handlers(sched: Scheduler) -> dict[str, Handler]:
         return sched.view(sched.add(p.name, spec))
 
     async def list_(p: m.ScheduleList, c: Connection) -> Any:
-        return {"jobs": [sched.view(j) for j in db.list_jobs(p.all)]}
+        return await sched.list_jobs(p.all)
 
     async def show(p: m.ScheduleShow, c: Connection) -> Any:
         job = sched.resolve(p.job)
@@ -49,8 +49,8 @@ def schedule_handlers(sched: Scheduler) -> dict[str, Handler]:
     async def remove(p: m.ScheduleRef, c: Connection) -> Any:
         return sched.view(sched.remove(sched.resolve(p.job)))
 
-    async def status(p: m.Empty, c: Connection) -> Any:
-        return {"jobs": [sched.view(j) for j in db.list_jobs()], "next_due": db.next_due()}
+    async def status(p: m.SchedulerStatus, c: Connection) -> Any:
+        return await sched.status(after=p.after, limit=p.limit)
 
     return {"schedule.add": add, "schedule.list": list_, "schedule.show": show,
             "schedule.pause": pause, "schedule.resume": resume, "schedule.run_now": run_now,

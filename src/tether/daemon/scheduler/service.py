@@ -8,7 +8,14 @@ created once (``exec.start`` is idempotent by key); one killed before the commit
 finds the fire time still due. An exec that was committed but never started (the
 daemon died first; recovery failed it) is started again under the next attempt.
 
-In memory: only the wake-up event and the runs being started now (category C).
+A commit can fail while the daemon runs (a full disk). Nothing it leaves behind waits for
+a restart: a fire time that could not be committed stays due and is tried again after a
+backoff (not at once: that spun and filled the log), and a run left PENDING with no start
+under way, RUNNING past its exec's end, or queued behind a freed slot is re-driven from
+the store (:meth:`Scheduler.redrive`, what :meth:`Scheduler.recover` does at start),
+with the same backoff, until a pass finds nothing left.
+
+In memory: the wake-up event, the runs being started now and the backoff (category C).
 """
 
 from __future__ import annotations
@@ -17,6 +24,8 @@ import asyncio
 import contextlib
 import logging
 import os
+import sqlite3
+import time
 from typing import Any
 
 import msgspec
@@ -36,11 +45,17 @@ from tether.store import Store
 
 log = logging.getLogger("tether.scheduler")
 
+#: Runs whose exec is being started at one time; the others wait their turn, in fire-time
+#: order, PENDING in the store. Many due at once then ask for monitors (and the CPU) a
+#: bounded number at a time, and the earlier fire times start first.
+STARTS_AT_ONCE = 64
+
 #: A fire time seen this late (past its jitter) is *missed*: the job's missed-run
 #: policy decides, not the overlap policy (a daemon that was down, a machine asleep).
 MISSED_GRACE = 60.0
 MAX_ATTEMPTS = 3  # starts of one fire time whose exec never started (daemon deaths)
 IDLE_WAKE = 60.0  # the loop re-reads the store at least this often
+RETRY_FIRST, RETRY_MAX = 1.0, 30.0  # backoff after a failed commit, doubling
 
 
 class Scheduler:
@@ -55,8 +70,14 @@ class Scheduler:
         self.tasks = tasks
         self.clock = clock
         self.faults = faults
+        self._slots = asyncio.Semaphore(STARTS_AT_ONCE)
         self._wake = asyncio.Event()
         self._starting: set[int] = set()
+        #: after a failed commit: when to fire and re-drive again (monotonic; None while
+        #: nothing waits for it), the next backoff, and when the last one failed
+        self._retry_at: float | None = None
+        self._backoff = RETRY_FIRST
+        self._last_failure = -RETRY_MAX * 10
         execs.on_terminal.append(self._on_exec_end)
 
     # ------------------------------------------------------------------ jobs
@@ -103,7 +124,10 @@ class Scheduler:
             job.id, "resumed", state=JobState.ACTIVE, next_fire=nf,
             due_at=nf + timing.jitter(job.id, nf, job.spec.jitter)))
         self._wake.set()
-        self._start_queued(job.id)
+        try:
+            self._start_queued(job.id)
+        except Exception as e:  # resumed; its queued runs are re-driven
+            self._failed(f"starting the queued runs of job {job.id}", e)
         return job
 
     def remove(self, job: JobRecord) -> JobRecord:
@@ -117,10 +141,29 @@ class Scheduler:
 
     def view(self, job: JobRecord) -> dict[str, Any]:
         """A job as shown: its env's names only (the values are kept to run it)."""
-        spec = msgspec.structs.replace(job.spec, exec=job.spec.exec.without_env_values())
-        out: dict[str, Any] = to_builtins(msgspec.structs.replace(job, spec=spec))
-        out["live"] = self.db.count_runs(job.id, ("PENDING", "PAUSED", "RUNNING"))
-        return out
+        return _view(job, self.db.count_runs(job.id, ("PENDING", "PAUSED", "RUNNING")))
+
+    async def status(self, *, after: str | None, limit: int) -> msgspec.Raw:
+        """``scheduler.status``: one page of jobs, read, shaped and encoded in a worker
+        thread with its own read connection (``Store.reads``): with 100,000 jobs the
+        whole table is tens of MB, and the dashboard asks on every refresh."""
+        cursor = _cursor(after)
+
+        def page(db: Any) -> msgspec.Raw:
+            p = self.db.jobs_page(db, after=cursor, limit=limit)
+            return msgspec.Raw(msgspec.json.encode({
+                "jobs": [_view(j, p.live.get(j.id, 0)) for j in p.jobs],
+                "next_due": p.next_due, "total": p.total,
+                "next": None if p.next is None else str(p.next)}))
+        return await self.store.reads(page)
+
+    async def list_jobs(self, include_removed: bool) -> msgspec.Raw:
+        """``schedule.list``: every job, read, shaped and encoded in a worker thread."""
+        def everything(db: Any) -> msgspec.Raw:
+            p = self.db.jobs_page(db, after=0, limit=1 << 62, include_removed=include_removed)
+            return msgspec.Raw(msgspec.json.encode(
+                {"jobs": [_view(j, p.live.get(j.id, 0)) for j in p.jobs]}))
+        return await self.store.reads(everything)
 
     # ------------------------------------------------------------------ firing
     def _admit(self, job: JobRecord, fire_at: float, *, manual: bool = False,
@@ -177,30 +220,64 @@ class Scheduler:
         self.journal.commit_all(events)
 
     async def loop(self) -> None:
-        """Fire what is due, then sleep until the next due time (or a wake-up)."""
+        """Fire what is due, re-drive what a failed commit left, then sleep until the
+        next due time (or a wake-up; after a failure, not before its backoff)."""
         while True:
             self._wake.clear()
-            try:
-                now = self.clock.now()
-                seen: set[str] = set()
-                while due := [j for j in self.db.due_jobs(now) if j.id not in seen]:
-                    for job in due:
-                        seen.add(job.id)
-                        try:
-                            self._fire_due(job, now)
-                        except Exception:
-                            log.exception("firing job %s (%s) failed", job.name, job.id)
+            failed = self._retry_at is not None and time.monotonic() < self._retry_at
+            if not failed:
+                failed = not self._pass()
+            left = (self._retry_at or 0.0) - time.monotonic()
+            if failed:
+                wait = max(0.0, left)  # not before the backoff: the store refuses
+            else:
                 nxt = self.db.next_due()
-            except Exception:
-                log.exception("the scheduler loop failed; retrying in 1 s")
-                nxt = self.clock.now() + 1.0
-            wait = IDLE_WAKE if nxt is None else min(max(0.0, nxt - self.clock.now()),
-                                                     IDLE_WAKE)
+                wait = IDLE_WAKE if nxt is None else min(max(0.0, nxt - self.clock.now()),
+                                                         IDLE_WAKE)
+                if self._retry_at is not None:
+                    wait = min(wait, max(0.0, left))
             if self.clock.is_test:
                 wait = min(wait, TEST_POLL)  # a moved clock is seen promptly
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await self._wake.wait()
+
+    def _pass(self) -> bool:
+        """Fire every due job, then, if a commit failed earlier, re-drive what it left.
+        False if a commit failed in this pass (it is tried again after the backoff)."""
+        try:
+            if self._retry_at is not None:
+                self._retry_at = None
+                self.redrive()
+            now = self.clock.now()
+            seen: set[str] = set()
+            while due := [j for j in self.db.due_jobs(now) if j.id not in seen]:
+                for job in due:
+                    seen.add(job.id)
+                    self._fire_due(job, now)
+        except Exception as e:
+            self._failed("firing scheduled jobs", e)
+            return False
+        return True
+
+    def _failed(self, what: str, e: Exception) -> None:
+        """A commit failed: back off, then fire and re-drive again. Logged once per
+        spell of failures (a full disk fails every try; its log must not fill it); a
+        spell ends after twice the longest backoff without a failure."""
+        now = time.monotonic()
+        if now - self._last_failure > 2 * RETRY_MAX:
+            self._backoff = RETRY_FIRST
+            log.warning("scheduler: %s failed (%s); trying again in %.0f s, then backing "
+                        "off up to %.0f s, until it succeeds", what, e, self._backoff,
+                        RETRY_MAX,
+                        exc_info=not isinstance(e, (TetherError, OSError, sqlite3.Error)))
+        else:
+            log.debug("scheduler: %s failed again: %r", what, e)
+        self._last_failure = now
+        if self._retry_at is None or self._retry_at <= now:
+            self._retry_at = now + self._backoff
+            self._backoff = min(self._backoff * 2, RETRY_MAX)
+        self._wake.set()  # let the loop take the new retry time into account
 
     # ------------------------------------------------------------------ runs
     def _spawn_start(self, run: RunRecord) -> None:
@@ -213,11 +290,16 @@ class Scheduler:
         try:
             await self._start_run(run_id)
         except Exception as e:
-            log.exception("starting scheduled run %s failed", run_id)
-            with contextlib.suppress(Exception):
+            try:  # FAILED, as a refused start is; if the store refuses that too (a full
+                # disk), the run stays PENDING and is re-driven (its request key finds
+                # its exec if one was made)
                 self.journal.commit(self.db.transition_run(
                     run_id, RunState.FAILED, f"could not start: {e}",
                     ended_at=self.clock.now()))
+                log.warning("scheduled run %s could not start: %s", run_id, e,
+                            exc_info=not isinstance(e, (TetherError, OSError, sqlite3.Error)))
+            except Exception as again:
+                self._failed(f"starting scheduled run {run_id}", again)
         finally:
             self._starting.discard(run_id)
 
@@ -228,9 +310,13 @@ class Scheduler:
             return
         try:
             sandbox = self.sandboxes.resolve(job.spec.sandbox)
+            spec = job.spec.exec
+            if spec.name is None and run.number:  # `tether logs nightly#3`
+                spec = msgspec.structs.replace(spec, name=f"{job.name}#{run.number}")
             while True:
-                rec = await self.execs.start(sandbox, job.spec.exec, run.request_key(),
-                                             unconfined_ok=job.spec.unconfined_ok)
+                async with self._slots:
+                    rec = await self.execs.start(sandbox, spec, run.request_key(),
+                                                 unconfined_ok=job.spec.unconfined_ok)
                 if not (rec.state == ExecState.FAILED and rec.never_started):
                     break
                 if run.attempt + 1 >= MAX_ATTEMPTS:
@@ -254,9 +340,12 @@ class Scheduler:
     def _on_exec_end(self, rec: ExecRecord) -> None:
         if not (rec.request_key or "").startswith("schedule:"):
             return
-        run = self.db.run_of_exec(rec.id)
-        if run is not None and run.state == RunState.RUNNING:
-            self._settle(run, rec)
+        try:
+            run = self.db.run_of_exec(rec.id)
+            if run is not None and run.state == RunState.RUNNING:
+                self._settle(run, rec)
+        except Exception as e:  # the run stays RUNNING past its exec's end: re-driven
+            self._failed(f"settling the run of exec {rec.id}", e)
 
     def _settle(self, run: RunRecord, rec: ExecRecord) -> None:
         ok = rec.state == ExecState.FINISHED and rec.exit_code == 0
@@ -283,9 +372,19 @@ class Scheduler:
     async def recover(self) -> dict[str, int]:
         """Start the committed fire times no exec runs for yet; settle runs whose exec
         ended while the daemon was down; fill the slots queued runs wait for."""
+        return self.redrive(every_job=True)
+
+    def redrive(self, every_job: bool = False) -> dict[str, int]:
+        """Bring the live runs in line with the store: start each PENDING one no task is
+        starting, settle each RUNNING one whose exec has ended, fill the slots of the
+        jobs with queued runs (``every_job``: of every job). At start, and after a failed
+        commit left any of these behind."""
         summary = {"restarted": 0, "settled": 0}
+        queued: set[str] = set()
         for run in self.db.runs(states=("PENDING", "RUNNING")):
-            if run.state == RunState.PENDING and not run.queued:
+            if run.state == RunState.PENDING and run.queued:
+                queued.add(run.job)
+            elif run.state == RunState.PENDING and run.id not in self._starting:
                 self._spawn_start(run)
                 summary["restarted"] += 1
             elif run.state == RunState.RUNNING and run.exec_id is not None:
@@ -293,6 +392,25 @@ class Scheduler:
                 if rec is not None and rec.state in EXEC_TERMINAL:
                     self._settle(run, rec)
                     summary["settled"] += 1
-        for job in self.db.list_jobs():
-            self._start_queued(job.id)
+        for job_id in ([j.id for j in self.db.list_jobs()] if every_job else sorted(queued)):
+            self._start_queued(job_id)
         return summary
+
+
+def _view(job: JobRecord, live: int) -> dict[str, Any]:
+    """A job as shown: its env's names only (the values are kept to run it), and how many
+    of its runs are live."""
+    spec = msgspec.structs.replace(job.spec, exec=job.spec.exec.without_env_values())
+    out: dict[str, Any] = to_builtins(msgspec.structs.replace(job, spec=spec))
+    out["live"] = live
+    return out
+
+
+def _cursor(after: str | None) -> int:
+    """A ``scheduler.status`` page cursor (the ``next`` of the page before)."""
+    if after is None:
+        return 0
+    if not after.isdigit() or len(after) > 18:
+        raise invalid_params(f"after {after!r} is not a cursor: pass the 'next' of the "
+                             "previous page, or leave it out for the first page", after=after)
+    return int(after)

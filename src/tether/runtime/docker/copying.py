@@ -38,17 +38,24 @@ def copy_in(engine: DockerEngine, sandbox: str, src: str, dst: str) -> int:
     """``docker cp`` semantics: into ``dst`` if it is a directory, else as ``dst``."""
     import docker
 
+    if not os.path.lexists(src):  # as a bwrap sandbox's copy says it
+        raise DockerError(f"{src} does not exist", "PATH_NOT_FOUND")
     stat = path_stat(engine, sandbox, dst)
     is_dir = stat is not None and bool(int(stat.get("mode", 0)) & (1 << 31))
     parent, arcname = (dst, os.path.basename(src.rstrip("/"))) if is_dir else \
         (os.path.dirname(dst.rstrip("/")) or "/", os.path.basename(dst.rstrip("/")))
+    size = 0  # the bytes of the files copied, not of the archive that carries them
+
+    def counted(member: tarfile.TarInfo) -> tarfile.TarInfo:
+        nonlocal size
+        size += member.size if member.isreg() else 0
+        return member
     with tempfile.TemporaryFile() as buf:
         try:
             with tarfile.open(fileobj=buf, mode="w") as tar:
-                tar.add(src, arcname=arcname)
+                tar.add(src, arcname=arcname, filter=counted)
         except (OSError, tarfile.TarError) as e:
             raise DockerError(f"cannot read {src}: {e}", "COPY_FAILED") from None
-        size = buf.tell()
         buf.seek(0)
         try:
             ok = engine.client().api.put_archive(primary_name(sandbox), parent, buf)
@@ -83,11 +90,10 @@ def copy_out(engine: DockerEngine, sandbox: str, src: str, dst: str, forbidden: 
 def extract(stream: Iterable[bytes], dst: str, forbidden: str) -> int:
     """Write docker's archive of one entry into ``dst`` if it is a directory, else as
     ``dst``, by descriptor (``hostio.copyout``): nothing through a symlink at any level,
-    nothing into ``forbidden``. Returns the archive's size."""
+    nothing into ``forbidden``. Returns the bytes of the files written."""
     with tempfile.TemporaryFile() as buf:
         for chunk in stream:
             buf.write(chunk)
-        size = buf.tell()
         buf.seek(0)
         with tarfile.open(fileobj=buf, mode="r") as tar:
             first = tar.next()
@@ -96,7 +102,6 @@ def extract(stream: Iterable[bytes], dst: str, forbidden: str) -> int:
             top = first.name.strip("/").split("/")[0]
             dfd, name = open_destination(top, dst, forbidden)
             try:
-                write_tar(tar, dfd, name, os.path.join(fd_path(dfd), name))
+                return write_tar(tar, dfd, name, os.path.join(fd_path(dfd), name))
             finally:
                 os.close(dfd)
-    return size

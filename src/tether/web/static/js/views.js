@@ -82,7 +82,7 @@ function agentRows(lineages) {
     el("td", {}, link(`/lineage/${encodeURIComponent(l.id)}`, l.name || short(l.id))),
     el("td", {}, l.provider),
     stateCell("td", l.status, l.status === "WAITING_LIMIT" && l.revive_at ? el("span", {class: "muted"}, ` until ${localTime(l.revive_at)}`) : null),
-    el("td", {class: `lc-${l.lifecycle}`}, l.lifecycle),
+    el("td", {class: `lc-${lifecycleOf(l)}`}, lifecycleOf(l)),
     el("td", {}, bar(l.context_pct, l.lifecycle)),
     el("td", {class: l.waiting ? "hb-WAITING" : `hb-${l.heartbeat || ""}`}, l.waiting ? "waiting for you" : (l.heartbeat || "")),
     el("td", {class: "num"}, l.turns),
@@ -91,6 +91,13 @@ function agentRows(lineages) {
     el("td", {}, stamp(l.created_at)),
     el("td", {class: "exit"}, l.exit_reason || "")));
 }
+// An ended lineage has no lifecycle to show, unless its context ended it (DEAD): a FAILED
+// agent is not "HEALTHY" (one coherent status per agent; the CLI's pstable.lifecycle_cell).
+const LIVE = new Set(["ACTIVE", "ORPHANED", "ASK_PENDING", "REVIVING", "WAITING_LIMIT"]);
+function lifecycleOf(l) {
+  return LIVE.has(l.status) || l.lifecycle === "DEAD" ? l.lifecycle : "-";
+}
+
 const AGENT_HEADERS = ["agent", "provider", "status", "lifecycle", "context", "heartbeat", "turns", "revivals", "cost / budget", "started", "exit"];
 
 function execRows(execs, {actions = true} = {}) {
@@ -408,7 +415,7 @@ export class Lineage extends View {
     document.title = `${l.name || short(l.id)} · tether`;
     replace(this.head,
       el("div", {class: "title"}, el("h2", {}, l.name || short(l.id)), el("span", {class: "muted"}, l.id),
-         stateCell("span", l.status), el("span", {class: `lc-${l.lifecycle}`}, l.lifecycle),
+         stateCell("span", l.status), el("span", {class: `lc-${lifecycleOf(l)}`}, lifecycleOf(l)),
          el("span", {class: "spacer"}), costCell(l)),
       d.needs.length ? needsList(d.needs) : null,
       el("dl", {class: "facts", dataset: {lineage: l.id}},
