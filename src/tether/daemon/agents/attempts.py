@@ -166,8 +166,13 @@ class Attempts:
         if resume:
             ctx = dataclasses.replace(ctx, interrupted=rec.interrupted is not None,
                                       continuation=continuation(rec, snap_path))
-        resume = resume and rec.conversation is not False and await asyncio.to_thread(
-            provider.can_resume, rec.provider_session_id, rec.usage_cursor)
+        # Only a CLI whose hooks show a turn's start can be known to have none; one whose
+        # turns are read from its output (Aider: its request is not seen, nor a one-shot's
+        # prompt) is resumed, which with an empty history is a fresh start anyway.
+        unknown = provider.turn_idle_seconds is not None
+        resume = resume and (rec.conversation is not False or unknown) and \
+            await asyncio.to_thread(provider.can_resume, rec.provider_session_id,
+                                    rec.usage_cursor)
         plan = (provider.resume(cfg.argv, rec.provider_session_id, str(snap_path), ctx)
                 if resume else provider.launch(cfg.argv, ctx))
         for path, content in plan.files.items():
