@@ -25,8 +25,9 @@ EVIL = "--dangerously-bypass-approvals-and-sandbox"
 ATTACKER = r'''#!/usr/bin/python3
 import json, os, subprocess, sys, time, tomllib
 attempt = os.environ["TETHER_ATTEMPT"]
-with open(f"argv.{attempt}.json", "w") as f:
+with open(f".argv.{attempt}.json", "w") as f:  # whole, then named: the test reads it
     json.dump(sys.argv[1:], f)
+os.rename(f".argv.{attempt}.json", f"argv.{attempt}.json")
 hooks = {}
 args = sys.argv[1:]
 for flag, value in zip(args, args[1:]):

@@ -9,7 +9,9 @@ What Claude Code needs to start without a person (read from the CLI's behaviour,
   ``hasTrustDialogAccepted`` (no workspace trust dialog); and a ``~/.claude`` directory.
   The daemon runs with that ``HOME``, so the sandbox binds those two (tether's agent
   config paths) read-write, as it would a user's.
-* ``ANTHROPIC_BASE_URL`` (the fake) and ``ANTHROPIC_API_KEY``; or, for the form Claude
+* ``ANTHROPIC_BASE_URL`` (the fake, by its name: the CLI reaches it through tether's
+  egress proxy, allowed by the lineage's ``allow_domains``, :mod:`tests.realcli.net`)
+  and ``ANTHROPIC_API_KEY``; or, for the form Claude
   Code shows a subscription's limits in, an ``ANTHROPIC_AUTH_TOKEN`` that is a JWT for
   ``aud: claude-gateway`` (its enterprise gateway's login: Claude Code then reads the
   ``anthropic-ratelimit-unified-*`` headers and says "You've hit your … limit · resets …").
@@ -35,6 +37,7 @@ from typing import Any
 from tests.harness import DaemonProc, new_home, remove_home, wait_for
 from tests.realcli import cli
 from tests.realcli.fake_anthropic import FakeAnthropic
+from tests.realcli.net import resolve_env
 from tether.client.attach import Attachment
 from tether.client.blocking import Client
 from tether.client.replies import LineageView
@@ -75,7 +78,6 @@ class ClaudeUnderTether:
         self.agent_env = {
             "HOME": str(self.home), "PATH": os.environ["PATH"], "TERM": "xterm-256color",
             "ANTHROPIC_BASE_URL": api.base_url, "CLAUDE_CODE_MAX_RETRIES": "0",
-            "DISABLE_AUTOUPDATER": "1",
             # (a tether checkout run from its source tree, e.g. an older one to compare)
             **({"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}),
             **({"ANTHROPIC_AUTH_TOKEN": gateway_token()} if subscription
@@ -83,7 +85,8 @@ class ClaudeUnderTether:
         }
         self.daemon = DaemonProc(new_home(), env={
             "HOME": str(self.home), "TETHER_DEFAULT_RUNTIME": "auto",
-            "TETHER_AGENT_TICK": TICK, "TETHER_TEST_CLOCK": str(self.clock)})
+            "TETHER_AGENT_TICK": TICK, "TETHER_TEST_CLOCK": str(self.clock),
+            **resolve_env([api.api])})
         self.daemon.start()
         self.c: Client = self.daemon.client()
         assert self.c.sandbox_get("default").spec.runtime == "bwrap"
@@ -94,12 +97,15 @@ class ClaudeUnderTether:
         remove_home(self.home)
 
     # ------------------------------------------------------------------ agents
-    def start(self, *args: str, tty: bool = False, **params: Any) -> LineageView:
-        """``claude --permission-mode acceptEdits ARGS`` as an agent lineage."""
+    def start(self, *args: str, tty: bool = False, allowed: bool = True,
+              **params: Any) -> LineageView:
+        """``claude --permission-mode acceptEdits ARGS`` as an agent lineage, allowed to
+        reach the fake API (``allowed=False``: without it in its policy)."""
         params.setdefault("revival", "revive")
         return self.c.agent_start([self.claude, "--permission-mode", "acceptEdits", *args],
                                   provider="claude", env=self.agent_env, cwd=str(self.project),
-                                  tty=tty, **params)
+                                  tty=tty, allow_domains=[self.api.api.entry] if allowed
+                                  else None, **params)
 
     def get(self, lineage: str) -> LineageView:
         return self.c.lineage_get(lineage)

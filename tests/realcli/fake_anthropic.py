@@ -30,14 +30,14 @@ n-th :class:`Reply`, so a retried or resumed request gets the same answer. Every
 request is recorded (:attr:`FakeAnthropic.served`) with the token counts it reported, so a
 test can compare what tether counted with what the server served, exactly.
 
-Where the CLI reaches the server is one setting: :data:`HOST` (``TETHER_FAKE_API_HOST``,
-default 127.0.0.1), so that the URL can later name a host an egress proxy allows.
+The CLI reaches the server by a name of its own (:data:`HOST`), which the CLI in its
+sandbox reaches only through tether's egress proxy when the lineage's policy allows it
+(:mod:`tests.realcli.net`; :attr:`FakeAnthropic.api`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import socket
 import threading
 import time
@@ -48,9 +48,11 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-#: The host the CLI is given in its base URL; the server binds it (or 127.0.0.1 for a
-#: name that resolves elsewhere, e.g. through a proxy: see :class:`FakeAnthropic`).
-HOST = os.environ.get("TETHER_FAKE_API_HOST", "127.0.0.1")
+from tests.realcli.net import ADDRESS, Api
+
+#: The host name the CLI is given in its base URL (the server itself listens on
+#: 127.0.0.1; the daemon's egress proxy resolves the name there: :mod:`tests.realcli.net`).
+HOST = "fake-anthropic.test"
 #: How long a held request waits for :meth:`FakeAnthropic.release` at most.
 HOLD_LIMIT = 120.0
 
@@ -169,10 +171,10 @@ def _turn(messages: list[Any]) -> tuple[str | None, int, list[dict[str, Any]]]:
 
 
 class FakeAnthropic:
-    """The server, on :data:`HOST` and a free port, in a thread of its own."""
+    """The server, on 127.0.0.1 and a free port, named :data:`HOST`, in a thread of its
+    own."""
 
-    def __init__(self, host: str = HOST) -> None:
-        self.host = host
+    def __init__(self) -> None:
         self.served: list[Served] = []
         self.requests: list[tuple[str, str]] = []  # (method, path) of every request
         self.received = 0  # conversation requests received (answered, held or failed)
@@ -182,8 +184,7 @@ class FakeAnthropic:
         self._lock = threading.Lock()
         self._released = threading.Event()
         self._ids = iter(range(1, 1 << 30))
-        bind = host if host.replace(".", "").isdigit() else "127.0.0.1"
-        self._server = ThreadingHTTPServer((bind, 0), self._handler())
+        self._server = ThreadingHTTPServer((ADDRESS, 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -191,7 +192,12 @@ class FakeAnthropic:
     @property
     def base_url(self) -> str:
         """``ANTHROPIC_BASE_URL`` for the CLI."""
-        return f"http://{self.host}:{self._server.server_address[1]}"
+        return f"http://{HOST}:{self._server.server_address[1]}"
+
+    @property
+    def api(self) -> Api:
+        """Its name and port, as a lineage's policy allows it."""
+        return Api(HOST, self._server.server_address[1])
 
     def __enter__(self) -> FakeAnthropic:
         self._thread.start()

@@ -32,9 +32,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from tests.realcli.net import ADDRESS, Api
+
 #: The model the tests run (``gemini -m``): its context window, in Google's model table
 #: (https://ai.google.dev/gemini-api/docs/models), is 1,048,576 tokens.
 MODEL = "gemini-2.5-flash"
+#: The host name the CLI is pointed at (the server listens on 127.0.0.1; the daemon's
+#: egress proxy resolves the name there: :mod:`tests.realcli.net`).
+HOST = "fake-gemini.test"
 API_KEY = "fake-gemini-key"
 
 #: The Gemini API's answer to a request over the free tier's daily quota (HTTP 429), as
@@ -97,6 +102,7 @@ class Served:
     scripted: bool = False  # a scripted conversation answer (not a utility call)
     status: int = 200
     answered: bool = False
+    host: str = ""  # its Host header: the name (and port) the CLI asked for
 
     def user_texts(self) -> list[str]:
         """The texts of the request's user turns (what the CLI sent as the prompt)."""
@@ -116,7 +122,7 @@ class FakeGemini:
         self.served: list[Served] = []
         self.default = Answer(text="Done.", prompt_tokens=900, output_tokens=7)
         self.log = log
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = ThreadingHTTPServer((ADDRESS, 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -130,9 +136,18 @@ class FakeGemini:
         self._server.server_close()
 
     @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
+        """The API's root as the CLI is given it: by :data:`HOST`, its name."""
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def api(self) -> Api:
+        """Its name and port, as a lineage's policy allows it."""
+        return Api(HOST, self.port)
 
     # ------------------------------------------------------------------ scripting
     def script(self, *answers: Answer) -> None:
@@ -180,6 +195,10 @@ class FakeGemini:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
+            def _record(self, s: Served) -> None:
+                s.host = self.headers.get("Host", "")
+                fake._record(s)
+
             def _body(self) -> dict[str, Any]:
                 n = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(n) if n else b""
@@ -198,7 +217,7 @@ class FakeGemini:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:
-                fake._record(Served(method="GET " + self.path, model="", body={}, status=404))
+                self._record(Served(method="GET " + self.path, model="", body={}, status=404))
                 self._json(404, {"error": {"code": 404, "message": "not found",
                                            "status": "NOT_FOUND"}})
 
@@ -206,7 +225,7 @@ class FakeGemini:
                 body = self._body()
                 m = _PATH.match(self.path.partition("?")[0])
                 if m is None:
-                    fake._record(Served(method="POST " + self.path, model="", body=body,
+                    self._record(Served(method="POST " + self.path, model="", body=body,
                                         status=404))
                     self._json(404, {"error": {"code": 404, "message": "not found",
                                                "status": "NOT_FOUND"}})
@@ -214,14 +233,14 @@ class FakeGemini:
                 model, method = m.group(2), m.group(3)
                 if method == "countTokens":
                     n = sum(len(json.dumps(c)) // 4 for c in body.get("contents", []))
-                    fake._record(Served(method=method, model=model, body=body, answered=True))
+                    self._record(Served(method=method, model=model, body=body, answered=True))
                     self._json(200, {"totalTokens": n})
                 elif method == "streamGenerateContent":
                     self._stream(model, body)
                 elif method == "generateContent":
                     self._generate(model, body)
                 else:
-                    fake._record(Served(method=method, model=model, body=body, status=404))
+                    self._record(Served(method=method, model=model, body=body, status=404))
                     self._json(404, {"error": {"code": 404, "message": f"no {method}",
                                                "status": "NOT_FOUND"}})
 
@@ -229,7 +248,7 @@ class FakeGemini:
                 answer, scripted = fake._next()
                 served = Served(method="streamGenerateContent", model=model, body=body,
                                 scripted=scripted)
-                fake._record(served)  # seen now; what it was served once answered
+                self._record(served)  # seen now; what it was served once answered
                 if answer.hold is not None:
                     answer.hold.wait(120)
                 if answer.error is not None:
@@ -263,7 +282,7 @@ class FakeGemini:
                     text = "Summary."
                 usage = {"promptTokenCount": 50, "candidatesTokenCount": 5,
                          "totalTokenCount": 55}
-                fake._record(Served(method="generateContent", model=model, body=body,
+                self._record(Served(method="generateContent", model=model, body=body,
                                     usage=usage, answered=True))
                 self._json(200, {"candidates": [{
                     "content": {"role": "model", "parts": [{"text": text}]},
@@ -320,7 +339,8 @@ def cli_env(base_url: str, home: Path) -> dict[str, str]:
     """The environment that points the real Gemini CLI at ``base_url`` — the one place
     that says how: its documented ``GOOGLE_GEMINI_BASE_URL`` (the API's root; the CLI
     appends ``/v1beta/models/…``), an API key, and ``HOME`` (whose ``~/.gemini``
-    :func:`seed_home` prepared). A proxy in front of the API only changes ``base_url``."""
+    :func:`seed_home` prepared). ``base_url`` names the fake by :data:`HOST`: the CLI in
+    its sandbox reaches it through tether's egress proxy, when its policy allows it."""
     return {"HOME": str(home), "GEMINI_API_KEY": API_KEY, "GOOGLE_GEMINI_BASE_URL": base_url,
             "TERM": "xterm-256color", "NO_COLOR": "1"}
 

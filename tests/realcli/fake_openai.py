@@ -25,15 +25,14 @@ token counts it reports) and reads back every request and what it served
 Requests that are not the conversation (Codex's task-title side request, say) are answered
 by :attr:`FakeOpenAI.side` and recorded with ``side=True``.
 
-The URL the CLIs are given is made in one place, :func:`base_url` (host from
-``TETHER_FAKE_API_HOST``, default 127.0.0.1), so the same tests can later reach the fake
-through a named host behind an egress proxy.
+The URL the CLIs are given is made in one place, :func:`base_url`: a name of its own
+(:data:`HOST`), which the CLI in its sandbox reaches only through tether's egress proxy
+when the lineage's policy allows it (:mod:`tests.realcli.net`; :attr:`FakeOpenAI.api`).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -41,8 +40,11 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-#: The host name the CLIs are pointed at (the server itself listens on 127.0.0.1).
-HOST = os.environ.get("TETHER_FAKE_API_HOST", "127.0.0.1")
+from tests.realcli.net import ADDRESS, Api
+
+#: The host name the CLIs are pointed at (the server itself listens on 127.0.0.1; the
+#: daemon's egress proxy resolves the name there: :mod:`tests.realcli.net`).
+HOST = "fake-openai.test"
 MODEL = "gpt-fake-1"
 
 
@@ -301,7 +303,7 @@ class FakeOpenAI:
                     self._event(None, {**chunk, "choices": [], "usage": usage})
                 self._event(None, "[DONE]")
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer((ADDRESS, 0), Handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -313,6 +315,11 @@ class FakeOpenAI:
     @property
     def base_url(self) -> str:
         return base_url(self.port)
+
+    @property
+    def api(self) -> Api:
+        """Its name and port, as a lineage's policy allows it."""
+        return Api(HOST, self.port)
 
     def answer(self, *replies: Reply) -> None:
         """Queue the conversation's next answers, in order (then :attr:`default`)."""

@@ -1,6 +1,7 @@
 """What the real-CLI tests share: a user home seeded so a CLI skips its onboarding, a real
 daemon whose default sandbox is the product default (``auto`` → bwrap) with that home as
-``HOME``, and a terminal to drive an interactive session through its monitor.
+``HOME``, whose agents reach their fake model API by name through the egress proxy
+(:mod:`tests.realcli.net`), and a terminal to drive an interactive session through its monitor.
 
 The terminal (:class:`Screen`) is a client attached to the exec's monitor; it feeds what it
 reads to a ``pyte`` screen (so a test reads what a person would see) and answers the
@@ -21,6 +22,7 @@ from typing import Any
 import pyte
 
 from tests.harness import TETHER, DaemonProc, new_home, remove_home, wait_for
+from tests.realcli.net import Api, allow_flags, resolve_env
 from tether.client.attach import Attachment
 
 ROWS, COLS = 40, 120
@@ -32,7 +34,8 @@ class Home:
     """A user's home for one test (``HOME`` of the daemon, the CLI and the agents), its
     project directory (a git repository) and a daemon; :meth:`close` ends them."""
 
-    def __init__(self, tmp_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, tmp_path: Path, env: dict[str, str] | None = None, *,
+                 apis: tuple[Api, ...] = ()) -> None:
         self.user = tmp_path / "home"
         self.user.mkdir()
         self.work = tmp_path / "work"
@@ -46,8 +49,10 @@ class Home:
         (self.user / ".gitconfig").write_text("[user]\n\temail = dev@example.com\n"
                                               "\tname = Dev\n")
         self.clock = tmp_path / "clock"
+        #: The fake model APIs its agents are allowed to reach (by name, through the proxy).
+        self.apis = apis
         self.env = {**DAEMON_ENV, "HOME": str(self.user), "TETHER_TEST_CLOCK": str(self.clock),
-                    **(env or {})}
+                    **resolve_env(apis), **(env or {})}
         self.daemon = DaemonProc(new_home("tr"), env=self.env)
         self.screens: list[Screen] = []
 
@@ -69,9 +74,13 @@ class Home:
             assert r.returncode == 0, (args, r.returncode, r.stdout[-2000:], r.stderr[-4000:])
         return r
 
-    def run(self, *argv: str, tty: bool = False, flags: tuple[str, ...] = ()) -> tuple[str, str]:
-        """``tether run -d [-t -i] FLAGS -- ARGV``: the exec id and its lineage."""
-        r = self.tether("run", "-d", *(("-t", "-i") if tty else ()), *flags, "--", *argv)
+    def run(self, *argv: str, tty: bool = False, flags: tuple[str, ...] = (),
+            allowed: bool = True) -> tuple[str, str]:
+        """``tether run -d [-t -i] --allow-domain API… FLAGS -- ARGV``: the exec id and its
+        lineage. ``allowed=False``: without the fake APIs in its policy."""
+        allow = allow_flags(self.apis) if allowed else ()
+        r = self.tether("run", "-d", *(("-t", "-i") if tty else ()), *allow, *flags, "--",
+                        *argv)
         exec_id = r.stdout.strip()
         lineage = self.daemon.client().exec_get(exec_id).lineage
         assert lineage is not None, r.stderr

@@ -3,7 +3,8 @@ daemon, in the product's default sandbox (bwrap), driven through a real terminal
 is interactive.
 
 Faked: only the model API — ``tests/realcli/fake_openai.py`` on 127.0.0.1 speaks Chat
-Completions as Aider (through litellm) uses it. Aider finds it through its own config and
+Completions as Aider (through litellm) uses it, reached by its name through tether's egress
+proxy (``tests/realcli/net.py``). Aider finds it through its own config and
 keys in the home, which the sandbox must show it: ``openai-api-base`` and the model in
 ``~/.aider.conf.yml``, ``OPENAI_API_KEY`` in ``~/.env`` (finding 11 of issue 20), with the
 options that skip its questions (analytics, release notes, model warnings, .gitignore).
@@ -25,7 +26,7 @@ from typing import Any
 import pytest
 
 from tests.realcli import cli
-from tests.realcli.fake_openai import FakeOpenAI, Reply, Tokens
+from tests.realcli.fake_openai import HOST, FakeOpenAI, Reply, Tokens
 from tests.realcli.session import Home, Screen
 from tether.runtime import bwrap
 
@@ -63,7 +64,7 @@ def fake() -> Iterator[FakeOpenAI]:
 @pytest.fixture
 def home(tmp_path: Path, fake: FakeOpenAI) -> Iterator[Home]:
     # litellm's model price list is read from the package, not fetched from GitHub.
-    h = Home(tmp_path, env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    h = Home(tmp_path, env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"}, apis=(fake.api,))
     seed(h, fake)
     h.start()
     yield h
@@ -193,3 +194,32 @@ def test_aider_one_shot_is_revived_one_shot_and_its_turn_counted(home: Home,
     sent, received = USAGE.search(out).groups()  # type: ignore[union-attr]
     assert rec["usage"] == {"input_tokens": int(sent), "output_tokens": int(received)}
     assert rec["turns"] == 1 and int(sent) != 4_321  # its estimate, not the API's count
+
+
+def test_aider_reaches_its_model_api_only_because_its_policy_allows_it(
+        home: Home, fake: FakeOpenAI) -> None:
+    """Issue 21: Aider in the default sandbox reaches the fake API (``fake-openai.test``,
+    resolved by the egress proxy alone) only because its policy names that host and port,
+    as every test here does. Without the entry the proxy denies its request
+    (``agent.egress_denied`` with the host) and the fake gets nothing; with it, the
+    request arrives by that name."""
+    x, lin = home.run(aider(), "--message", "say hi", allowed=False,
+                      flags=("--max-revivals", "0"))
+    rec = home.wait_lineage(lin, lambda r: any(h["host"] == HOST for h in
+                                               r["egress"]["denied_hosts"]),
+                            timeout=90, what="its request denied")
+    assert fake.requests == [], fake.log()
+    assert fake.api.entry not in rec["egress"]["allow"]
+    (denied,) = [e["data"] for e in home.events(lin) if e["type"] == "agent.egress_denied"
+                 and e["data"]["host"] == HOST]
+    assert denied["port"] == fake.port
+    home.tether("kill", x, check=False)
+
+    fake.answer(Reply(text="Hi.", tokens=Tokens(321, 12)))
+    _, lin = home.run(aider(), "--message", "say hi")
+    rec = home.wait_lineage(lin, lambda r: r["status"] == "FINISHED", timeout=90,
+                            what="the allowed one-shot")
+    assert (rec["egress"]["network"], rec["usage"]) == (
+        "proxy", {"input_tokens": 321, "output_tokens": 12})
+    assert fake.api.entry in rec["egress"]["allow"]
+    assert [r.headers["host"] for r in fake.turns()] == [fake.api.entry]

@@ -1,7 +1,8 @@
 """The real Claude Code (tests/realcli: pinned by .ci/agents.sh) under the real daemon, in
 the default sandbox (bwrap), for every claim of the README's provider table.
 
-Only the model API is faked: :mod:`tests.realcli.fake_anthropic` on 127.0.0.1, written
+Only the model API is faked: :mod:`tests.realcli.fake_anthropic` on 127.0.0.1, reached by
+its name through tether's egress proxy (:mod:`tests.realcli.net`), written
 from Anthropic's API documentation, answers each request as the test scripts it (text or
 a tool call, with chosen token counts) and records what it served, so tether's counts are
 compared with it exactly. Interactive sessions are driven through their real terminal
@@ -18,7 +19,7 @@ import pytest
 
 from tests.harness import wait_for
 from tests.realcli.claude_env import ClaudeUnderTether
-from tests.realcli.fake_anthropic import FakeAnthropic, Reply, Usage, rate_limited
+from tests.realcli.fake_anthropic import HOST, FakeAnthropic, Reply, Usage, rate_limited
 from tether.runtime import bwrap
 
 pytestmark = pytest.mark.skipif(not bwrap.probe().available,
@@ -42,6 +43,37 @@ def ct(tmp_path: Path, api: FakeAnthropic) -> Iterator[ClaudeUnderTether]:
     t = ClaudeUnderTether(tmp_path, api)
     yield t
     t.close()
+
+
+def test_claude_reaches_its_model_api_only_because_its_policy_allows_it(
+        ct: ClaudeUnderTether, api: FakeAnthropic) -> None:
+    """Issue 21: Claude Code in the default sandbox has no way out but tether's egress
+    proxy, and reaches the fake API (``fake-anthropic.test``, which only the proxy
+    resolves, to the host's loopback) only because every test here allows that name and
+    port. The same ``claude -p`` without the entry: its requests are denied
+    (``agent.egress_denied`` with the host, counted in the lineage's ``egress``), the
+    fake gets none, Claude Code fails."""
+    lin = ct.start("-p", "say hi", allowed=False, max_revivals=0)
+    rec = ct.wait(lin.id, "claude gives up: no way to its API",
+                  lambda r: r.status == "FAILED", timeout=120)
+    assert api.requests == []
+    assert rec.egress is not None and api.api.entry not in rec.egress.allow
+    # The daemon reads the proxy's denial log every POLL seconds: journaled soon after.
+    wait_for(lambda: (HOST, api.api.port) in [
+        (e.data["host"], e.data["port"]) for e in ct.events(lin.id, "agent.egress_denied")],
+        30, what="its denials journaled")
+    rec = ct.get(lin.id)
+    assert rec.egress is not None
+    assert (HOST, api.api.port) in [(h.host, h.port) for h in rec.egress.denied_hosts]
+
+    api.answer("say hi", Reply(text="Hi.", usage=Usage(10, 2)))
+    lin = ct.start("-p", "say hi")  # allowed, as everywhere
+    rec = ct.wait(lin.id, "claude -p ends", lambda r: r.status == "FINISHED", timeout=90)
+    assert rec.egress is not None and rec.egress.network == "proxy"
+    assert api.api.entry in rec.egress.allow
+    assert HOST not in [h.host for h in rec.egress.denied_hosts]
+    assert [s.usage for s in api.main_calls()] == [Usage(10, 2)]
+    assert rec.usage == Usage(10, 2).as_tether()
 
 
 def test_headless_hung_and_killed_mid_turn_resumes_headless_counting_every_call_once(

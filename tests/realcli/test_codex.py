@@ -2,7 +2,8 @@
 product's default sandbox (bwrap), driven through a real terminal where it is interactive.
 
 Faked: only the model API — ``tests/realcli/fake_openai.py`` on 127.0.0.1 speaks the
-Responses API as Codex uses it; Codex is pointed at it by a custom model provider's
+Responses API as Codex uses it, reached by its name through tether's egress proxy
+(``tests/realcli/net.py``); Codex is pointed at it by a custom model provider's
 ``base_url`` in a seeded ``~/.codex/config.toml`` (with the project trusted, so it skips its
 onboarding). Every claim of the README's provider table for Codex is checked here: hooks
 fire, one turn per prompt (its task-title request is not one), the thread id learned at the
@@ -13,6 +14,7 @@ never another lineage's thread), an idle session not killed, tool fencing.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -24,7 +26,14 @@ from typing import Any
 import pytest
 
 from tests.realcli import AGENTS_DIR, cli, versions
-from tests.realcli.fake_openai import FakeOpenAI, Reply, Request, Tokens, codex_metadata
+from tests.realcli.fake_openai import (
+    HOST,
+    FakeOpenAI,
+    Reply,
+    Request,
+    Tokens,
+    codex_metadata,
+)
 from tests.realcli.session import Home
 from tether.runtime import bwrap
 
@@ -67,7 +76,7 @@ def fake() -> Iterator[FakeOpenAI]:
 
 @pytest.fixture
 def home(tmp_path: Path, fake: FakeOpenAI) -> Iterator[Home]:
-    h = Home(tmp_path, env={KEY_ENV: "sk-fake-codex"})
+    h = Home(tmp_path, env={KEY_ENV: "sk-fake-codex"}, apis=(fake.api,))
     seed(h, fake)
     h.start()
     yield h
@@ -123,6 +132,35 @@ def test_codex_installed_under_a_hidden_root_runs_in_the_default_sandbox(
 def codex_version() -> str:
     return subprocess.run([codex(), "--version"], capture_output=True, text=True,
                           timeout=60).stdout.split()[-1]
+
+
+# ---------------------------------------------------------------------------- egress
+def test_codex_reaches_its_model_api_only_because_its_policy_allows_it(
+        home: Home, fake: FakeOpenAI) -> None:
+    """Issue 21: Codex in the default sandbox has no way out but tether's egress proxy,
+    and reaches the fake API (``fake-openai.test``, which only the proxy resolves, to the
+    host's loopback) only because every test here allows that name and port. The same
+    ``codex exec`` without the entry: its requests are denied (``agent.egress_denied``
+    with the host, counted in ``lineage inspect``), the fake gets none, Codex fails."""
+    _, lin = home.run(codex(), "exec", *EXEC_FLAGS, "say hi", allowed=False,
+                      flags=("--max-revivals", "0"))
+    home.wait_lineage(lin, lambda r: r["status"] == "FAILED", timeout=120,
+                      what="codex gives up: no way to its API")
+    # The daemon reads the proxy's denial log every second: it may lag the exit.
+    rec = home.wait_lineage(lin, lambda r: (HOST, fake.port) in [
+        (h["host"], h["port"]) for h in r["egress"]["denied_hosts"]], timeout=30,
+        what="its denials journaled")
+    assert fake.requests == [], fake.log()
+    assert fake.api.entry not in rec["egress"]["allow"]
+    denied = [e["data"] for e in home.events(lin) if e["type"] == "agent.egress_denied"]
+    assert (HOST, fake.port) in [(d["host"], d["port"]) for d in denied], denied
+
+    _, lin = home.run(codex(), "exec", *EXEC_FLAGS, "say hi")  # allowed, as everywhere
+    rec = home.wait_lineage(lin, lambda r: r["status"] == "FINISHED", what="codex exec ends")
+    assert rec["egress"]["network"] == "proxy" and fake.api.entry in rec["egress"]["allow"]
+    assert HOST not in [h["host"] for h in rec["egress"]["denied_hosts"]]
+    (req,) = fake.turns()
+    assert req.headers["host"] == fake.api.entry  # by its name, through the proxy
 
 
 # ---------------------------------------------------------------------------- headless
@@ -331,3 +369,50 @@ def test_codex_interactive_turns_idle_clear_revival_and_fencing(home: Home,
     assert "finalization call was already used" in str(after_denial.body)  # the reason
     assert rec["usage"] == served(fake)
     assert thread_of(after_denial) == rec["provider_session_id"]
+
+
+#: gpt-fake-1's price, as a user prices a model tether's table does not know
+#: (``<home>/prices.toml``, dollars per million tokens).
+PRICES = """[[price]]
+model = "gpt-fake-1"
+since = 2025-01-01
+input = 10.0
+output = 40.0
+cache_read = 1.0
+"""
+
+
+def test_codex_budget_pause_denies_its_real_tool_call(home: Home, fake: FakeOpenAI) -> None:
+    """A lineage budget (``--budget 0.05``, policy pause) reached by a turn's tokens, priced
+    by ``<home>/prices.toml``: Codex's next real tool call is denied by its ``PreToolUse``
+    hook, naming the budget, so the command never runs and Codex tells the model; the
+    lineage goes on (paused, not stopped). ``tether cost`` prices the turns as served."""
+    (home.daemon.home / "prices.toml").write_text(PRICES)
+    fake.answer(Reply(text="Read it all.", tokens=Tokens(20_000, 100, cached=4_000)))
+    x, lin = home.run(codex(), *TUI_FLAGS, tty=True, flags=("--budget", "0.05"))
+    s = home.screen(x)
+    s.wait("Ask Codex")
+    s.type("read everything")
+    s.wait("Read it all.")
+    rec = home.wait_lineage(lin, lambda r: r["turns"] == 1, what="turn 1")
+    # (16,000 * $10 + 4,000 * $1 + 100 * $40) per million: $0.168, past $0.05.
+    assert [e["type"] for e in home.events(lin) if e["type"] == "agent.budget"] == [
+        "agent.budget"]
+    fake.answer(Reply(tool="exec_command", arguments={"cmd": "echo x > out.txt"},
+                      tokens=Tokens(21_000, 30, cached=20_000)),
+                Reply(text="The budget stopped me.", tokens=Tokens(21_500, 20, cached=21_000)))
+    s.type("now write out.txt")
+    s.wait("The budget stopped me.")
+    rec = home.wait_lineage(lin, lambda r: r["turns"] == 2, what="turn 2")
+    assert not (home.work / "out.txt").exists()  # the real tool call, denied
+    (fenced,) = [e for e in home.events(lin) if e["type"] == "agent.fenced"]
+    assert fenced["data"]["budget"] and fenced["data"]["tool"] == "Bash"
+    assert fenced["reason"].startswith("budget: "), fenced
+    assert "budget" in str(fake.turns()[-1].body)  # Codex told the model why
+    assert (rec["status"], rec["exec"]) == ("ACTIVE", x) and rec["usage"] == served(fake)
+    report = json.loads(home.tether("cost", "--by", "lineage", "--json").stdout)
+    (row,) = [r for r in report["rows"] if r["key"] == lin]
+    u = rec["usage"]
+    assert row["cost_usd"] == pytest.approx(
+        (u["input_tokens"] * 10 + u["cache_read_tokens"] * 1 + u["output_tokens"] * 40) / 1e6,
+        abs=1e-6)

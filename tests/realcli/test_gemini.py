@@ -1,7 +1,8 @@
 """The real Gemini CLI (``@google/gemini-cli``, pinned in ``.ci/agents.sh``) under the real
 daemon, in the product's default sandbox (bwrap), for every claim of the README's
 compatibility table. Only the model API is faked — :mod:`tests.realcli.fake_gemini`, on
-127.0.0.1, reached through the CLI's documented ``GOOGLE_GEMINI_BASE_URL`` — and every
+127.0.0.1, reached by name through the egress proxy (:mod:`tests.realcli.net`), as the
+CLI's documented ``GOOGLE_GEMINI_BASE_URL`` names it — and every
 token count tether records is checked against what that server served.
 
 Interactive sessions are driven through the exec's real terminal (the attach protocol, as
@@ -32,6 +33,7 @@ from tests.harness import TETHER, DaemonProc, remove_home, wait_for
 from tests.realcli import cli
 from tests.realcli.fake_gemini import (
     DAILY_QUOTA_EXHAUSTED,
+    HOST,
     MODEL,
     Answer,
     FakeGemini,
@@ -39,6 +41,7 @@ from tests.realcli.fake_gemini import (
     cli_env,
     seed_home,
 )
+from tests.realcli.net import resolve_env
 from tether.client.blocking import Client
 from tether.runtime import bwrap
 
@@ -70,10 +73,12 @@ class Rig:
         return self.d.client()
 
     def run(self, *gemini_args: str, opts: tuple[str, ...] = (), tty: bool = False,
-            name: str = "g") -> tuple[str, str]:
-        """``tether run -d [-it] --name NAME OPTS -- gemini ARGS``: (exec id, lineage)."""
-        r = self.tether("run", "-d", *(["-t", "-i"] if tty else []), "--name", name, *opts,
-                        "--", str(self.gemini), "-m", MODEL, *gemini_args)
+            name: str = "g", allowed: bool = True) -> tuple[str, str]:
+        """``tether run -d [-it] --name NAME --allow-domain API OPTS -- gemini ARGS``: (exec
+        id, lineage). ``allowed=False``: without the fake API in its policy."""
+        allow = self.api.api.flags() if allowed else ()
+        r = self.tether("run", "-d", *(["-t", "-i"] if tty else []), "--name", name, *allow,
+                        *opts, "--", str(self.gemini), "-m", MODEL, *gemini_args)
         assert r.returncode == 0, r.stderr.decode()
         exec_id = r.stdout.decode().strip()
         lineage = self.client().exec_get(exec_id).lineage
@@ -156,8 +161,9 @@ def rig(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Rig]:
     # or here /var/tmp, 1777) is what the CLI's root-ownership check sees as it is.
     tether_home = Path(tempfile.mkdtemp(prefix="tg", dir=getattr(request, "param", "/tmp")))
     with FakeGemini(log=tmp_path / "api.jsonl") as api:
-        env = {**os.environ, **cli_env(api.base_url, home), "TETHER_DEFAULT_RUNTIME": "auto",
-               "TETHER_AGENT_TICK": "0.2", "TETHER_TEST_CLOCK": str(tmp_path / "clock")}
+        env = {**os.environ, **cli_env(api.base_url, home), **resolve_env([api.api]),
+               "TETHER_DEFAULT_RUNTIME": "auto", "TETHER_AGENT_TICK": "0.2",
+               "TETHER_TEST_CLOCK": str(tmp_path / "clock")}
         d = DaemonProc(tether_home, env=env)
         d.start()
         r = Rig(d=d, api=api, home=home, work=work, env=d.env, gemini=gemini)
@@ -223,6 +229,29 @@ def test_headless_turn_hooks_session_tokens_and_context(rig: Rig) -> None:
     assert rec.exit_reason == "finished"
 
 
+def test_the_api_is_reached_only_because_the_policy_allows_it(rig: Rig) -> None:
+    """Issue 21: the CLI in the default sandbox reaches the fake API (``fake-gemini.test``,
+    which only the egress proxy resolves) only because its policy names that host and
+    port, as every test here does. Without the entry its requests are denied
+    (``agent.egress_denied`` with the host), the fake gets none; with it, they arrive by
+    that name."""
+    x, lin = rig.run("-p", "say hi", allowed=False, opts=("--max-revivals", "0"))
+    wait_for(lambda: rig.events(lin, "agent.egress_denied"), 90, what="a denial")
+    denied = [(e.data["host"], e.data["port"]) for e in rig.events(lin, "agent.egress_denied")]
+    assert (HOST, rig.api.port) in denied
+    assert rig.api.served == []
+    assert rig.api.api.entry not in rig.lineage(lin).egress.allow
+    rig.tether("kill", x)
+
+    rig.api.script(Answer(text="Hi.", prompt_tokens=2_000, output_tokens=5))
+    x, lin = rig.run("-p", "say hi", name="allowed")
+    assert rig.client().exec_wait(x, timeout=90).exit_code == 0
+    rec = rig.wait_lineage(lin, lambda r: r.status == "FINISHED", what="finished")
+    assert rec.egress.network == "proxy" and rig.api.api.entry in rec.egress.allow
+    assert rec.usage == tokens_of(rig.api.conversation())
+    assert {s.host for s in rig.api.served} == {rig.api.api.entry}  # by name, via the proxy
+
+
 def test_headless_killed_mid_turn_is_resumed_headless(rig: Rig) -> None:
     """kill -9 of ``gemini -p`` while its turn is in progress: the revival resumes the
     same session headless, with a continuation prompt (``gemini --resume ID`` alone, with
@@ -230,6 +259,9 @@ def test_headless_killed_mid_turn_is_resumed_headless(rig: Rig) -> None:
     held = threading.Event()
     rig.api.script(Answer(text="never sent", hold=held),
                    Answer(text="Finished the task.", prompt_tokens=7_000, output_tokens=11))
+    # The held answer is released only at the end: through the egress proxy, writing it
+    # after the CLI was killed still "succeeds" (into the proxy's half-closed tunnel), so
+    # the fake would count as served what the CLI never got.
     try:
         x1, lin = rig.run("-p", "refactor the parser")
         wait_for(lambda: rig.api.conversation(answered=False), 60, what="the first request")
@@ -237,21 +269,22 @@ def test_headless_killed_mid_turn_is_resumed_headless(rig: Rig) -> None:
                                what="session id").provider_session_id
         rig.kill9_agent(x1)
         rec = rig.wait_lineage(lin, lambda r: r.status == "FINISHED", 90, what="finished")
+        assert rec.attempt == 2 and rec.exit_reason == "finished", rec
+        c = rig.client()
+        x2 = rec.exec
+        assert x2 != x1 and c.exec_get(x2).exit_code == 0
+        argv = c.exec_get(x2).spec.argv
+        assert argv[1:5] == ["-m", MODEL, "--resume", sid] or argv[1:3] == ["--resume", sid], \
+            argv
+        assert "-p" in argv and "refactor the parser" in argv[argv.index("-p") + 1]
+        # The resumed request carries the session's history and the continuation prompt.
+        last = rig.api.conversation()[-1]
+        texts = last.user_texts()
+        assert "refactor the parser" in texts and "interrupted" in texts[-1]
+        assert rec.turns == 1 and rec.usage == tokens_of(rig.api.conversation())
+        assert rec.provider_session_id == sid
     finally:
         held.set()
-    assert rec.attempt == 2 and rec.exit_reason == "finished", rec
-    c = rig.client()
-    x2 = rec.exec
-    assert x2 != x1 and c.exec_get(x2).exit_code == 0
-    argv = c.exec_get(x2).spec.argv
-    assert argv[1:5] == ["-m", MODEL, "--resume", sid] or argv[1:3] == ["--resume", sid], argv
-    assert "-p" in argv and "refactor the parser" in argv[argv.index("-p") + 1]
-    # The resumed request carries the session's history and the continuation prompt.
-    last = rig.api.conversation()[-1]
-    texts = last.user_texts()
-    assert "refactor the parser" in texts and "interrupted" in texts[-1]
-    assert rec.turns == 1 and rec.usage == tokens_of(rig.api.conversation())
-    assert rec.provider_session_id == sid
 
 
 def test_revival_before_the_first_prompt_starts_afresh(rig: Rig) -> None:
@@ -474,7 +507,7 @@ def test_hooks_fire_for_a_regular_user() -> None:
     with FakeGemini() as api:
         api.script(Answer(text="Done as a user.", prompt_tokens=6_000, output_tokens=14))
         env = {"PATH": os.environ["PATH"], **cli_env(api.base_url, home),
-               "PYTHONPATH": pythonpath, "TETHER_DEFAULT_RUNTIME": "auto",
+               **resolve_env([api.api]), "PYTHONPATH": pythonpath, "TETHER_DEFAULT_RUNTIME": "auto",
                "TETHER_AGENT_TICK": "0.2"}
 
         def tether(*args: str) -> subprocess.CompletedProcess[str]:
@@ -482,7 +515,8 @@ def test_hooks_fire_for_a_regular_user() -> None:
                                    str(th), *args], cwd=work, env=env, capture_output=True,
                                   text=True, timeout=90)
         try:
-            r = tether("run", "-d", "--", str(gemini), "-m", MODEL, "-p", "say done")
+            r = tether("run", "-d", *api.api.flags(), "--", str(gemini), "-m", MODEL, "-p",
+                       "say done")
             assert r.returncode == 0, r.stderr
             assert tether("wait", r.stdout.strip()).returncode == 0
             assert "bwrap" in tether("sandbox", "ls").stdout

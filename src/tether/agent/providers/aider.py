@@ -24,6 +24,7 @@ its message a continuation prompt from the drain snapshot.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 
 from tether.agent.providers.base import LaunchPlan, SessionContext
 from tether.agent.providers.heuristic import OutputProvider
@@ -62,6 +63,11 @@ class AiderProvider(OutputProvider):
     home_config = (".aider",)
     home_config_read_only = (".aider.conf.yml", ".env", ".aider.model.settings.yml",
                              ".aider.model.metadata.json")
+    # Behind the egress proxy: no analytics this session (``--no-analytics``; never its
+    # ``--analytics-disable``, which writes a permanent opt-out into ``~/.aider``) and no
+    # update check on pypi.org (``--no-check-update``), through its ``AIDER_*`` variables.
+    quiet_env: Mapping[str, str] = MappingProxyType({"AIDER_ANALYTICS": "false",
+                                                     "AIDER_CHECK_UPDATE": "false"})
     notes = ("output heuristics: turns (its prompt after 3 s of quiet, after a usage line), "
              "tokens from its usage lines (its own figures); resume by "
              "--restore-chat-history (documented), one-shot runs one-shot")

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import io
 import os
+from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
 if TYPE_CHECKING:
@@ -31,6 +33,10 @@ class SessionContext:
     confined: bool = False
     # Whether the agent has a terminal: a CLI run without one is resumed headless.
     tty: bool = True
+    # Its network is tether's egress proxy (an allow-list): the provider turns off the
+    # CLI's own telemetry and update checks — nothing else — where the user has not set
+    # them (``Provider.quiet_env``, or the CLI's config in the plan; docs/SECURITY.md).
+    egress: bool = False
     # For a resume: what asks the session to carry on (built from the drain snapshot: the
     # last request, the handoff, why the last attempt ended). A headless resume needs a
     # prompt; an interactive one uses it only when ``interrupted``.
@@ -152,6 +158,11 @@ class Provider:
     # state), and read-only when they exist (its config and keys: Aider's ``~/.env``).
     home_config: tuple[str, ...] = ()
     home_config_read_only: tuple[str, ...] = ()
+    # The CLI's documented variables that turn off its telemetry and its update checks,
+    # and nothing else: set for an agent behind tether's egress proxy (the sandbox denies
+    # those hosts anyway, and each try would be a journaled denial) unless the lineage's
+    # or its sandbox's environment gives them; never with the host's network.
+    quiet_env: Mapping[str, str] = MappingProxyType({})
     # True when ``settle_turn`` reads a record the CLI may write only after its turn-end
     # hook has returned: the daemon answers the hook at once and counts the turn after.
     settles_turns = False

@@ -37,7 +37,8 @@ import json
 import os
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 from tether.agent.providers.base import (
@@ -475,6 +476,14 @@ class ClaudeProvider(Provider):
     # Its permission prompt ("Do you want to proceed?", "Do you want to make this edit").
     waiting_patterns = (r"do you want to (?:proceed|make this edit|create)",)
     notes = "hooks (documented): launch, resume, turns, tool fencing, usage, session forks"
+    # Behind the egress proxy: no error reports (``DISABLE_ERROR_REPORTING``) and no
+    # self-update (``DISABLE_AUTOUPDATER``: its install is read-only in the sandbox, its
+    # download hosts not allowed). Not ``DISABLE_TELEMETRY`` nor
+    # ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC``: they also turn off its feature flags
+    # (the one-hour prompt cache, ``/usage``, some models and tools), and its telemetry
+    # goes to its API host, which the sandbox allows anyway (docs/SECURITY.md).
+    quiet_env: Mapping[str, str] = MappingProxyType({"DISABLE_ERROR_REPORTING": "1",
+                                                     "DISABLE_AUTOUPDATER": "1"})
     # Its Stop hook runs before the transcript holds the turn, which may be written only
     # once the hook has returned: counted in the background (``settle_turn``).
     settles_turns = True

@@ -61,6 +61,7 @@ import os
 import re
 import shlex
 import time
+import tomllib
 from typing import Any
 
 from tether.agent.providers.base import (
@@ -159,10 +160,41 @@ def notify_override(ctx: SessionContext) -> str:
     return "notify=[" + ", ".join(toml_string(w) for w in words) + "]"
 
 
-def _hook_flags(ctx: SessionContext) -> list[str]:
+#: Behind the egress proxy: no analytics (its OpenTelemetry metrics to ab.chatgpt.com)
+#: and no update check (api.github.com), both ``config.toml`` keys (CONFIG), each only
+#: where the user's ``config.toml`` says nothing of it; a ``-c`` of the user's own comes
+#: later on the command line and wins. Not ``features.plugins``: its plugin catalog
+#: (github.com) is a feature, denied unless allowed.
+QUIET = ("analytics.enabled=false", "check_for_update_on_startup=false")
+
+
+def _quiet(home: str | None) -> list[str]:
+    """:data:`QUIET`'s settings that the user's ``config.toml`` in ``home`` does not set
+    (unreadable or not TOML: all of them; Codex itself says what is wrong with it)."""
+    try:
+        with open(os.path.join(home or codex_home(), "config.toml"), "rb") as f:
+            user: Any = tomllib.load(f)
+    except (OSError, ValueError):  # TOMLDecodeError and UnicodeDecodeError are ValueErrors
+        user = {}
+    kept = []
+    for setting in QUIET:
+        table = user
+        for part in setting.partition("=")[0].split("."):
+            table = table.get(part) if isinstance(table, dict) else None
+        if table is None:
+            kept.append(setting)
+    return kept
+
+
+def _hook_flags(ctx: SessionContext, home: str | None) -> list[str]:
+    """tether's own options, before the user's: its hooks, and the quiet settings when
+    the agent is behind the egress proxy."""
     flags = [BYPASS_TRUST]
     for event in EVENT_KINDS:
         flags += ["-c", hook_override(ctx, event)]
+    if ctx.egress:
+        for setting in _quiet(home):
+            flags += ["-c", setting]
     return flags
 
 
@@ -355,7 +387,7 @@ class CodexProvider(Provider):
         kept = [w for name, words in _split_args(argv[1:]) if name != BYPASS_TRUST
                 for w in words]
         # CONFIG: ``-c key=value`` on the root command applies to subcommands too.
-        return LaunchPlan(argv=[argv[0], *_hook_flags(ctx), *kept])
+        return LaunchPlan(argv=[argv[0], *_hook_flags(ctx, self.codex_home), *kept])
 
     def resume(self, argv: list[str], provider_session_id: str | None, snapshot_path: str,
                ctx: SessionContext) -> LaunchPlan:
@@ -380,11 +412,13 @@ class CodexProvider(Provider):
         if sub in _HEADLESS:
             task = next((w[0] for n, w in _split_args(after) if n is None), None)
             prompt = _continuation(snapshot_path, task)
-            return LaunchPlan(argv=[argv[0], *_hook_flags(ctx), *root_opts, sub,
+            flags = _hook_flags(ctx, self.codex_home)
+            return LaunchPlan(argv=[argv[0], *flags, *root_opts, sub,
                                     *self._options(after), "resume", provider_session_id,
                                     prompt], env=env)
         # Interactive (``resume`` takes every interactive option, after the id).
-        return LaunchPlan(argv=[argv[0], *_hook_flags(ctx), "resume", provider_session_id,
+        return LaunchPlan(argv=[argv[0], *_hook_flags(ctx, self.codex_home), "resume",
+                                provider_session_id,
                                 *root_opts, *self._options(after)], env=env)
 
     @staticmethod

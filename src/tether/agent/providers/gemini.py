@@ -205,7 +205,31 @@ def merged_settings(user: dict[str, Any], ctx: SessionContext) -> dict[str, Any]
         hooks[event] = [*(mine if isinstance(mine, list) else []), *groups]
     settings["hooks"] = hooks
     settings["hooksConfig"] = {**config, "enabled": True}
+    if ctx.egress:
+        quiet(settings)
     return settings
+
+
+#: Behind the egress proxy (CONFIG): no usage statistics (its Clearcut logging to
+#: play.googleapis.com) and no update check or self-update (registry.npmjs.org; its
+#: install is read-only in the sandbox) — each only where the user's settings say
+#: nothing of it (``disableAutoUpdate``/``disableUpdateNag`` are the older names).
+QUIET: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("privacy", "usageStatisticsEnabled", ()),
+    ("general", "enableAutoUpdate", ("disableAutoUpdate",)),
+    ("general", "enableAutoUpdateNotification", ("disableUpdateNag",)),
+)
+
+
+def quiet(settings: dict[str, Any]) -> None:
+    """Set :data:`QUIET`'s settings to false where the user's ``settings`` do not set
+    them (nor their older names)."""
+    for section, key, older in QUIET:
+        theirs = settings.get(section, {})
+        if not isinstance(theirs, dict):
+            continue  # not an object: the CLI says so, as it would without tether
+        if key not in theirs and not any(o in theirs for o in older):
+            settings[section] = {**theirs, key: False}
 
 
 # ---------------------------------------------------------------------- transcript

@@ -137,7 +137,7 @@ class Attempts:
             self.core.faults.hit("agent.after_attempt_commit")
         return await self.run(rec, resume=resume)
 
-    def _context(self, rec: LineageRecord, *, confined: bool) -> SessionContext:
+    def _context(self, rec: LineageRecord, *, confined: bool, egress: bool) -> SessionContext:
         layout = self.core.layout
         state_dir = layout.root / "agents" / rec.id
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -146,14 +146,17 @@ class Attempts:
             lineage=rec.id, state_dir=str(state_dir),
             hook_command=(sys.executable, "-m", "tether.agent.hook", "--home",
                           str(layout.root)),
-            confined=confined, tty=rec.config.tty)
+            confined=confined, tty=rec.config.tty, egress=egress)
 
     async def _start_exec(self, rec: LineageRecord, *, resume: bool) -> ExecRecord:
         core, layout, cfg = self.core, self.core.layout, rec.config
         provider = get_provider(cfg.provider)
         sandbox = core.sandboxes.resolve(cfg.sandbox)
         confined = core.sandboxes.runtime_of(sandbox).confines_agents
-        ctx = self._context(rec, confined=confined)
+        # Its network is the egress proxy (else the host's, or none).
+        egress = confined and core.egress is not None and \
+            network_mode(sandbox.spec.network, agent=True) == "proxy"
+        ctx = self._context(rec, confined=confined, egress=egress)
         snap_path = snapshot.path_for(layout.root, rec.id)
         if resume:  # the agent may read the base file alone: fold the appended turns in
             await asyncio.get_running_loop().run_in_executor(
@@ -163,8 +166,13 @@ class Attempts:
         if resume:
             ctx = dataclasses.replace(ctx, interrupted=rec.interrupted is not None,
                                       continuation=continuation(rec, snap_path))
-        resume = resume and rec.conversation is not False and await asyncio.to_thread(
-            provider.can_resume, rec.provider_session_id, rec.usage_cursor)
+        # Only a CLI whose hooks show a turn's start can be known to have none; one whose
+        # turns are read from its output (Aider: its request is not seen, nor a one-shot's
+        # prompt) is resumed, which with an empty history is a fresh start anyway.
+        unknown = provider.turn_idle_seconds is not None
+        resume = resume and (rec.conversation is not False or unknown) and \
+            await asyncio.to_thread(provider.can_resume, rec.provider_session_id,
+                                    rec.usage_cursor)
         plan = (provider.resume(cfg.argv, rec.provider_session_id, str(snap_path), ctx)
                 if resume else provider.launch(cfg.argv, ctx))
         for path, content in plan.files.items():
@@ -176,8 +184,7 @@ class Attempts:
                                     if rec.predecessor else None),
                            argv0=plan.argv[0], path_env=path_env, views=plan.views)
                 if confined else None)
-        if view is not None and core.egress is not None and \
-                network_mode(sandbox.spec.network, agent=True) == "proxy":
+        if view is not None and core.egress is not None and egress:
             try:
                 allow = egress_allow(cfg.provider, sandbox.spec.network, cfg.allow_domains)
             except BadEntry as e:
@@ -185,7 +192,11 @@ class Attempts:
             view = dataclasses.replace(view, egress=await core.egress.serve(rec.id, allow))
         sock = layout.agent_socket if view is not None else layout.socket
         token = self._token(rec)
-        env = {**cfg.env, **plan.env,
+        # The CLI's telemetry and update checks off behind the proxy, unless the user's
+        # environment (the lineage's or its sandbox's) says otherwise (Provider.quiet_env).
+        quiet = {k: v for k, v in provider.quiet_env.items()
+                 if k not in sandbox.spec.env} if egress else {}
+        env = {**quiet, **cfg.env, **plan.env,
                "TETHER_HOME": str(layout.root), "TETHER_SOCKET": str(sock),
                "TETHER_SESSION": rec.id, "TETHER_TOKEN": token, "TETHER_LINEAGE": rec.id,
                "TETHER_ATTEMPT": str(rec.attempt)}
