@@ -368,9 +368,13 @@ def test_a_transcript_path_cannot_make_the_daemon_read_for_the_agent(
     lin = _lineage_of(d, r)
     wait_for(lambda: (work / "leaked.txt").exists(), timeout=30, what="the revival's read")
     assert "hunter2" not in (work / "leaked.txt").read_text()
-    refused = [e for e in events(c, "agent.refused") if e.data.get("what") == "transcript_path"]
-    assert [e.data["lineage"] for e in refused] == [lin], refused
-    assert refused[0].data["path"] == str(secret)
+    # Claude's turn is counted in the background (it writes its transcript after Stop):
+    # the refusal is journaled there, as soon as the read is refused.
+    def refused() -> list[Any]:
+        return [e for e in events(c, "agent.refused") if e.data.get("what") == "transcript_path"]
+    wait_for(lambda: refused(), timeout=15, what="the refusal journaled")
+    assert [e.data["lineage"] for e in refused()] == [lin], refused()
+    assert refused()[0].data["path"] == str(secret)
 
 
 # ------------------------------------------------------------------ finding 4

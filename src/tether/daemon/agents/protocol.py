@@ -358,10 +358,10 @@ class Protocol:
                 if rec.config.tty:
                     rec = core.commit(core.store.update_lineage(
                         rec.id, waiting_since=rec.waiting_since or time.time()))
-                self._settling[rec.id] = core.tasks.spawn(self._settle(rec, ev),
+                self._settling[rec.id] = core.tasks.spawn(self._settle(rec, provider_name, ev),
                                                           name=f"turn-{rec.id}")
             else:
-                await self.hook_turn(rec, ev)
+                await self.hook_turn(rec, provider_name, ev)
         elif ev.kind == "turn_failed":
             self.turn_failed(rec, provider_name, ev)
         elif ev.kind == "status":
@@ -383,18 +383,18 @@ class Protocol:
         return {"kind": ev.kind, "allowed": allowed, "reason": reason,
                 "stdout": reply.stdout, "exit_code": reply.exit_code}
 
-    async def hook_turn(self, rec: LineageRecord, ev: HookEvent, *,
+    async def hook_turn(self, rec: LineageRecord, provider_name: str, ev: HookEvent, *,
                         settled_late: bool = False) -> dict[str, Any]:
         """A ``turn_end`` hook: the turn's usage read from where the last one stopped
         (the lineage's usage cursor, under its lock: each API call counted once), its
         context % against the window the CLI reported if it did, then the turn."""
-        provider = get_provider(rec.config.provider)
+        provider = get_provider(provider_name)  # the one that parsed ``ev``
         async with self.core.lock(rec.id):
             fresh = self.core.store.get_lineage(rec.id) or rec
             with self._agent_files_of(fresh) as files:
                 cursor = await asyncio.to_thread(provider.settle_turn, ev, fresh.usage_cursor)
             for path in files.refused if files is not None else ():
-                self._refused_path(fresh, rec.config.provider, path)
+                self._refused_path(fresh, provider_name, path)
             u: Usage | None = ev.usage
             if u is None and ev.transcript_path:
                 log.info("lineage %s: no usage in %s at its turn's end yet (counted at the "
@@ -418,11 +418,11 @@ class Protocol:
         if task is not None and not task.done():
             await asyncio.wait({task}, timeout=SETTLE_WAIT)
 
-    async def _settle(self, rec: LineageRecord, ev: HookEvent) -> None:
+    async def _settle(self, rec: LineageRecord, provider_name: str, ev: HookEvent) -> None:
         try:
             fresh = self.core.store.get_lineage(rec.id)
             if fresh is not None and fresh.status in LINEAGE_LIVE:
-                await self.hook_turn(fresh, ev, settled_late=True)
+                await self.hook_turn(fresh, provider_name, ev, settled_late=True)
         except Exception:  # never into the daemon's TaskGroup
             log.exception("counting a turn of lineage %s failed", rec.id)
         finally:
