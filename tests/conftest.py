@@ -16,6 +16,11 @@ if TYPE_CHECKING:
 # bwrap sandbox shows, so their daemons use the process runtime by default;
 # tests/test_default_sandbox.py checks the real default, and test_bwrap.py the runtime.
 os.environ.setdefault("TETHER_DEFAULT_RUNTIME", "process")
+# Under `make test`, make's own variables would reach every command a test runs through
+# tether (a client's environment is the command's): a `make` run by a test would then be
+# a sub-make ("make[1]: Entering directory …"). A user's shell has none of them.
+for _var in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES"):
+    os.environ.pop(_var, None)
 
 
 @pytest.fixture
