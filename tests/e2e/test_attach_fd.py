@@ -52,9 +52,17 @@ def _pts(pid: int, fd: int) -> str:
 
 
 def _holds(pid: int, path: str) -> bool:
-    """Whether process ``pid`` has ``path`` open."""
+    """Whether process ``pid`` has ``path`` open. An fd closed between the listing and its
+    ``readlink`` is not: the monitor closes its end of the test's own ping connection
+    (``Terminals.attached``) when it sees EOF, while we look."""
     fds = Path(f"/proc/{pid}/fd")
-    return any(os.readlink(fds / name) == path for name in os.listdir(fds))
+    for name in os.listdir(fds):
+        try:
+            if os.readlink(fds / name) == path:
+                return True
+        except FileNotFoundError:
+            continue
+    return False
 
 
 def _flags(pid: int, fd: int) -> int:

@@ -54,3 +54,18 @@ def test_a_corrupt_store_is_refused_then_moved_aside(tmp_path: Path) -> None:
     assert lost is not None and "corrupt" in lost.why
     assert Path(lost.moved[0]).read_bytes() == b"garbage" * 1000
     store.close()
+
+
+def test_the_runtime_reads_every_handles_file_a_rebuild_puts_back(tmp_path: Path) -> None:
+    """``MonitorPool.recorded``: what ``lost_store.rebuild`` reads, in id order; a corrupt
+    file names its exec with no content, and other files of ``run/`` are not execs."""
+    from tether.monitor.files import write_handles
+    from tether.runtime.monitors import MonitorPool
+
+    good = {"monitor": {"pid": 10, "start_time": 1}, "child": {"pid": 11, "start_time": 2}}
+    write_handles(str(tmp_path / "bbbbbbbbbbbb.handles.json"), good)
+    (tmp_path / "aaaaaaaaaaaa.handles.json").write_bytes(b'{"version": 1, "moni')
+    (tmp_path / "bbbbbbbbbbbb.claim").write_text("monitor 10\n")
+    (tmp_path / "bbbbbbbbbbbb.sock").write_text("")
+    assert MonitorPool.recorded(tmp_path) == [
+        ("aaaaaaaaaaaa", None), ("bbbbbbbbbbbb", {"version": 1, **good})]

@@ -342,7 +342,8 @@ class Daemon:
         t0 = time.monotonic()
         rebuilt: dict[str, int] = {}
         if self._lost is not None:
-            rebuilt = lost_store.rebuild(self.store, self.layout, self.journal, self._lost)
+            rebuilt = lost_store.rebuild(self.store, self.layout, self.journal, self._lost,
+                                         self.monitors)
             log.warning("store rebuilt by --recover-store: %s; %s", self._lost.why, rebuilt)
         elif self.config.recover_store:
             log.info("--recover-store: the store is sound; nothing to recover")

@@ -17,17 +17,17 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether.daemon.journal import Journal
 from tether.hostio.proc import is_same_process
 from tether.model.layout import HomeLayout
 from tether.model.records import DEFAULT_SANDBOX, ExecRecord, ExecSpec, SandboxRecord, SandboxSpec
 from tether.model.states import ExecState, SandboxState
-from tether.monitor.files import FileCorrupt, read_handles
 from tether.store import Store, StoreCorrupt
 
-HANDLES_SUFFIX = ".handles.json"
+if TYPE_CHECKING:
+    from tether.runtime.monitors import MonitorPool
 
 
 class StoreRefused(Exception):
@@ -101,21 +101,16 @@ def _move_aside(db: Path, lost: Lost, main: bool = True) -> None:
             lost.moved.append(str(dst))
 
 
-def rebuild(store: Store, layout: HomeLayout, journal: Journal, lost: Lost) -> dict[str, Any]:
+def rebuild(store: Store, layout: HomeLayout, journal: Journal, lost: Lost,
+            monitors: MonitorPool) -> dict[str, Any]:
     """One RUNNING record per exec a handles file names (and a FAILED stand-in for
-    each lost sandbox they ran in), journaled as ``store.recovered``."""
+    each lost sandbox they ran in), journaled as ``store.recovered``. The handles
+    files are read through the monitors' runtime (:meth:`MonitorPool.recorded`)."""
     execs: list[ExecRecord] = []
     unreadable: list[str] = []
     sandboxes: dict[str, SandboxRecord] = {}
     now = time.time()
-    for entry in sorted(os.scandir(layout.run), key=lambda e: e.name):
-        if not entry.name.endswith(HANDLES_SUFFIX):
-            continue
-        exec_id = entry.name[:-len(HANDLES_SUFFIX)]
-        try:
-            handles = read_handles(entry.path)
-        except FileCorrupt:
-            handles = None
+    for exec_id, handles in monitors.recorded(layout.run):
         sandbox = _sandbox_of(layout, exec_id)
         if handles is None or sandbox is None:
             unreadable.append(exec_id)

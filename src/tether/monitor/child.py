@@ -13,15 +13,11 @@ import os
 import sys
 import time
 
+from tether.monitor.dispositions import RESET_SIGNALS
+
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see tether/__init__.py
 if TYPE_CHECKING:
     from typing import Any
-
-# Signals a child must start with default dispositions (Python ignores SIGPIPE
-# and SIGXFSZ; a daemon started under nohup ignores SIGHUP).
-RESET_SIGNALS = {signal.SIGPIPE, signal.SIGXFSZ, signal.SIGHUP, signal.SIGINT, signal.SIGQUIT,
-                 signal.SIGTERM, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCHLD,
-                 signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH}
 
 
 #: Every command starts behind this gate, reading fd 3 (``pin.GATE_FD``): the monitor

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from tether.monitor.child import Child
-    from tether.monitor.main import Poller
+    from tether.monitor.loop import Poller
     from tether.monitor.terminal import Terminal
 
 MAX_CONTROL_LINE = 64 * 1024
@@ -363,7 +363,7 @@ class Clients:
             keys = cmd.get("detach_keys")
             if not isinstance(keys, list) or not 0 < len(keys) <= 16:
                 return False
-            c.term = UserTerm.open(c.passed[0], bytes(keys), self.poller, c)
+            c.term = UserTerm.open(c.passed[0], bytes(keys), self.poller, c.fd)
             return True
         except (OSError, ValueError, TypeError) as e:
             sys.stderr.write(f"monitor: client {c.id} relays its own terminal: {e}\n")
@@ -396,8 +396,8 @@ class Clients:
         t.set_mask(reading=c not in self.paused)
 
     def _term_ready(self, t: UserTerm, events: int) -> None:
-        c = t.owner
-        if c.term is not t or self.clients.get(c.fd) is not c:
+        c = self.clients.get(t.owner)
+        if c is None or c.term is not t:  # its client is gone (the fd may be another's now)
             return
         try:
             if events & select.EPOLLOUT:

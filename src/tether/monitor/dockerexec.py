@@ -42,7 +42,7 @@ import termios
 import time
 
 from tether.monitor import dockerapi as api
-from tether.monitor.child import RESET_SIGNALS
+from tether.monitor.dispositions import RESET_SIGNALS
 from tether.monitor.pin import GATE_FD
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see tether/__init__.py

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from tether.monitor.main import Poller
+    from tether.monitor.loop import Poller
 
 MAX_INPUT_BACKLOG = 1024 * 1024  # typed input the program has not read yet
 

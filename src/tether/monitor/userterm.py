@@ -25,8 +25,7 @@ from _collections import deque  # type: ignore[import-not-found]
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see tether/__init__.py
 if TYPE_CHECKING:
-    from tether.monitor.clients import Client
-    from tether.monitor.main import Poller
+    from tether.monitor.loop import Poller
 
 MAX_PASSED_FDS = 1  # one terminal, read and written
 _FD = struct.Struct("i")
@@ -73,18 +72,18 @@ class DetachMatcher:
 class UserTerm:
     """The monitor's own handle on an attached user's terminal, and its unsent output."""
 
-    def __init__(self, fd: int, keys: bytes, poller: Poller, owner: Client) -> None:
+    def __init__(self, fd: int, keys: bytes, poller: Poller, owner: int) -> None:
         self.fd = fd
         self.matcher = DetachMatcher(keys)
         self.poller = poller
-        self.owner = owner  # the Client this terminal belongs to
+        self.owner = owner  # the fd of the client connection this terminal belongs to
         self.out: deque[memoryview] = deque()
         self.out_size = 0
         self.replay_left = 0  # replay bytes still queued (exempt from the backlog limit)
         self.mask = 0
 
     @classmethod
-    def open(cls, passed: int, keys: bytes, poller: Poller, owner: Client) -> UserTerm:
+    def open(cls, passed: int, keys: bytes, poller: Poller, owner: int) -> UserTerm:
         """Our own file description of the terminal behind ``passed`` (not closed here).
 
         Raises OSError when it is not a terminal or cannot be reopened; the client

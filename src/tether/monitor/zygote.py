@@ -26,7 +26,7 @@ import fcntl
 import os
 
 from tether.hostio.proc import proc_start_time
-from tether.monitor.child import RESET_SIGNALS
+from tether.monitor.dispositions import RESET_SIGNALS
 from tether.monitor.pin import GATE_FD, Pin
 
 TYPE_CHECKING = False  # not typing.TYPE_CHECKING: see tether/__init__.py

@@ -43,6 +43,8 @@ from tether.monitor.files import (
 from tether.runtime.base import Launch, MonitorFence, Warm
 from tether.runtime.forkserver import ForkServer
 
+#: A handles file's name after its exec's id (``HomeLayout.exec_paths``).
+HANDLES_SUFFIX = ".handles.json"
 MONITOR_SCRIPT = str(Path(_monitor_main.__file__).resolve().with_name("run.py"))
 _BOOT_ID = boot_id()
 START_REPORT_TIMEOUT = 10.0
@@ -666,6 +668,22 @@ class MonitorPool:
             # A live monitor still owns it: it will write the exit file. Keep watching.
             return Inspection("alive", reason=why)
         return Inspection("lost", reason=why)
+
+    @staticmethod
+    def recorded(run: Path) -> list[tuple[str, dict[str, Any] | None]]:
+        """Every exec a handles file in ``run`` names, in id order, with what its monitor
+        recorded there (None: the file is corrupt or gone): what ``--recover-store``
+        puts back into a new store."""
+        found: list[tuple[str, dict[str, Any] | None]] = []
+        for entry in sorted(os.scandir(run), key=lambda e: e.name):
+            if not entry.name.endswith(HANDLES_SUFFIX):
+                continue
+            try:
+                handles = read_handles(entry.path)
+            except FileCorrupt:
+                handles = None
+            found.append((entry.name[:-len(HANDLES_SUFFIX)], handles))
+        return found
 
     @staticmethod
     def never_started(paths: ExecPaths) -> bool:
