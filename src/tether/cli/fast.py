@@ -1,4 +1,4 @@
-"""The ``tether`` console script: the hot read-only commands without click, rich or msgspec.
+"""The ``tether`` console script: the hot commands without click, rich or msgspec.
 
 A command's wall time is mostly imports, and ``tether ps``, ``status`` and ``logs`` are what
 scripts and people run most. When the command line is one of their plain forms, this
@@ -8,7 +8,9 @@ does not know, no daemon answering (the full client auto-starts one), an error r
 home that fails the trust check, a terminal on stdout for ``ps`` (rich lays tables out to
 its width) — goes to the click CLI (``tether.cli.main``) as if this module were not there;
 a read-only call that fails here is simply made again there, which renders the error.
-``tests/e2e/test_cli_fast.py`` compares both paths' bytes.
+``tests/e2e/test_cli_fast.py`` compares both paths' bytes. ``run``, ``wait`` and ``kill``
+take the same way through :mod:`tether.cli.runfast` (imported only for them), and so
+does fleet mode (``TETHER_FLEET_URL``): always click's.
 """
 
 from __future__ import annotations
@@ -39,6 +41,9 @@ def main() -> None:
         code = run(args)
     except Decline as e:
         args, code = e.argv or args, None
+    except KeyboardInterrupt:  # click's words for it
+        sys.stderr.write("\nAborted!\n")
+        code = 1
     if code is None:
         from tether.cli.main import cli
 
@@ -57,8 +62,9 @@ def run(argv: list[str]) -> int | None:
         else:
             return None
     command = COMMANDS.get(argv[0]) if argv else None
-    if command is None:
-        return None
+    if command is None or "TETHER_FLEET_URL" in os.environ \
+            or "TETHER_FLEET_URL_FILE" in os.environ:
+        return None  # fleet mode (its variables are the root group's): click's
     return command(resolve_home(home), argv[1:])
 
 
@@ -192,9 +198,25 @@ def logs(home: str, args: list[str]) -> int:
         return 0
 
 
-COMMANDS: dict[str, Callable[[str, list[str]], int]] = {"ps": ps, "status": status,
-                                                         "logs": logs}
+def _lean(name: str) -> Callable[[str, list[str]], int]:
+    """A command of :mod:`tether.cli.runfast` (``run``, ``wait``, ``kill``), imported
+    when it runs."""
+
+    def command(home: str, args: list[str]) -> int:
+        from tether.cli import runfast
+
+        fn: Callable[[str, list[str]], int] = getattr(runfast, name)
+        return fn(home, args)
+
+    return command
 
 
-if __name__ == "__main__":
-    main()
+COMMANDS: dict[str, Callable[[str, list[str]], int]] = {
+    "ps": ps, "status": status, "logs": logs,
+    "run": _lean("run"), "wait": _lean("wait"), "kill": _lean("kill")}
+
+
+if __name__ == "__main__":  # as `tether.cli.fast`, not `__main__`: runfast raises its Decline
+    from tether.cli.fast import main as fast_main
+
+    fast_main()
