@@ -1,5 +1,5 @@
 """The lean ``run``'s command-line reading (``tether.cli.runfast``) agrees with the click
-command's, and its constants with the modules it must not import."""
+command's, and its constants (and the lean attach's) with the modules they must not import."""
 
 from __future__ import annotations
 
@@ -69,3 +69,12 @@ def test_constants_match_what_the_lean_path_does_not_import() -> None:
                              ("CANCELLED", 137, None)):
         assert exit_code({"state": state, "exit_code": code, "signal": sig}) == \
             terminal_exit_code(state, code, sig)
+
+
+def test_the_lean_attach_constants_match() -> None:
+    from tether.cli import attachfast
+    from tether.cli.terminal import DEFAULT_DETACH_KEYS, parse_detach_keys
+    from tether.monitor.attachproto import DEFAULT_REPLAY
+
+    assert attachfast.DEFAULT_REPLAY == DEFAULT_REPLAY
+    assert parse_detach_keys(DEFAULT_DETACH_KEYS) == attachfast.DEFAULT_KEYS
