@@ -286,3 +286,23 @@ def test_a_terminal_that_falls_behind_skips_ahead(terms: Terminals, tmp_path: Pa
     a.expect_exact("end42", timeout=60)
     assert terms.attached(xid) == 1
     type_and_see(a, "caught")
+
+
+def test_lean_attach_to_an_exec_without_a_terminal_copies(terms: Terminals,
+                                                         daemon: DaemonProc,
+                                                         tmp_path: Path) -> None:
+    """An exec with stdin but no PTY: its monitor keeps the terminal, so the lean attach
+    hands its connection to the copy loop (``Attachment.adopt``), as click's attach does:
+    typed input reaches the program, and its end is said alike."""
+    ends = []
+    for name, base in (("lean", ENTRY), ("click", CLICK)):
+        out = tmp_path / f"{name}.out"
+        xid = terms.start("sh", "-c", f'read line; echo "got $line" > {out}', flags=("-i",))
+        a = terms.spawn([*base, "--home", str(daemon.home), "attach", xid])
+        wait_for(lambda x=xid: terms.attached(x) > 0, what="the client to attach")
+        a.send("hello\n")
+        status, text = finished(a)
+        assert out.read_text() == "got hello\n"
+        ends.append((status, text.rstrip().rsplit(b"\r\n", 1)[-1].replace(xid.encode(),
+                                                                            b"<id>")))
+    assert ends[0] == ends[1] == (0, b"[<id> exited with code 0]"), ends
