@@ -15,7 +15,10 @@ call waits for — beside the tools they replace, alternated sample by sample in
   attach`` and detach (C-b d) to a session of a private tmux server running the same
   program (target ≤ 2x).
 
-Each sample's wall clock, medians reported; CPU is the children's rusage per run.
+The installed script is pip's (this venv's), whose ``import re`` costs a few ms before
+tether runs; each tether row also runs through the script ``uv tool install`` writes
+(README's install), which imports only ``sys``. Each sample's wall clock, medians
+reported; CPU is the children's rusage per run.
 """
 
 from __future__ import annotations
@@ -55,6 +58,27 @@ def _script() -> list[str]:
     """The installed ``tether`` script beside this interpreter, as people run it."""
     script = Path(sys.executable).with_name("tether")
     return [str(script)] if script.exists() else [sys.executable, "-m", "tether.cli.entry"]
+
+
+#: The script ``uv tool install`` writes (README's install), beside pip's, whose
+#: ``import re`` (and ``enum`` with it) costs every command a few ms before tether runs.
+UV_SCRIPT = """#!{python}
+import sys
+from tether.cli.entry import main
+if __name__ == "__main__":
+    if sys.argv[0].endswith("-script.pyw"):
+        sys.argv[0] = sys.argv[0][:-11]
+    elif sys.argv[0].endswith(".exe"):
+        sys.argv[0] = sys.argv[0][:-4]
+    sys.exit(main())
+"""
+
+
+def _uv_script(directory: str) -> list[str]:
+    path = Path(directory) / "tether"
+    path.write_text(UV_SCRIPT.format(python=sys.executable))
+    path.chmod(0o755)
+    return [str(path)]
 
 
 def _timed(argv: list[str], env: dict[str, str], cwd: str) -> tuple[float, float, int]:
@@ -137,9 +161,11 @@ def run(opts: Options) -> BenchResult:
         d.start()
         home = str(d.home)
         lean = [*_script(), "--home", home]
+        uv = [*_uv_script(conf), "--home", home]
         click = [sys.executable, "-m", "tether.cli.main", "--home", home]
         cases: dict[str, list[str]] = {
             "tether run -- true": [*lean, "run", "--", "true"],
+            "tether run -- true, uv's script": [*uv, "run", "--", "true"],
             "tether run -- true, click path (before)": [*click, "run", "--", "true"],
             "python -c pass": [sys.executable, "-c", "pass"],
         }
@@ -163,6 +189,8 @@ def run(opts: Options) -> BenchResult:
         attach: dict[str, Callable[[], tuple[float, int]]] = {
             "tether attach + detach": lambda: _attach_once(
                 "tether attach", [*lean, "attach", x["id"]], env, TETHER_DETACH),
+            "tether attach + detach, uv's script": lambda: _attach_once(
+                "tether attach (uv)", [*uv, "attach", x["id"]], env, TETHER_DETACH),
             "tether attach + detach, click path (before)": lambda: _attach_once(
                 "tether attach (click)", [*click, "attach", x["id"]], env, TETHER_DETACH),
         }
@@ -201,7 +229,8 @@ def run(opts: Options) -> BenchResult:
     base = f"python -c pass {fmt_ms(py)}" + (f", bwrap … true {fmt_ms(med('bwrap … true'))}"
                                             if "bwrap … true" in stats else "")
     rows = []
-    for name in ("tether run -- true", "tether run -- true, click path (before)"):
+    for name in ("tether run -- true", "tether run -- true, uv's script",
+                 "tether run -- true, click path (before)"):
         ratio = med(name) / py
         rows.append(Row("foreground", f"{name}, median wall of {n}",
                         f"{cell(name)} = {ratio:.1f}x python", base,
@@ -210,7 +239,8 @@ def run(opts: Options) -> BenchResult:
     rows += [Row("foreground", f"{k}, median wall of {n} (baseline)", cell(k), "")
              for k in ("python -c pass", "bwrap … true") if k in stats]
     tm = med("tmux attach + detach")
-    for name in ("tether attach + detach", "tether attach + detach, click path (before)"):
+    for name in ("tether attach + detach", "tether attach + detach, uv's script",
+                 "tether attach + detach, click path (before)"):
         ratio = med(name) / tm
         rows.append(Row("foreground", f"{name}, median wall of {n}",
                         f"{cell(name)} = {ratio:.1f}x tmux",
