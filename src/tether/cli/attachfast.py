@@ -145,7 +145,7 @@ def direct(opts: dict[str, str | bool]) -> int | None:
         return None
     if replay < 0:
         return None
-    from tether.cli.fast import resolve_home
+    from tether.cli.lean import resolve_home
     from tether.client import oneshot
 
     home = resolve_home(str(opts["--home"]) if "--home" in opts else None)
@@ -186,8 +186,10 @@ def direct(opts: dict[str, str | bool]) -> int | None:
             _signal.signal(s, h)
     if attached is None:
         return None
+    from tether.cli.lean import attach_report
+
     info, how, exit = attached
-    return report(info, how, exit)
+    return attach_report(info, how, exit)
 
 
 def _hand_over(sock_path: str, in_fd: int, out_fd: int, read_only: bool, replay: int
@@ -300,32 +302,6 @@ def _copied(s: Any, buffered: bytes, reply: dict[str, Any], in_fd: int, out_fd: 
                        forward_input=not read_only)
     att.detach()
     return reply, result.how, result.exit
-
-
-def report(info: dict[str, Any], how: str, exit: dict[str, Any] | None) -> int:
-    """Say how the attachment ended, naming the exec by its name; the CLI's exit code
-    (``terminal.report`` is this)."""
-    import sys
-
-    exec_id = str(info["exec"])
-    name = info.get("name")
-    ref = name if isinstance(name, str) and name else exec_id
-    if how == "detached":
-        what = f"{name} ({exec_id})" if ref != exec_id else exec_id
-        sys.stderr.write(f"\r\ndetached from {what}; re-attach with `tether attach {ref}`\n")
-        return 0
-    if how == "lost" or exit is None:
-        sys.stderr.write(f"\r\ntether: lost the connection to {exec_id}'s monitor; "
-                         f"see `tether ps -a` for what happened\n")
-        return 1
-    from tether.cli.runfast import exit_code
-
-    code = exit_code({"state": exit.get("state", "FINISHED"),
-                      "exit_code": exit.get("exit_code"), "signal": exit.get("signal")})
-    what = (f"killed by signal {exit['signal']}" if exit.get("signal")
-            else f"exited with code {exit.get('exit_code')}")
-    sys.stderr.write(f"\r\n[{exec_id} {what}]\n")
-    return code
 
 
 def _signals() -> Any:

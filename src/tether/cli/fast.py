@@ -18,22 +18,13 @@ from __future__ import annotations
 import os
 import sys
 
+from tether.cli.lean import SOCKET_NAME as SOCKET_NAME  # re-exported: a unit test reads it
+from tether.cli.lean import Decline, resolve_home
+from tether.cli.lean import call as _call
+
 TYPE_CHECKING = False  # not ``typing``'s: every import here costs every command
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any
-
-SOCKET_NAME = "tether.sock"  # HomeLayout.socket; a unit test keeps them the same
-
-
-class Decline(Exception):
-    """This path does not handle the command line: the click CLI will (with ``argv``,
-    when given, instead of the command line's)."""
-
-    def __init__(self, argv: list[str] | None = None) -> None:
-        super().__init__()
-        self.argv = argv
-
 
 def main() -> None:
     args = sys.argv[1:]
@@ -68,42 +59,11 @@ def run(argv: list[str]) -> int | None:
     return command(resolve_home(home), argv[1:])
 
 
-def resolve_home(home: str | None) -> str:
-    """``daemonctl.resolve_home`` with ``os.path`` (a unit test keeps them the same)."""
-    if home:
-        return _absolute(os.path.expanduser(home))
-    env = os.environ.get("TETHER_HOME")
-    if env:
-        return _absolute(os.path.expanduser(env))
-    xdg = os.environ.get("XDG_STATE_HOME")
-    base = os.path.expanduser(xdg) if xdg else os.path.join(os.path.expanduser("~"),
-                                                          ".local", "state")
-    return _absolute(os.path.join(base, "tether"))
-
-
-def _absolute(path: str) -> str:
-    """``Path.absolute()``: joined to the working directory, not normalized."""
-    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
-
-
 def _flags(args: list[str], known: set[str]) -> set[str]:
     """The flags among ``known`` that ``args`` holds, which must be nothing else."""
     if not set(args) <= known or len(set(args)) != len(args):
         raise Decline
     return set(args)
-
-
-def _call(home: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    """``method``'s result, or ``Decline`` so that the full client makes the call."""
-    from tether.client.oneshot import call_once
-
-    try:
-        result = call_once(os.path.join(home, SOCKET_NAME), method, params, home=home)
-    except Exception as e:  # a TetherError: the click path renders it
-        raise Decline from e
-    if result is None:
-        raise Decline
-    return result
 
 
 def ps(home: str, args: list[str]) -> int:
@@ -216,7 +176,5 @@ COMMANDS: dict[str, Callable[[str, list[str]], int]] = {
     "run": _lean("run"), "wait": _lean("wait"), "kill": _lean("kill")}
 
 
-if __name__ == "__main__":  # as `tether.cli.fast`, not `__main__`: runfast raises its Decline
-    from tether.cli.fast import main as fast_main
-
-    fast_main()
+if __name__ == "__main__":
+    main()

@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import sys
 
-from tether.cli.fast import SOCKET_NAME, Decline
+from tether.cli.lean import SOCKET_NAME, Decline, exit_code
 
 TYPE_CHECKING = False  # not ``typing``'s: every import here costs every `tether run`
 if TYPE_CHECKING:
@@ -392,15 +392,6 @@ def _signals() -> Any:
     return _signal
 
 
-def exit_code(x: dict[str, Any]) -> int:
-    """``terminal.exit_code``: the exec's own, else 128+N for signal N, else 1 if FAILED."""
-    if x.get("exit_code") is not None:
-        return int(x["exit_code"])
-    if x.get("signal"):
-        return 128 + int(x["signal"])
-    return 1 if x.get("state") == "FAILED" else 0
-
-
 def _error(err: dict[str, Any]) -> TetherError:
     from tether.client.errors import TetherError
 
@@ -443,10 +434,10 @@ def wait(home: str, args: list[str]) -> int:
     """``wait EXEC``: its exit code, printed and returned."""
     if len(args) != 1 or args[0].startswith("-"):
         raise Decline
-    from tether.cli.fast import _call
+    from tether.cli.lean import call
 
     while True:  # a call that fails is made again by the click command, which says why
-        x = _call(home, "exec.wait", {"exec": args[0], "timeout": 30.0})
+        x = call(home, "exec.wait", {"exec": args[0], "timeout": 30.0})
         if x.get("state") in ENDED:
             break
     code = exit_code(x)

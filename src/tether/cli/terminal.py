@@ -154,10 +154,10 @@ def attach_session(connect: Connect, keys: bytes, *, read_only: bool,
 
 def report(info: dict[str, Any], result: AttachResult) -> int:
     """Say how the attachment ended, naming the exec by its name; the CLI's exit code
-    (the lean attach's words: ``attachfast.report``)."""
-    from tether.cli.attachfast import report as said
+    (the lean attach's words: ``lean.attach_report``)."""
+    from tether.cli.lean import attach_report
 
-    return said(info, result.how, result.exit)
+    return attach_report(info, result.how, result.exit)
 
 
 def exit_code(state: str, code: Any, sig: Any) -> int:
