@@ -225,8 +225,47 @@ def test_the_console_entry_attaches_without_click_or_msgspec(terms: Terminals,
     assert status == 0 and b"detached from" in text, text
     imported = {m.decode() for m in re.findall(rb"\| +([\w.]+)\r?\n", seen.getvalue())}
     assert "tether.cli.attachfast" in imported  # the lean path ran (and importtime works)
-    for heavy in ("click", "msgspec", "tether.client.blocking", "rich", "yaml"):
+    # The terminal handed over with C modules: none of the attach client's imports.
+    for heavy in ("click", "msgspec", "tether.client.blocking", "rich", "yaml",
+                  "tether.client.attach", "tether.cli.terminal", "json", "socket", "pathlib",
+                  "dataclasses", "signal", "typing", "enum", "re"):
         assert heavy not in imported, heavy
+
+
+ENTRY = [sys.executable, "-m", "tether.cli.entry"]
+CLICK = [sys.executable, "-m", "tether.cli.main"]
+
+
+@pytest.mark.parametrize("flags", [(), ("--name", "box")])
+def test_lean_and_click_attach_end_alike(terms: Terminals, daemon: DaemonProc,
+                                         flags: tuple[str, ...]) -> None:
+    """The lean attach (the console entry) and the click command print the same last
+    words with the same exit code: on a detach, on the program's exit, read-only."""
+    xid = terms.start(flags=("-it", *flags))
+    ends: dict[str, list[tuple[int | None, bytes]]] = {}
+    for name, base in (("lean", ENTRY), ("click", CLICK)):
+        got = ends.setdefault(name, [])
+        for extra in ((), ("--read-only",), ("--replay", "0")):
+            before = terms.attached(xid)
+            a = terms.spawn([*base, "--home", str(daemon.home), "attach", *extra, xid])
+            wait_for(lambda b=before: terms.attached(xid) > b, what="the client to attach")
+            if not extra:
+                type_and_see(a, name)
+            a.sendcontrol("\\")
+            status, text = finished(a)
+            got.append((status, text.rstrip().rsplit(b"\r\n", 1)[-1]))
+    assert ends["lean"] == ends["click"]
+    assert ends["lean"][0][0] == 0 and b"re-attach with `tether attach" in ends["lean"][0][1]
+    for name, base in (("lean", ENTRY), ("click", CLICK)):
+        x = terms.start(flags=("-it",))
+        a = terms.spawn([*base, "--home", str(daemon.home), "attach", x])
+        wait_for(lambda x=x: terms.attached(x) > 0, what="the client to attach")
+        type_and_see(a, "bye")
+        a.send("exit 3\r")
+        status, text = finished(a)
+        last = text.rstrip().rsplit(b"\r\n", 1)[-1]
+        ends[name] = [(status, last.replace(x.encode(), b"<id>"))]
+    assert ends["lean"] == ends["click"] == [(3, b"[<id> exited with code 3]")]
 
 
 def test_the_console_entry_leaves_help_and_errors_to_the_full_cli(daemon: DaemonProc) -> None:
@@ -255,3 +294,23 @@ def test_a_terminal_that_falls_behind_skips_ahead(terms: Terminals, tmp_path: Pa
     a.expect_exact("end42", timeout=60)
     assert terms.attached(xid) == 1
     type_and_see(a, "caught")
+
+
+def test_lean_attach_to_an_exec_without_a_terminal_copies(terms: Terminals,
+                                                         daemon: DaemonProc,
+                                                         tmp_path: Path) -> None:
+    """An exec with stdin but no PTY: its monitor keeps the terminal, so the lean attach
+    hands its connection to the copy loop (``Attachment.adopt``), as click's attach does:
+    typed input reaches the program, and its end is said alike."""
+    ends = []
+    for name, base in (("lean", ENTRY), ("click", CLICK)):
+        out = tmp_path / f"{name}.out"
+        xid = terms.start("sh", "-c", f'read line; echo "got $line" > {out}', flags=("-i",))
+        a = terms.spawn([*base, "--home", str(daemon.home), "attach", xid])
+        wait_for(lambda x=xid: terms.attached(x) > 0, what="the client to attach")
+        a.send("hello\n")
+        status, text = finished(a)
+        assert out.read_text() == "got hello\n"
+        ends.append((status, text.rstrip().rsplit(b"\r\n", 1)[-1].replace(xid.encode(),
+                                                                            b"<id>")))
+    assert ends[0] == ends[1] == (0, b"[<id> exited with code 0]"), ends

@@ -1,4 +1,4 @@
-"""The ``tether`` console script: the hot read-only commands without click, rich or msgspec.
+"""The ``tether`` console script: the hot commands without click, rich or msgspec.
 
 A command's wall time is mostly imports, and ``tether ps``, ``status`` and ``logs`` are what
 scripts and people run most. When the command line is one of their plain forms, this
@@ -8,7 +8,9 @@ does not know, no daemon answering (the full client auto-starts one), an error r
 home that fails the trust check, a terminal on stdout for ``ps`` (rich lays tables out to
 its width) — goes to the click CLI (``tether.cli.main``) as if this module were not there;
 a read-only call that fails here is simply made again there, which renders the error.
-``tests/e2e/test_cli_fast.py`` compares both paths' bytes.
+``tests/e2e/test_cli_fast.py`` compares both paths' bytes. ``run``, ``wait`` and ``kill``
+take the same way through :mod:`tether.cli.runfast` (imported only for them), and so
+does fleet mode (``TETHER_FLEET_URL``): always click's.
 """
 
 from __future__ import annotations
@@ -16,22 +18,13 @@ from __future__ import annotations
 import os
 import sys
 
+from tether.cli.lean import SOCKET_NAME as SOCKET_NAME  # re-exported: a unit test reads it
+from tether.cli.lean import Decline, resolve_home
+from tether.cli.lean import call as _call
+
 TYPE_CHECKING = False  # not ``typing``'s: every import here costs every command
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from typing import Any
-
-SOCKET_NAME = "tether.sock"  # HomeLayout.socket; a unit test keeps them the same
-
-
-class Decline(Exception):
-    """This path does not handle the command line: the click CLI will (with ``argv``,
-    when given, instead of the command line's)."""
-
-    def __init__(self, argv: list[str] | None = None) -> None:
-        super().__init__()
-        self.argv = argv
-
 
 def main() -> None:
     args = sys.argv[1:]
@@ -39,6 +32,9 @@ def main() -> None:
         code = run(args)
     except Decline as e:
         args, code = e.argv or args, None
+    except KeyboardInterrupt:  # click's words for it
+        sys.stderr.write("\nAborted!\n")
+        code = 1
     if code is None:
         from tether.cli.main import cli
 
@@ -57,27 +53,10 @@ def run(argv: list[str]) -> int | None:
         else:
             return None
     command = COMMANDS.get(argv[0]) if argv else None
-    if command is None:
-        return None
+    if command is None or "TETHER_FLEET_URL" in os.environ \
+            or "TETHER_FLEET_URL_FILE" in os.environ:
+        return None  # fleet mode (its variables are the root group's): click's
     return command(resolve_home(home), argv[1:])
-
-
-def resolve_home(home: str | None) -> str:
-    """``daemonctl.resolve_home`` with ``os.path`` (a unit test keeps them the same)."""
-    if home:
-        return _absolute(os.path.expanduser(home))
-    env = os.environ.get("TETHER_HOME")
-    if env:
-        return _absolute(os.path.expanduser(env))
-    xdg = os.environ.get("XDG_STATE_HOME")
-    base = os.path.expanduser(xdg) if xdg else os.path.join(os.path.expanduser("~"),
-                                                          ".local", "state")
-    return _absolute(os.path.join(base, "tether"))
-
-
-def _absolute(path: str) -> str:
-    """``Path.absolute()``: joined to the working directory, not normalized."""
-    return path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
 
 
 def _flags(args: list[str], known: set[str]) -> set[str]:
@@ -85,19 +64,6 @@ def _flags(args: list[str], known: set[str]) -> set[str]:
     if not set(args) <= known or len(set(args)) != len(args):
         raise Decline
     return set(args)
-
-
-def _call(home: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    """``method``'s result, or ``Decline`` so that the full client makes the call."""
-    from tether.client.oneshot import call_once
-
-    try:
-        result = call_once(os.path.join(home, SOCKET_NAME), method, params, home=home)
-    except Exception as e:  # a TetherError: the click path renders it
-        raise Decline from e
-    if result is None:
-        raise Decline
-    return result
 
 
 def ps(home: str, args: list[str]) -> int:
@@ -192,8 +158,22 @@ def logs(home: str, args: list[str]) -> int:
         return 0
 
 
-COMMANDS: dict[str, Callable[[str, list[str]], int]] = {"ps": ps, "status": status,
-                                                         "logs": logs}
+def _lean(name: str) -> Callable[[str, list[str]], int]:
+    """A command of :mod:`tether.cli.runfast` (``run``, ``wait``, ``kill``), imported
+    when it runs."""
+
+    def command(home: str, args: list[str]) -> int:
+        from tether.cli import runfast
+
+        fn: Callable[[str, list[str]], int] = getattr(runfast, name)
+        return fn(home, args)
+
+    return command
+
+
+COMMANDS: dict[str, Callable[[str, list[str]], int]] = {
+    "ps": ps, "status": status, "logs": logs,
+    "run": _lean("run"), "wait": _lean("wait"), "kill": _lean("kill")}
 
 
 if __name__ == "__main__":

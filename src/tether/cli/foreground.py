@@ -152,10 +152,11 @@ class Interrupts:
             raise _Interrupted
 
 
-def _pump(home: Path, exec_id: str) -> None:
-    """Both logs as they were written, each to its own stream (a `2>&1` sees the order)."""
+def _pump(home: Path, exec_id: str, offset: int = 0) -> None:
+    """Both logs as they were written, each to its own stream (a `2>&1` sees the order),
+    from byte ``offset`` of them."""
     with Client(home) as c:
-        for stream, data in c.read_output(exec_id, follow=True):
+        for stream, data in c.read_output(exec_id, offset=offset, follow=True):
             sink = sys.stderr.buffer if stream == "stderr" else sys.stdout.buffer
             sink.write(data)
             sink.flush()
@@ -182,9 +183,10 @@ def exec_exit_code(x: ExecView) -> int:
     return exit_code(x.state, x.exit_code, x.signal)
 
 
-def attach_output(c: Client, exec_id: str, interrupts: Interrupts) -> int:
-    """Stream both logs until the exec ends; Ctrl-C cancels it (twice: kill)."""
-    threads = [threading.Thread(target=_pump, args=(c.home, exec_id), daemon=True)]
+def attach_output(c: Client, exec_id: str, interrupts: Interrupts, offset: int = 0) -> int:
+    """Stream both logs (from byte ``offset``: what the lean path had shown) until the
+    exec ends; Ctrl-C cancels it (twice: kill)."""
+    threads = [threading.Thread(target=_pump, args=(c.home, exec_id, offset), daemon=True)]
     for t in threads:
         t.start()
     while True:

@@ -153,24 +153,11 @@ def attach_session(connect: Connect, keys: bytes, *, read_only: bool,
 
 
 def report(info: dict[str, Any], result: AttachResult) -> int:
-    """Say how the attachment ended, naming the exec by its name; the CLI's exit code."""
-    exec_id = str(info["exec"])
-    name = info.get("name")
-    ref = name if isinstance(name, str) and name else exec_id
-    if result.how == "detached":
-        what = f"{name} ({exec_id})" if ref != exec_id else exec_id
-        sys.stderr.write(f"\r\ndetached from {what}; re-attach with `tether attach {ref}`\n")
-        return 0
-    if result.how == "lost" or result.exit is None:
-        sys.stderr.write(f"\r\ntether: lost the connection to {exec_id}'s monitor; "
-                         f"see `tether ps -a` for what happened\n")
-        return 1
-    code = exit_code(result.exit.get("state", "FINISHED"), result.exit.get("exit_code"),
-                     result.exit.get("signal"))
-    what = (f"killed by signal {result.exit['signal']}" if result.exit.get("signal")
-            else f"exited with code {result.exit.get('exit_code')}")
-    sys.stderr.write(f"\r\n[{exec_id} {what}]\n")
-    return code
+    """Say how the attachment ended, naming the exec by its name; the CLI's exit code
+    (the lean attach's words: ``lean.attach_report``)."""
+    from tether.cli.lean import attach_report
+
+    return attach_report(info, result.how, result.exit)
 
 
 def exit_code(state: str, code: Any, sig: Any) -> int:

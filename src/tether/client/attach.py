@@ -70,6 +70,23 @@ class Attachment:
         self.closed = False
         self.sock.settimeout(None)
 
+    @classmethod
+    def adopt(cls, sock: socket.socket, reply: dict[str, Any], buffered: bytes = b""
+              ) -> Attachment:
+        """An attachment whose hello was exchanged elsewhere (the lean ``tether
+        attach``): its connected ``sock``, the monitor's ``reply``, and what was read
+        past it."""
+        self = cls.__new__(cls)
+        self.sock = sock
+        self._buf = bytearray(buffered)
+        self.info = reply
+        self.direct = bool(reply.get("terminal"))
+        self.exit = None
+        self.detached = False
+        self.closed = False
+        sock.settimeout(None)
+        return self
+
     def _read_line(self) -> bytes:
         while b"\n" not in self._buf:
             chunk = self.sock.recv(65536)

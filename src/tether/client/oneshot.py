@@ -1,4 +1,5 @@
-"""One call over the daemon's socket with the standard library's C modules only.
+"""One call over the daemon's socket with the standard library's C modules only (or a
+few, pipelined on one connection: :class:`Pipeline`).
 
 For a program that lives for a single call and must start fast: the hook program, which
 Claude Code runs on every tool call, and the CLI's fast path. Importing msgspec and the
@@ -64,6 +65,76 @@ def call_once(sock_path: str, method: str, params: dict[str, Any], *,
     if error.rpc_code == RpcCode.DAEMON_STOPPING or error.code in CONNECTION_ERRORS:
         return None
     raise error
+
+
+def check(home: str) -> None:
+    """``HomeUntrusted`` unless only we can write ``home`` (as the full client checks)."""
+    try:
+        check_home(home)
+    except UntrustedHome as e:
+        from tether.client.errors import HomeUntrusted
+
+        raise HomeUntrusted(str(e), e.path) from None
+
+
+def unanswered(err: dict[str, Any]) -> bool:
+    """Whether a wire error is a refusal the full client would retry (a stopping or full
+    daemon, an eviction, a timed-out line): the request was not carried out."""
+    from tether.client.errors import CONNECTION_ERRORS
+    from tether.model.errors import RpcCode
+
+    data = err.get("data")
+    code = data.get("code") if isinstance(data, dict) else None
+    return err.get("code") == RpcCode.DAEMON_STOPPING or code in CONNECTION_ERRORS
+
+
+class Pipeline:
+    """One connection for a few calls, sent without waiting for each other's replies
+    (the lean ``tether run``: a long-polled log beside a long-polled wait). ``OSError``
+    or ``ValueError`` (``ConnectionError`` is one of the first) when the connection is
+    lost, the daemon closes it with its last word, or a reply is not JSON."""
+
+    def __init__(self, sock_path: str) -> None:
+        self._s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+        try:
+            self._s.connect(sock_path)
+        except OSError:
+            self._s.close()
+            raise
+        self._buf = b""
+        self._ids = 0
+
+    def fileno(self) -> int:
+        return self._s.fileno()
+
+    def send(self, method: str, params: dict[str, Any]) -> int:
+        """Send one request; its id."""
+        self._ids += 1
+        self._s.sendall(wirejson.dumps({"jsonrpc": "2.0", "id": self._ids, "method": method,
+                                        "params": params}).encode() + b"\n")
+        return self._ids
+
+    def read(self) -> list[dict[str, Any]]:
+        """The messages that one read of the socket completes (it blocks for that read)."""
+        chunk = self._s.recv(1 << 20)
+        if not chunk:
+            raise ConnectionError("the daemon closed the connection")
+        self._buf += chunk
+        msgs = []
+        while (nl := self._buf.find(b"\n")) >= 0:
+            msg = wirejson.loads(self._buf[:nl])
+            self._buf = self._buf[nl + 1:]
+            if not isinstance(msg, dict):
+                raise ValueError("a reply that is not a JSON object")
+            if msg.get("id") is None and msg.get("method") is None:
+                raise ConnectionError("the daemon's last word on this connection")
+            msgs.append(msg)
+        if len(self._buf) > MAX_REPLY:
+            raise ValueError("reply too large")
+        return msgs
+
+    def close(self) -> None:
+        self._s.close()
 
 
 def _reply(s: _socket.socket) -> dict[str, Any] | None:

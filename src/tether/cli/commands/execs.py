@@ -11,6 +11,7 @@ import sys
 import threading
 import uuid
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -18,6 +19,13 @@ import click
 from tether.cli import output as out
 from tether.cli.argvcommand import ArgvCommand
 from tether.cli.context import client, die, kv
+from tether.cli.runoptions import (
+    AgentOptions,
+    ExecOptions,
+    FleetOptions,
+    WorktreeOptions,
+    take,
+)
 from tether.cli.sandboxflags import create_params, sandbox_flags, wants_sandbox
 from tether.client.errors import TetherError
 from tether.client.replies import ExecView
@@ -97,15 +105,7 @@ if TYPE_CHECKING:
 @sandbox_flags(for_run=True)
 @click.argument("argv", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
-def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, envs: tuple[str, ...],
-        cwd: str | None, timeout: float | None, clean_env: bool, use_tty: bool,
-        interactive: bool, detach_keys: str | None, agent_provider: str | None,
-        no_agent: bool, revival: str, max_revivals: int, aging_pct: float, dying_pct: float,
-        stale_after: float, crashed_after: float, successor: str, worktree: str | None,
-        workdir_opt: str | None, commit_on_finish: bool, issue: str | None,
-        issue_id: str | None, force: bool, fleet_host: str | None,
-        fleet_labels: tuple[str, ...], budget_usd: float | None, budget_policy: str,
-        allow_domains: tuple[str, ...], argv: tuple[str, ...], **flags: Any) -> None:
+def run(ctx: click.Context, /, argv: tuple[str, ...], **params: Any) -> None:
     """Run a command under the daemon: tether run [-d] [-it] -- CMD ARGS...
 
     `tether run claude ...`, `tether run codex ...` and `--agent NAME` start an agent
@@ -116,81 +116,103 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
     when the command ends unless --keep-sandbox (an agent's is always kept: it is
     revived there).
     """
-    from tether.cli import foreground as fg
-    from tether.cli.terminal import terminal_size
-
-    if worktree and workdir_opt:
+    ex = take(ExecOptions, params)
+    ag = take(AgentOptions, params)
+    wt = take(WorktreeOptions, params)
+    fleet = take(FleetOptions, params)
+    flags = params  # what is left: the sandbox flags
+    if wt.worktree and wt.workdir_opt:
         die("--worktree and --workdir exclude each other: --workdir runs in a directory "
             "as it is, --worktree in a git worktree of a branch", 2)
-    if use_tty and interactive and not detach and not ctx.obj.fleet \
+    if ex.use_tty and ex.interactive and not ex.detach and not ctx.obj.fleet \
             and not os.isatty(sys.stdin.fileno()):
         # Docker's check (`docker run -it` from a pipe), its words and exit code: the same
         # command works from a terminal, so it is not a usage error (2). Checked before
         # anything starts: the program would wait on a terminal nobody can type into.
-        die("the input device is not a TTY", 1,
-            hint="run it from a terminal; or -t alone to watch its output, -i alone to pipe "
-                 "input to it, -d to start it and `tether attach` from a terminal later")
-    if workdir_opt:
-        worktree = os.path.abspath(workdir_opt)  # used as it is: never created
-    if issue_id is not None and not (issue and worktree):
+        from tether.cli.runfast import NOT_A_TTY, NOT_A_TTY_HINT
+
+        die(NOT_A_TTY, 1, hint=NOT_A_TTY_HINT)
+    if wt.workdir_opt:  # used as it is: never created
+        wt = replace(wt, worktree=os.path.abspath(wt.workdir_opt))
+    if wt.issue_id is not None and not (wt.issue and wt.worktree):
         die("--issue-id needs --issue and --worktree", 2)
-    auto = _auto_provider(ctx, argv[0], cwd) if not no_agent else None
-    provider = agent_provider or (auto.name if auto is not None else None)
-    if ctx.obj.fleet or fleet_host or fleet_labels:
-        from tether.cli.commands.fleet import place_run
-        from tether.cli.fleet_run import uncarried
-
-        if dropped := uncarried(ctx):
-            die(f"{', '.join(dropped)}: a fleet placement does not carry "
-                f"{'this option' if len(dropped) == 1 else 'these options'} to its host "
-                "(it runs there in the host's default sandbox with only -e variables)", 2,
-                hint="leave it out, or run on one host without --fleet")
-
-        # Only -e variables travel: this shell's environment belongs to this machine.
-        spec: dict[str, Any] = {"argv": list(argv), "env": kv(envs, "env"),
-                                "cwd": os.path.abspath(cwd) if cwd else os.getcwd()}
-        if use_tty:
-            spec["tty"] = True  # `tether --fleet URL attach WORK` reaches its terminal
-        if provider is not None:
-            spec.update(provider=provider, revival=revival, max_revivals=max_revivals,
-                        stale_after=stale_after, crashed_after=crashed_after, name=name)
-        elif name is not None:
-            spec["name"] = name
-        if worktree and not workdir_opt:
-            from tether.cli.commands.fleet import fleet_branch
-
-            if provider is None:
-                die("--worktree is for agents: add --agent NAME", 2)
-            spec["git"] = fleet_branch(worktree, spec["cwd"])
-        ident = place_run(ctx, "agent" if provider else "exec", spec, fleet_host,
-                          kv(fleet_labels, "host-label"), revival)
-        if use_tty and not detach:  # as a local `run -it`: this terminal on its session
-            from tether.cli.commands.fleet import fleet_attach, started
-
-            keys = fg.detach_keys(detach_keys)
-            started(ctx, ident)
-            sys.exit(fleet_attach(ctx, str(ident), keys, not interactive))
+    auto = _auto_provider(ctx, argv[0], ex.cwd) if not ag.no_agent else None
+    provider = ag.agent_provider or (auto.name if auto is not None else None)
+    if ctx.obj.fleet or fleet.fleet_host or fleet.fleet_labels:
+        _run_on_fleet(ctx, argv, provider, ex, ag, wt, fleet)
         return
-    keys = fg.detach_keys(detach_keys)
+    _run_here(ctx, argv, provider, ex, ag, wt, flags)
+
+
+def _run_on_fleet(ctx: click.Context, argv: tuple[str, ...], provider: str | None,
+                  ex: ExecOptions, ag: AgentOptions, wt: WorktreeOptions,
+                  fleet: FleetOptions) -> None:
+    """``run`` with ``--fleet``: placed on a host (attached with ``-t``)."""
+    from tether.cli import foreground as fg
+    from tether.cli.commands.fleet import place_run
+    from tether.cli.fleet_run import uncarried
+
+    if dropped := uncarried(ctx):
+        die(f"{', '.join(dropped)}: a fleet placement does not carry "
+            f"{'this option' if len(dropped) == 1 else 'these options'} to its host "
+            "(it runs there in the host's default sandbox with only -e variables)", 2,
+            hint="leave it out, or run on one host without --fleet")
+
+    # Only -e variables travel: this shell's environment belongs to this machine.
+    spec: dict[str, Any] = {"argv": list(argv), "env": kv(ex.envs, "env"),
+                            "cwd": os.path.abspath(ex.cwd) if ex.cwd else os.getcwd()}
+    if ex.use_tty:
+        spec["tty"] = True  # `tether --fleet URL attach WORK` reaches its terminal
+    if provider is not None:
+        spec.update(provider=provider, revival=ag.revival, max_revivals=ag.max_revivals,
+                    stale_after=ag.stale_after, crashed_after=ag.crashed_after, name=ex.name)
+    elif ex.name is not None:
+        spec["name"] = ex.name
+    if wt.worktree and not wt.workdir_opt:
+        from tether.cli.commands.fleet import fleet_branch
+
+        if provider is None:
+            die("--worktree is for agents: add --agent NAME", 2)
+        spec["git"] = fleet_branch(wt.worktree, spec["cwd"])
+    ident = place_run(ctx, "agent" if provider else "exec", spec, fleet.fleet_host,
+                      kv(fleet.fleet_labels, "host-label"), ag.revival)
+    if ex.use_tty and not ex.detach:  # as a local `run -it`: this terminal on its session
+        from tether.cli.commands.fleet import fleet_attach, started
+
+        keys = fg.detach_keys(ex.detach_keys)
+        started(ctx, ident)
+        sys.exit(fleet_attach(ctx, str(ident), keys, not ex.interactive))
+
+
+def _run_here(ctx: click.Context, argv: tuple[str, ...], provider: str | None,
+              ex: ExecOptions, ag: AgentOptions, wt: WorktreeOptions,
+              flags: dict[str, Any]) -> None:
+    """``run`` on this machine's daemon: an exec, or an agent session, perhaps in a
+    sandbox of its own; followed here unless ``-d``."""
+    from tether.cli import foreground as fg
+    from tether.cli.terminal import terminal_size
+
+    keys = fg.detach_keys(ex.detach_keys)
     c = client(ctx)
-    env = {} if clean_env else dict(os.environ)
-    env.update(kv(envs, "env"))
-    workdir = os.path.abspath(cwd) if cwd else os.getcwd()
-    size = terminal_size(sys.stdin.fileno()) if use_tty else None
-    interrupts = fg.Interrupts() if not detach and not use_tty else None
-    if budget_usd is not None and provider is None:
+    env = {} if ex.clean_env else dict(os.environ)
+    env.update(kv(ex.envs, "env"))
+    workdir = os.path.abspath(ex.cwd) if ex.cwd else os.getcwd()
+    size = terminal_size(sys.stdin.fileno()) if ex.use_tty else None
+    interrupts = fg.Interrupts() if not ex.detach and not ex.use_tty else None
+    if ag.budget_usd is not None and provider is None:
         die("--budget is for agents: add --agent NAME (or run claude, codex, ...)", 2)
-    if allow_domains and provider is None:
+    if ag.allow_domains and provider is None:
         die("--allow-domain is for agents (their egress proxy): add --agent NAME; a plain "
             "command in a bwrap sandbox has only its own loopback, or the host's network "
             "with --network host", 2)
-    if allow_domains:
+    if ag.allow_domains:
         from tether.egress.policy import BadEntry, Policy
 
         try:
-            Policy.parse(allow_domains)
+            Policy.parse(ag.allow_domains)
         except BadEntry as e:
             die(f"--allow-domain: {e}", 2)
+    sandbox = ex.sandbox
     made: str | None = None
     if wants_sandbox(flags):
         ephemeral = provider is None and not flags.get("keep_sandbox")
@@ -206,18 +228,19 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
     tree: Worktree | None = None
     try:
         if provider is not None:
-            if worktree and not workdir_opt:
-                tree = _prepare_worktree(worktree, workdir)
-            wt_path = tree.path if tree is not None else worktree
+            if wt.worktree and not wt.workdir_opt:
+                tree = _prepare_worktree(wt.worktree, workdir)
+            wt_path = tree.path if tree is not None else wt.worktree
             lin = c.agent_start(
-                list(argv), provider=provider, name=name, sandbox=sandbox, env=env,
-                cwd=wt_path or workdir, tty=use_tty, revival=revival,
-                max_revivals=max_revivals, aging_pct=aging_pct, dying_pct=dying_pct,
-                stale_after=stale_after, crashed_after=crashed_after, successor=successor,
-                worktree=wt_path, issue=issue, issue_id=issue_id, force=force,
-                commit_on_finish=commit_on_finish, budget_usd=budget_usd,
-                budget_policy=budget_policy,  # type: ignore[arg-type]
-                allow_domains=allow_domains)
+                list(argv), provider=provider, name=ex.name, sandbox=sandbox, env=env,
+                cwd=wt_path or workdir, tty=ex.use_tty, revival=ag.revival,
+                max_revivals=ag.max_revivals, aging_pct=ag.aging_pct, dying_pct=ag.dying_pct,
+                stale_after=ag.stale_after, crashed_after=ag.crashed_after,
+                successor=ag.successor, worktree=wt_path, issue=wt.issue,
+                issue_id=wt.issue_id, force=wt.force, commit_on_finish=wt.commit_on_finish,
+                budget_usd=ag.budget_usd,
+                budget_policy=ag.budget_policy,  # type: ignore[arg-type]
+                allow_domains=ag.allow_domains)
             if lin.exec_view is None:
                 # Its program could not be started: exit as the shell (and `tether run`
                 # of a plain command) would, 127 not found, 126 not executable.
@@ -226,14 +249,14 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
                     1 if lin.exit_reason != "start_failed" else
                     127 if "not found" in (lin.reason or "") else 126, hint=hint)
             x: ExecView = lin.exec_view
-            if detach:  # stdout is the exec ref alone: `x=$(tether run -d -- claude)`
+            if ex.detach:  # stdout is the exec ref alone: `x=$(tether run -d -- claude)`
                 out.note(f"agent lineage {lin.id}: revived as a new exec if this one dies")
                 click.echo(x.id)
                 return
         else:
             x = c.exec_start(list(argv), sandbox=sandbox, env=env, cwd=workdir,
-                             timeout=timeout, name=name, tty=use_tty, stdin=interactive,
-                             rows=size[0] if size else None,
+                             timeout=ex.timeout, name=ex.name, tty=ex.use_tty,
+                             stdin=ex.interactive, rows=size[0] if size else None,
                              cols=size[1] if size else None, unconfined_ok=True)
     except TetherError as e:
         if made is not None:
@@ -247,14 +270,14 @@ def run(ctx: click.Context, /, detach: bool, name: str | None, sandbox: str, env
         raise
     if x.notice:
         click.echo(f"tether: {x.notice}", err=True)
-    if detach:
+    if ex.detach:
         click.echo(x.id)
         return
-    if use_tty:
-        sys.exit(fg.attach_terminal(c, x.id, keys, read_only=not interactive,
+    if ex.use_tty:
+        sys.exit(fg.attach_terminal(c, x.id, keys, read_only=not ex.interactive,
                                     replay=16 * 1024 * 1024))
     assert interrupts is not None
-    if interactive:
+    if ex.interactive:
         threading.Thread(target=fg.forward_stdin, args=(c.home, x.id), daemon=True).start()
     sys.exit(fg.attach_output(c, x.id, interrupts))
 
