@@ -10,20 +10,13 @@ Every import counts as an edge: module-level, function-level and those under
 understand either, which is the coupling this check exists to stop.
 
 Usage: python .ci/import_cycles.py [package]   (default: tether; exit 1 on any cycle)
-
-While issue 24 cuts today's cycles, .ci/import_cycles.known lists them (one component per
-line); a component inside a known one is printed as known and does not fail, a new or grown
-one does. The file goes when the last cycle does.
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import grimp
-
-KNOWN = Path(__file__).with_name("import_cycles.known")
 
 
 def components(graph: grimp.ImportGraph) -> list[list[str]]:
@@ -103,22 +96,14 @@ def main(argv: list[str]) -> int:
     package = argv[1] if len(argv) > 1 else "tether"
     graph = grimp.build_graph(package, cache_dir=None)
     found = components(graph)
-    known = [set(line.split()) for line in KNOWN.read_text().splitlines()] if KNOWN.exists() else []
-    failing = 0
     for members in found:
-        tolerated = any(set(members) <= k for k in known)
-        failing += not tolerated
-        label = " (known, being cut: issue 24)" if tolerated else ""
-        print(f"cycle of {len(members)} modules{label}:")
+        print(f"cycle of {len(members)} modules:")
         for module in members:
             print(f"  {module}")
         print("  e.g. " + " -> ".join(witness(graph, members)))
-    if failing:
-        print(f"{failing} new import cycle(s) in {package}: cut one import in each (see above)")
-        return 1
     if found:
-        print(f"{len(found)} known import cycle(s) in {package}, no new one")
-        return 0
+        print(f"{len(found)} import cycle(s) in {package}: cut one import in each (see above)")
+        return 1
     print(f"no import cycles in {package} ({len(graph.modules)} modules)")
     return 0
 

@@ -7,8 +7,10 @@ need it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+import os
 import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
+    from tether.cli.terminal import EscapeStripper
     from tether.client.replies import ExecView, LineageView
     from tether.model.records import Event, SandboxRecord
 
@@ -189,3 +192,28 @@ def _event_line(ev: Event) -> str:
     if ev.reason:
         parts.append(f"({ev.reason})")
     return "  ".join(parts)
+
+
+def write_output(parts: Iterable[tuple[str, bytes]], plain: bool) -> None:
+    """Each part to this process's stdout or stderr (``stderr``'s), in order; ``plain``:
+    less a terminal's escape sequences. A closed pipe or Ctrl-C ends it quietly."""
+    sinks = {"stderr": sys.stderr.buffer}
+    strips: dict[str, EscapeStripper] = {}
+    if plain:  # the terminal module (termios, the attach client) only when asked
+        from tether.cli.terminal import EscapeStripper
+    try:
+        for stream, data in parts:
+            sink = sinks.get(stream, sys.stdout.buffer)
+            if plain:
+                data = strips.setdefault(stream, EscapeStripper()).feed(data)
+            sink.write(data)
+            sink.flush()
+        for stream, strip in strips.items():
+            sinks.get(stream, sys.stdout.buffer).write(strip.flush())
+    except KeyboardInterrupt:
+        pass
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    finally:
+        with contextlib.suppress(BrokenPipeError):
+            sys.stdout.flush()

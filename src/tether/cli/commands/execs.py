@@ -10,9 +10,8 @@ import os
 import sys
 import threading
 import uuid
-from collections.abc import Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
@@ -37,9 +36,6 @@ from tether.model.records import (
     MAX_REVIVALS,
     STALE_AFTER,
 )
-
-if TYPE_CHECKING:
-    from tether.cli.terminal import EscapeStripper
 
 
 @click.command(cls=ArgvCommand)
@@ -483,32 +479,7 @@ def logs(ctx: click.Context, follow: bool, use_stdout: bool, use_stderr: bool, o
     parts = ((("stdout", data) for data in c.read_logs(x.id, stream=only, offset=offset,
                                                         follow=follow))
              if only is not None else c.read_output(x.id, offset=offset, follow=follow))
-    write_output(parts, plain)
-
-
-def write_output(parts: Iterable[tuple[str, bytes]], plain: bool) -> None:
-    """Each part to this process's stdout or stderr (``stderr``'s), in order; ``plain``:
-    less a terminal's escape sequences. A closed pipe or Ctrl-C ends it quietly."""
-    sinks = {"stderr": sys.stderr.buffer}
-    strips: dict[str, EscapeStripper] = {}
-    if plain:  # the terminal module (termios, the attach client) only when asked
-        from tether.cli.terminal import EscapeStripper
-    try:
-        for stream, data in parts:
-            sink = sinks.get(stream, sys.stdout.buffer)
-            if plain:
-                data = strips.setdefault(stream, EscapeStripper()).feed(data)
-            sink.write(data)
-            sink.flush()
-        for stream, strip in strips.items():
-            sinks.get(stream, sys.stdout.buffer).write(strip.flush())
-    except KeyboardInterrupt:
-        pass
-    except BrokenPipeError:
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    finally:
-        with contextlib.suppress(BrokenPipeError):
-            sys.stdout.flush()
+    out.write_output(parts, plain)
 
 
 @click.command()

@@ -526,7 +526,7 @@ def fleet_logs(ctx: click.Context, work_ref: str, *, follow: bool, stream: str |
                offset: int, plain: bool) -> None:
     """``logs`` with ``--fleet``: a placement's output, streamed from its host's daemon
     (both streams interleaved, framed; or the one ``stream``)."""
-    from tether.cli.commands.execs import write_output
+    from tether.cli.output import write_output
 
     at = _remote(ctx, work_ref)
     query = {**at.query, "offset": str(offset), "follow": "1" if follow else "0",
