@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -126,6 +127,42 @@ def test_an_attached_client_follows_its_agent_to_the_revived_attempt(
         child.expect_exact("attempt-2")
         child.send("hello\r")
         child.expect_exact("hello\r\nhello")  # typed, then echoed back by cat
+        child.send("\x1c")  # detach
+        child.expect(pexpect.EOF)
+        assert d.client().lineage_get(lineage).attempt == 2
+    finally:
+        child.close(force=True)
+
+
+def test_tether_attach_follows_its_agent_to_the_revived_attempt(
+        fast: DaemonProc, tmp_path: Path) -> None:
+    """Issue 23 item 9, through `tether attach` from a terminal (which attaches without
+    click for a plain exec): attached to an agent by its name, the client follows the
+    lineage to its next attempt when the first is killed, as `run -it` does."""
+    import pexpect
+
+    d = fast
+    r = d.cli("run", "-d", "-t", "--name", "dog", "--agent", "generic", "--cwd", str(tmp_path),
+              "--", "/bin/sh", "-c", "echo attempt-$TETHER_ATTEMPT; exec cat")
+    assert r.returncode == 0, r.stderr
+    lineage = d.client().lineage_list()[0].id
+    env = {**d.env, "TERM": "xterm"}
+    for stale in ("LINES", "COLUMNS"):
+        env.pop(stale, None)
+    # the console script (tether.cli.entry), whose `attach` from a terminal is lean
+    argv = [str(Path(sys.executable).with_name("tether")), "--home", str(d.home), "attach",
+            "dog"]
+    child = pexpect.spawn(argv[0], argv[1:], env=env, timeout=30, cwd=str(tmp_path),
+                          dimensions=(24, 80))
+    try:
+        child.expect_exact("attempt-1")
+        first = d.client().lineage_get(lineage).exec or ""
+        os.killpg(d.handles(first)["child"]["pid"], signal.SIGKILL)
+        child.expect("agent dog was revived \\(attempt 2, exec [0-9a-f]{12}\\); attached to "
+                     "it again")
+        child.expect_exact("attempt-2")
+        child.send("hello\r")
+        child.expect_exact("hello\r\nhello")
         child.send("\x1c")  # detach
         child.expect(pexpect.EOF)
         assert d.client().lineage_get(lineage).attempt == 2

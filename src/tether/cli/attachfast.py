@@ -79,6 +79,9 @@ def run(argv: list[str]) -> int | None:
         replay = int(opts.get("--replay", DEFAULT_REPLAY))
         home = resolve_home(str(opts["--home"]) if "--home" in opts else None)
         trusted(home)
+        agent = _match(str(home), str(opts["ref"]))
+        if agent is not None and agent[1]:
+            return None  # an agent's attempt: the full path follows its revivals
         sock = find_socket(HomeLayout(home), str(opts["ref"]))
     except (BadDetachKeys, ValueError, TetherError):
         return None
@@ -96,14 +99,21 @@ def run(argv: list[str]) -> int | None:
 
 
 def _find_socket(home: str, ref: str) -> str | None:
+    m = _match(home, ref)
+    return m[0] if m is not None and not m[1] else None
+
+
+def _match(home: str, ref: str) -> tuple[str, bool] | None:
     """``client.attach.find_socket`` over strings: the one live monitor socket ``ref``
     names (an exec id, a name, a lineage, else an id prefix), or None (the full path
-    then says why: none, or several)."""
+    then says why: none, or several), with whether it is an agent's attempt: then the
+    full path attaches, since it follows the lineage to its next attempt when this one is
+    revived (issue 23 item 9)."""
     from tether.client import wirejson
 
     run_dir = os.path.join(home, "run")
-    exact: list[str] = []
-    prefix: list[str] = []
+    exact: list[tuple[str, bool]] = []
+    prefix: list[tuple[str, bool]] = []
     try:
         names = os.listdir(run_dir)
     except OSError:
@@ -119,12 +129,14 @@ def _find_socket(home: str, ref: str) -> str | None:
             continue
         if not isinstance(data, dict):
             continue
-        sock = str(data.get("socket", os.path.join(run_dir, f"{exec_id}.sock")))
+        sock = (str(data.get("socket", os.path.join(run_dir, f"{exec_id}.sock"))),
+                bool(data.get("lineage")))
         if exec_id == ref or data.get("name") == ref or data.get("lineage") == ref:
             exact.append(sock)
         elif exec_id.startswith(ref):
             prefix.append(sock)
-    live = [m for m in exact if os.path.exists(m)] or [m for m in prefix if os.path.exists(m)]
+    live = ([m for m in exact if os.path.exists(m[0])]
+            or [m for m in prefix if os.path.exists(m[0])])
     return live[0] if len(live) == 1 else None
 
 

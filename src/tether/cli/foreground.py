@@ -55,6 +55,10 @@ def attach_terminal(c: Client, ref: str, keys: bytes, *, read_only: bool = False
     line; a lineage that waits (a usage limit, a question) is named with how to attach."""
     from tether.cli.terminal import attach_session
 
+    # The attempt it names now (a lineage's name names the next one once it is revived);
+    # with no daemon, or none, the attach itself says so.
+    with contextlib.suppress(TetherError):
+        ref = c.exec_get(ref).id
     while True:
         how: list[str] = []
         code = attach_session(functools.partial(_connect, c, ref, read_only, replay, keys),
