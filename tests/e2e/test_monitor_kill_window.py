@@ -18,6 +18,7 @@ from typing import Any
 
 from tests.harness import Client, DaemonProc, wait_for
 from tether.client.errors import TetherError
+from tether.hostio.proc import is_running, proc_start_time
 
 ROUNDS = 60
 MAX_DELAY = 0.008  # seconds after exec.start is sent: before, during and after the spawn
@@ -42,7 +43,9 @@ def _children(pid: int) -> list[int]:
 def monitor_children(daemon_pid: int) -> set[int]:
     """The live monitors a daemon made: those its monitor fork server forked (the
     server's children; the server, ``run.py --fork-server``, is none) and those it
-    started itself (its children running the monitor's ``run.py``)."""
+    started itself (its children running the monitor's ``run.py``). Not a zombie: a
+    monitor that has exited (an exec's, or one the pool ended) is listed among the
+    server's children until the server reaps it, at any moment."""
     pids: set[int] = set()
     for k in _children(daemon_pid):
         try:
@@ -55,7 +58,16 @@ def monitor_children(daemon_pid: int) -> set[int]:
             pids.update(_children(k))
         else:
             pids.add(k)
-    return pids
+    return {p for p in pids if is_running(p)}
+
+
+def next_idle(daemon_pid: int, used: set[int]) -> list[int]:
+    """The live monitors not in ``used``, the oldest first: the daemon hands its idle
+    monitors out in the order it made them, and when it trims its pool after a burst it
+    ends the newest, so the oldest is the one the next start takes (a pid is no age:
+    pids wrap)."""
+    return sorted(monitor_children(daemon_pid) - used,
+                  key=lambda p: (proc_start_time(p) or 0, p))
 
 
 def running_with(text: str) -> list[int]:
@@ -71,11 +83,13 @@ def running_with(text: str) -> list[int]:
 
 
 def kill_during_start(c: Client, home: Path, mon: int, mark: Path, rng: random.Random,
-                      sandbox: str = "default") -> tuple[str, Any] | None:
+                      sandbox: str = "default", used: set[int] | None = None,
+                      ) -> tuple[str, Any] | None:
     """Start a command that touches ``mark`` and SIGKILL the monitor ``mon`` a random
     moment (up to MAX_DELAY) after the request is sent; then wait until the exec has
     settled. ``None`` when the monitor died before it had the exec (another monitor
-    started it: that one is killed and cancelled, the round does not count)."""
+    started it: that one is killed and cancelled, the round does not count, and its
+    pid goes into ``used``: it exits with its exec, it is no idle monitor)."""
     result: dict[str, object] = {}
 
     def start() -> None:
@@ -95,6 +109,8 @@ def kill_during_start(c: Client, home: Path, mon: int, mark: Path, rng: random.R
     claim = home / "run" / f"{exec_id}.claim"
     owner = claim.read_text().split() if claim.exists() else []
     if owner and owner != ["monitor", str(mon)]:
+        if used is not None and owner[0] == "monitor":
+            used.add(int(owner[1]))
         c.exec_cancel(exec_id, signal="KILL", grace=0)
         wait_for(lambda: c.exec_get(exec_id).state == "CANCELLED", 15)
         return None
@@ -148,10 +164,9 @@ def test_monitor_killed_around_the_spawn_leaves_nothing_untracked(
     outcomes: dict[str, int] = {}
     for n in range(ROUNDS):
         mark = tmp_path / f"ran-{n}"
-        mon = wait_for(lambda: sorted(monitor_children(d.pid) - used), 10,
-                       what="an idle monitor")[0]
+        mon = wait_for(lambda: next_idle(d.pid, used), 10, what="an idle monitor")[0]
         used.add(mon)
-        got = kill_during_start(c, d.home, mon, mark, rng)
+        got = kill_during_start(c, d.home, mon, mark, rng, used=used)
         if got is None:  # killed before the daemon took it
             outcomes["missed"] = outcomes.get("missed", 0) + 1
             continue
