@@ -182,7 +182,7 @@ def test_typing_into_a_session_on_another_host_needs_a_grant(fleet: Fleet) -> No
     from tether.fleet import store as fs
 
     _two_hosts(fleet)
-    ident = fleet.place("--host", "h2", "-t", "--", *ECHOER)
+    ident = fleet.place("--host", "h2", "-d", "-t", "--", *ECHOER)
     wait_for(lambda: fleet.work(ident)["state"] == "RUNNING", 20, what="running on h2")
     with fleet.db() as c:
         token = fs.secret(c)

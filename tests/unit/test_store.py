@@ -496,3 +496,45 @@ def test_the_wal_is_checkpointed_by_the_sweep_not_by_a_commit(tmp_path: Path) ->
     assert busy == 0 and frames == copied
     assert s.events_since(since=0, limit=5000)[-1].data["i"] == 2999
     s.close()
+
+
+def test_a_wal_over_its_limit_is_truncated_though_the_writer_restarts_it_meanwhile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checkpoint's passive pass can copy every frame; the writer's next commit then
+    restarts the WAL and SQLite cuts its file to journal_size_limit — exactly the limit,
+    so a size read after that pass said "not over": no truncation and no log line for a
+    WAL that had passed its limit (test_bounds' WAL test failed on it). The size that
+    decides is the one the checkpoint started with."""
+    from tether.store import sqlite as store_sqlite
+
+    s = store_sqlite.Store(tmp_path / "tether.db")
+    s.limit_wal(1024 * 1024)
+    for i in range(3000):
+        s.append_event(None, "bench.filler", data={"i": i, "pad": "x" * 300})
+    assert s.wal_size() > s.wal_limit
+    connect = sqlite3.connect
+
+    class Checkpointer:
+        """The checkpoint's connection: the writer commits just after its passive pass."""
+
+        def __init__(self, *args: Any, **kw: Any) -> None:
+            self.con = connect(*args, **kw)
+
+        def execute(self, sql: str) -> Any:
+            cur = self.con.execute(sql)
+            if "PASSIVE" in sql:
+                row = cur.fetchone()
+                s.append_event(None, "bench.filler", data={"i": 3000})
+                return type("Done", (), {"fetchone": lambda _self: row})()
+            return cur
+
+        def close(self) -> None:
+            self.con.close()
+
+    monkeypatch.setattr(store_sqlite.sqlite3, "connect", Checkpointer)
+    done = s.checkpoint()
+    monkeypatch.undo()
+    assert done["truncated"] == 1 and done.get("over") == 1, done
+    assert s.wal_size() < s.wal_limit
+    assert s.events_since(since=0, limit=5000)[-1].data["i"] == 3000
+    s.close()

@@ -63,3 +63,8 @@ class StoreWatch:
             log.info("the store's WAL passed %d bytes: checkpointed and truncated in %.0f ms "
                      "(%d bytes now)", self.store.wal_limit, (time.monotonic() - t0) * 1000,
                      done["wal_bytes"])
+        elif done["over"]:
+            log.warning("the store's WAL passed %d bytes but could not be truncated (a "
+                        "reader's snapshot or the writer held it %.0f ms): %d bytes; trying "
+                        "again in %.0f s", self.store.wal_limit,
+                        (time.monotonic() - t0) * 1000, done["wal_bytes"], WATCH_INTERVAL)

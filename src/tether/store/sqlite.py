@@ -142,8 +142,15 @@ class Store:
         way, then TRUNCATE it: the writer waits only for the last few frames and the truncation.
         Durability does not depend on it: a committed WAL frame survives a crash.
         Returns what it did: the WAL's ``frames`` and ``copied`` after the passive pass,
-        ``truncated`` (0 or 1) and ``wal_bytes`` at the end."""
+        ``over`` (1: it had passed the limit), ``truncated`` (0 or 1: 0 when over means a
+        reader's snapshot or the writer held it past the busy timeout) and ``wal_bytes``
+        at the end."""
         self.check_file()  # never on a path that is no longer this store's
+        # Over the limit as this checkpoint starts: truncate, whatever the size after the
+        # passive pass. That pass may copy every frame, and the writer's next commit then
+        # restarts the WAL and cuts its file down to journal_size_limit: exactly the
+        # limit, not over it, so a size read then skipped the truncation (and its log).
+        over = self.wal_size() > self.wal_limit
         # mode=rw: a checkpoint must never create an empty store where the file vanished
         con = sqlite3.connect(f"file:{quote(str(self.path))}?mode=rw", uri=True,
                               isolation_level=None, check_same_thread=False)
@@ -151,7 +158,7 @@ class Store:
             con.execute("PRAGMA busy_timeout=5000")
             _busy, frames, copied = con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             truncated = 0
-            if self.wal_size() > self.wal_limit:
+            if over:
                 for _ in range(16):
                     if frames - copied <= _CATCH_UP_FRAMES:
                         break
@@ -161,8 +168,8 @@ class Store:
                 truncated = int(not busy)
         finally:
             con.close()
-        return {"frames": int(frames), "copied": int(copied), "truncated": truncated,
-                "wal_bytes": self.wal_size()}
+        return {"frames": int(frames), "copied": int(copied), "over": int(over),
+                "truncated": truncated, "wal_bytes": self.wal_size()}
 
     def limit_wal(self, limit: int) -> None:
         """Bound the WAL at ``limit`` bytes instead of :data:`WAL_LIMIT`."""
