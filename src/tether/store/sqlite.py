@@ -63,6 +63,8 @@ __all__ = ["DAEMON_STREAM", "WAL_LIMIT", "SchemaTooNew", "Store", "StoreCorrupt"
 #: larger: ``journal_size_limit``). The WAL then never holds much more than this plus what
 #: is written between two checkpoints (the daemon looks every second).
 WAL_LIMIT = 64 * 1024 * 1024
+#: How long a truncating checkpoint waits for readers (ms): the daemon's writes wait as long.
+TRUNCATE_WAIT_MS = 100
 #: Frames a truncating checkpoint may still have to copy while it holds the write lock:
 #: it first catches up without the lock (PASSIVE) until at most this many are left, so
 #: the commits it makes wait stay short.
@@ -164,6 +166,11 @@ class Store:
                         break
                     _busy, frames, copied = con.execute(
                         "PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                # TRUNCATE holds the write lock while it waits for readers: a reader's
+                # snapshot (a long report in a store-read thread) would stall every commit
+                # of the daemon's loop for the whole busy timeout. Wait briefly; the check
+                # runs again in a second.
+                con.execute(f"PRAGMA busy_timeout={TRUNCATE_WAIT_MS}")
                 busy = con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
                 truncated = int(not busy)
         finally:
