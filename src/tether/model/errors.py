@@ -63,6 +63,13 @@ def not_found(kind: str, ref: str) -> TetherError:
                        {"ref": ref})
 
 
+def ambiguous(kinds: str, ref: str, ids: list[str]) -> TetherError:
+    """``ref`` is a prefix of several ids (``kinds``: "execs", "sandboxes", "jobs")."""
+    return TetherError(RpcCode.AMBIGUOUS, "AMBIGUOUS",
+                       f"{ref!r} matches {len(ids)} {kinds}; give more of the id",
+                       {"ref": ref, "matches": ids})
+
+
 def events_purged(since: int, oldest: int, epoch: str) -> TetherError:
     """A cursor older than what journal compaction kept: say so, never skip silently."""
     return TetherError(RpcCode.INVALID_STATE, "EVENTS_PURGED",

@@ -32,6 +32,7 @@ from tether.hostio.proc import is_same_process
 from tether.model.errors import (
     RpcCode,
     TetherError,
+    ambiguous,
     as_disk_full,
     disk_full,
     invalid_params,
@@ -155,9 +156,7 @@ class ExecService:
         if not found:
             raise not_found("exec", ref)
         if len(found) > 1:
-            raise TetherError(RpcCode.AMBIGUOUS, "AMBIGUOUS",
-                              f"{ref!r} matches {len(found)} execs; give more of the id",
-                              {"ref": ref, "matches": [r.id for r in found]})
+            raise ambiguous("execs", ref, [r.id for r in found])
         return found[0]
 
     def _attempt_of(self, lineage: LineageRecord) -> ExecRecord | None:

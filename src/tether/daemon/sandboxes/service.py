@@ -23,7 +23,7 @@ from tether.daemon.journal import Journal
 from tether.daemon.logfmt import ids
 from tether.hostio.copy import CopyError
 from tether.hostio.paths import paths_overlap
-from tether.model.errors import RpcCode, TetherError, invalid_params, not_found
+from tether.model.errors import RpcCode, TetherError, ambiguous, invalid_params, not_found
 from tether.model.records import DEFAULT_SANDBOX, SandboxRecord, SandboxSpec
 from tether.model.states import EXEC_TERMINAL, ExecState, IllegalTransition, SandboxState
 from tether.runtime.base import Runtime
@@ -83,9 +83,7 @@ class SandboxService:
         if not found:
             raise not_found("sandbox", ref)
         if len(found) > 1:
-            raise TetherError(RpcCode.AMBIGUOUS, "AMBIGUOUS",
-                              f"{ref!r} matches {len(found)} sandboxes; give more of the id",
-                              {"ref": ref, "matches": [r.id for r in found]})
+            raise ambiguous("sandboxes", ref, [r.id for r in found])
         return found[0]
 
     def configure_default(self, wanted: str) -> str | None:

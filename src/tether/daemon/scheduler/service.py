@@ -37,7 +37,7 @@ from tether.daemon.journal import Journal
 from tether.daemon.sandboxes.service import SandboxService
 from tether.daemon.scheduler import timing
 from tether.daemon.tasks import Tasks
-from tether.model.errors import RpcCode, TetherError, invalid_params
+from tether.model.errors import RpcCode, TetherError, ambiguous, invalid_params
 from tether.model.records import ExecRecord, to_builtins
 from tether.model.schedule import JobRecord, JobSpec, JobState, RunRecord, RunState
 from tether.model.states import EXEC_TERMINAL, ExecState
@@ -89,9 +89,7 @@ class Scheduler:
                               f"no scheduled job matches {ref!r}; list them with "
                               "`tether schedule ls`", {"ref": ref})
         if len(found) > 1:
-            raise TetherError(RpcCode.AMBIGUOUS, "AMBIGUOUS",
-                              f"{ref!r} matches {len(found)} jobs; give more of the id",
-                              {"ref": ref, "matches": [j.id for j in found]})
+            raise ambiguous("jobs", ref, [j.id for j in found])
         return found[0]
 
     def add(self, name: str, spec: JobSpec) -> JobRecord:
