@@ -130,6 +130,15 @@ class ClaudeUnderTether:
         os.killpg(self.daemon.handles(x)["child"]["pid"], 9)
         return x
 
+    def wait_transcript_prompt(self, sid: str, timeout: float = 30.0) -> None:
+        """Until the CLI's transcript of session ``sid`` holds a prompt. Claude Code
+        writes it behind its API calls: a kill -9 before it has is a session with nothing
+        to resume (``ClaudeProvider.can_resume``), which starts afresh."""
+        def check() -> bool:
+            return any(b'"type":"user"' in f.read_bytes()
+                       for f in (self.home / ".claude" / "projects").glob(f"*/{sid}.jsonl"))
+        wait_for(check, timeout, interval=0.1, what=f"session {sid}'s prompt in its transcript")
+
     def move_clock(self, to: float) -> None:
         """The daemon's clock reads ``to`` (epoch seconds) from now on."""
         self.clock.write_text(str(to - time.time()))

@@ -217,6 +217,8 @@ def test_interactive_killed_mid_turn_carries_on_then_dying_fences_its_tool_call(
     t = ct.terminal(lin.id)
     t.type("start working")
     api.wait_received(2)  # w.txt written, its next call in flight: kill -9
+    # (once the CLI has written the prompt down: under load its transcript lags its calls)
+    ct.wait_transcript_prompt(ct.get(lin.id).provider_session_id or "")
     t.close()
     ct.kill9(lin.id)
     rec = ct.wait(lin.id, "carried on", lambda r: r.turns == 1, timeout=90)

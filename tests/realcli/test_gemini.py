@@ -161,7 +161,10 @@ def rig(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Rig]:
     # or here /var/tmp, 1777) is what the CLI's root-ownership check sees as it is.
     tether_home = Path(tempfile.mkdtemp(prefix="tg", dir=getattr(request, "param", "/tmp")))
     with FakeGemini(log=tmp_path / "api.jsonl") as api:
+        # CI=true as in a CI job's shell, which `tether run` forwards: the CLI reads it as
+        # headless even on a terminal; a session with one is started without it.
         env = {**os.environ, **cli_env(api.base_url, home), **resolve_env([api.api]),
+               "CI": "true", "GITHUB_ACTIONS": "true",
                "TETHER_DEFAULT_RUNTIME": "auto", "TETHER_AGENT_TICK": "0.2",
                "TETHER_TEST_CLOCK": str(tmp_path / "clock")}
         d = DaemonProc(tether_home, env=env)

@@ -163,6 +163,11 @@ class Provider:
     # those hosts anyway, and each try would be a journaled denial) unless the lineage's
     # or its sandbox's environment gives them; never with the host's network.
     quiet_env: Mapping[str, str] = MappingProxyType({})
+    # Variables by which the CLI decides it has no user even on a terminal (Gemini CLI:
+    # ``CI=true`` makes it headless, "No input provided via stdin", exit 42). Forwarded
+    # from a shell in a CI job they describe that job, not the session: a session with a
+    # terminal (``-t``) is started without them.
+    headless_env: tuple[str, ...] = ()
     # True when ``settle_turn`` reads a record the CLI may write only after its turn-end
     # hook has returned: the daemon answers the hook at once and counts the turn after.
     settles_turns = False

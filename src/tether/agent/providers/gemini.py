@@ -390,6 +390,9 @@ class GeminiProvider(Provider):
     out_of_context_patterns = (r"exceeds the maximum number of tokens",
                                r"context window (?:exceeded|is full)")
     waiting_patterns = (r"Allow execution\??", r"Apply this change\??")
+    # utils/headless.ts ``isHeadlessMode``: ``CI=true`` or ``GITHUB_ACTIONS=true`` is
+    # headless even with a terminal on stdin and stdout.
+    headless_env = ("CI", "GITHUB_ACTIONS")
     notes = ("hooks (documented): launch, resume (headless too), turns, tool fencing, usage "
              "from its session file, session forks")
 

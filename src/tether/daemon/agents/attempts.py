@@ -196,7 +196,9 @@ class Attempts:
         # environment (the lineage's or its sandbox's) says otherwise (Provider.quiet_env).
         quiet = {k: v for k, v in provider.quiet_env.items()
                  if k not in sandbox.spec.env} if egress else {}
-        env = {**quiet, **cfg.env, **plan.env,
+        given = {k: v for k, v in cfg.env.items()
+                 if not (cfg.tty and k in provider.headless_env)}
+        env = {**quiet, **given, **plan.env,
                "TETHER_HOME": str(layout.root), "TETHER_SOCKET": str(sock),
                "TETHER_SESSION": rec.id, "TETHER_TOKEN": token, "TETHER_LINEAGE": rec.id,
                "TETHER_ATTEMPT": str(rec.attempt)}
