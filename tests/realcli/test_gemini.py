@@ -506,7 +506,13 @@ def test_hooks_fire_for_a_regular_user() -> None:
              f"{tuple(sys.version_info[:2])}"], capture_output=True).returncode != 0:
         pytest.skip("no system python3 of this version for a regular user")
     site = next(p for p in sys.path if p.endswith("site-packages"))
-    pythonpath = f"{Path(tether_pkg.__file__).parent.parent}:{site}"
+    paths = [str(Path(tether_pkg.__file__).parent.parent), site]
+    if subprocess.run([*as_user, python, "-c", "import tether.cli.main"],
+                      env={"PYTHONPATH": ":".join(paths)}, capture_output=True).returncode:
+        # A checkout the user cannot read (cloned into a 0700 directory): a copy it can,
+        # hard-linked where it may be (one second for the venv, not a 385 MB copy).
+        paths = [_readable_copy(Path(p), top / f"py{i}") for i, p in enumerate(paths)]
+    pythonpath = ":".join(paths)
     with FakeGemini() as api:
         api.script(Answer(text="Done as a user.", prompt_tokens=6_000, output_tokens=14))
         env = {"PATH": os.environ["PATH"], **cli_env(api.base_url, home),
@@ -535,6 +541,18 @@ def test_hooks_fire_for_a_regular_user() -> None:
             tether("daemon", "stop")
             DaemonProc(th).cleanup()
             shutil.rmtree(top, ignore_errors=True)
+
+
+def _readable_copy(src: Path, dst: Path) -> str:
+    def link(a: str, b: str) -> None:
+        try:
+            os.link(a, b)
+        except OSError:  # another file system
+            shutil.copy2(a, b)
+    shutil.copytree(src, dst, copy_function=link, ignore=shutil.ignore_patterns("__pycache__"))
+    for d in (dst, *(p for p in dst.rglob("*") if p.is_dir())):
+        d.chmod(0o755)
+    return str(dst)
 
 
 def _only_lineage(r: subprocess.CompletedProcess[str]) -> dict[str, Any]:

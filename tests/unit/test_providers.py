@@ -346,6 +346,42 @@ def test_claude_stop_waits_for_the_turn_to_be_written_and_counts_late_lines_once
     assert again.usage is None  # nothing new: nothing counted twice
 
 
+def test_claude_stop_waits_for_a_transcript_not_yet_on_disk(tmp_path: Path) -> None:
+    """Under load Claude Code runs Stop before a new session's transcript exists at all
+    (seen in CI: a revived session's only turn counted with no usage). The file is waited
+    for like its last lines; a path refused as outside the agent's files is not."""
+    import threading
+
+    from tether.agent.providers.base import AGENT_FILES, AgentFiles
+
+    lines = (CLAUDE / "transcript.jsonl").read_text().splitlines(True)
+    path = tmp_path / "late.jsonl"
+
+    def write_late() -> None:
+        import time
+
+        time.sleep(0.4)
+        path.write_text("".join(lines[:6]))
+
+    t = threading.Thread(target=write_late)
+    t.start()
+    ev = ClaudeProvider().parse_hook("Stop", stop_payload(path, last_assistant_message=""))
+    settle(ev)
+    t.join()
+    assert ev.usage is not None and ev.usage.output_tokens == 180 + 320
+    outside = tmp_path / "elsewhere" / "never.jsonl"
+    token = AGENT_FILES.set(AgentFiles(roots=(str(tmp_path / "agent"),)))
+    try:
+        import time
+
+        began = time.monotonic()
+        ev = ClaudeProvider().parse_hook("Stop", stop_payload(outside))
+        settle(ev)
+        assert ev.usage is None and time.monotonic() - began < 5
+    finally:
+        AGENT_FILES.reset(token)
+
+
 def test_claude_a_message_whose_entries_straddle_two_reads_is_counted_once(
         tmp_path: Path) -> None:
     lines = (CLAUDE / "transcript.jsonl").read_text().splitlines(True)
@@ -360,7 +396,8 @@ def test_claude_a_message_whose_entries_straddle_two_reads_is_counted_once(
     assert ev.usage is not None and ev.usage.output_tokens == 320  # msg_02 only
 
 
-def test_claude_a_new_session_file_keeps_what_the_old_one_had_left(tmp_path: Path) -> None:
+def test_claude_a_new_session_file_keeps_what_the_old_one_had_left(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A /clear starts a new transcript; what the old one had past the cursor is pending
     usage, added to the next turn."""
     lines = (CLAUDE / "transcript.jsonl").read_text().splitlines(True)
@@ -375,6 +412,7 @@ def test_claude_a_new_session_file_keeps_what_the_old_one_had_left(tmp_path: Pat
     assert cursor is not None and cursor.path == str(new)
     assert cursor.pending["output_tokens"] == 700
     ev = ClaudeProvider().parse_hook("Stop", stop_payload(new, last_assistant_message=""))
+    monkeypatch.setattr(claude, "SETTLE_TIMEOUT", 0.3)  # never written: waited for, in vain
     settle(ev, cursor)
     assert ev.usage is not None and ev.usage.output_tokens == 700  # the file is not there
 

@@ -296,6 +296,15 @@ def open_agent_bytes(path: str) -> BinaryIO | None:
         return None
 
 
+def agent_file_unwritten(path: str) -> bool:
+    """Whether a file an agent named does not exist yet (and was not refused by
+    :data:`AGENT_FILES`): worth waiting for, as a CLI writes its record after its hook."""
+    policy = AGENT_FILES.get()
+    if policy is not None and path in policy.refused:
+        return False
+    return not os.path.lexists(os.path.expanduser(path))
+
+
 def _open_beneath(path: str, policy: AgentFiles) -> BinaryIO:
     import stat
 

@@ -48,6 +48,7 @@ from tether.agent.providers.base import (
     Provider,
     SessionContext,
     Usage,
+    agent_file_unwritten,
     open_agent_bytes,
     split_args,
 )
@@ -418,7 +419,16 @@ def count_turn(path: str, cursor: UsageCursor | None, answer: str | None, *,
     cursor = _follow(cursor, path)
     counter = _Counter(cursor)
     deadline = time.monotonic() + settle
-    while counter.read() and not counter.settled(answer) and time.monotonic() < deadline:
+    while True:
+        if counter.read():
+            if counter.settled(answer):
+                break
+        elif not agent_file_unwritten(path):
+            break  # unreadable (refused, not a regular file): waiting changes nothing
+        # (A transcript not yet on disk is waited for too: under load the CLI writes it
+        # after its Stop hook has run, a new session's file included.)
+        if time.monotonic() >= deadline:
+            break
         time.sleep(SETTLE_POLL)
     usage = counter.usage(cursor.pending)
     return counter.model, usage, counter.messages(), counter.cursor()
