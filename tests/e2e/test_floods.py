@@ -132,6 +132,35 @@ def test_connection_limit(stopped_daemon: DaemonProc, busy: bool) -> None:
             s.close()
 
 
+def test_a_client_slow_to_send_still_reads_why_it_was_refused(
+        stopped_daemon: DaemonProc, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full daemon writes its refusal and closes without reading; a client that sends
+    only after that (descheduled on a loaded machine) gets EPIPE. It must still report
+    the refusal (TOO_MANY_CONNECTIONS, what to do), not "no daemon answers" (seen in a
+    run under stress-ng)."""
+    import time
+
+    from tether.client import blocking
+
+    d = stopped_daemon
+    d.start(env={"TETHER_MAX_CONNECTIONS": "2"})
+    held = [_open(d.socket, SUB % 1) for _ in range(2)]
+    sent = blocking._Conn.send
+
+    def late(self: blocking._Conn, data: bytes) -> None:
+        time.sleep(0.3)  # the daemon has refused and closed by now
+        sent(self, data)
+    monkeypatch.setattr(blocking._Conn, "send", late)
+    try:
+        with pytest.raises(TetherError) as e:
+            Client(d.home, autostart=False, reconnect=0.5).health()
+        assert e.value.code == "TOO_MANY_CONNECTIONS"
+        assert "close some clients" in e.value.message
+    finally:
+        for s in held:
+            s.close()
+
+
 def test_half_line_times_out(stopped_daemon: DaemonProc) -> None:
     d = stopped_daemon
     d.start(env={"TETHER_HALF_LINE_TIMEOUT": "0.5"})

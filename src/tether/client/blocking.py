@@ -9,6 +9,7 @@ to retry, so a daemon restart is invisible to them; a ``sandbox.create`` or
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import socket
@@ -29,6 +30,7 @@ from tether.model.records import Event
 
 if TYPE_CHECKING:
     from tether.client.attach import Attachment
+    from tether.model.errors import TetherError
 
 T = TypeVar("T")
 
@@ -62,6 +64,21 @@ class _Conn:
             if not chunk:
                 raise ConnectionError("daemon closed the connection")
             self.buf += chunk
+
+    def last_word(self) -> TetherError | None:
+        """After a failed send or read: the refusal the daemon wrote before it closed, if
+        any. A full daemon refuses a connection without reading it, so a client slow to
+        send (a loaded machine) gets EPIPE with the reason already in its buffer."""
+        with contextlib.suppress(OSError):
+            self.sock.setblocking(False)
+            while len(self.buf) <= core.MAX_REPLY and (chunk := self.sock.recv(1 << 16)):
+                self.buf += chunk
+        for line in bytes(self.buf).splitlines():
+            with contextlib.suppress(msgspec.DecodeError):
+                err = core.connection_error(core.decode(line))
+                if err is not None:
+                    return err
+        return None
 
     def close(self) -> None:
         self.sock.close()
@@ -127,8 +144,9 @@ class Client(Blocking, _Api):
                        and core.connection_error(msg) is None):
                     pass
             except (ConnectionError, OSError, msgspec.DecodeError):
+                last = conn.last_word()
                 self.close()
-                time.sleep(retry.lost(method))
+                time.sleep(retry.refusal(last) if last is not None else retry.lost(method))
                 continue
             err = core.error(msg)
             if err is None:
