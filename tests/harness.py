@@ -6,6 +6,7 @@ are shared with ``bench`` and ``demo``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -70,6 +71,7 @@ class DaemonProc:
         run_env = dict(self.env)
         run_env.pop("TETHER_FAULT", None)
         run_env.update(env or {})
+        run_env.setdefault("PYTHONFAULTHANDLER", "1")  # a hung stop shows where (``term``)
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=run_env,
                                      start_new_session=True)
         log.close()
@@ -102,9 +104,18 @@ class DaemonProc:
         self.proc.wait()
 
     def term(self, timeout: float = 20.0) -> int:
+        """SIGTERM, and its exit code. A daemon that does not stop in ``timeout`` is
+        sent SIGABRT, so the failure shows every thread's stack (faulthandler)."""
         assert self.proc is not None
         os.kill(self.proc.pid, signal.SIGTERM)
-        return self.proc.wait(timeout)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.kill(self.proc.pid, signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(10)
+            raise AssertionError(f"the daemon did not stop {timeout} s after SIGTERM; its "
+                                 f"log:\n{self.log_text()[-20000:]}") from None
 
     def client(self, **kw: Any) -> Client:
         kw.setdefault("autostart", False)

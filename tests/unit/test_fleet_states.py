@@ -111,3 +111,41 @@ def test_a_host_state_this_tether_does_not_know_refuses_the_lease(pg: PgCluster)
         c.execute("UPDATE hosts SET state = 'DEAD' WHERE name = 'h1'")
         again = fs.acquire(c, "h1", capacity=1, labels={}, version="t", home="/h", ttl=5)
         assert again.state == "ACTIVE" and again.token > first.token
+
+
+@needs_pg
+def test_a_withdrawn_placement_waits_for_a_busy_host_rather_than_stay_here(
+        pg: PgCluster) -> None:
+    """A host fenced past its fence point whose next lease carried its agent's row over
+    revives it on another host with room. That host's row may be locked for a moment by
+    its own pass (``_guard`` reads it ``FOR SHARE``), which ``_pick`` skips: the revival
+    is then left for the next pass, not kept on the host that was just fenced (seen in
+    CI under load: the placement came back to h1 while h2 was idle and live). With no
+    other host with room, it is revived here as its next generation."""
+    from tether.fleet import admin
+    from tether.fleet import store as fs
+
+    url = _host_db(pg, "withdrawn_busy")
+    with fs.connect(url) as c, fs.connect(url) as h2_pass:
+        h1 = fs.acquire(c, "h1", capacity=4, labels={}, version="t", home="/h1", ttl=30)
+        fs.acquire(c, "h2", capacity=4, labels={}, version="t", home="/h2", ttl=30)
+
+        def placed_running(local: str) -> int:
+            w = fs.place(c, "agent", {"argv": ["x"]}, labels={}, host="h1",
+                         revival="revive", request_key=None)
+            fs.mark_running(c, w["id"], "h1", h1.token, local)
+            return int(w["id"])
+
+        work = placed_running("l1")
+        with h2_pass.transaction():  # h2's own pass holds its row for a moment
+            h2_pass.execute("SELECT 1 FROM hosts WHERE name = 'h2' FOR SHARE")
+            assert fs.revive_withdrawn(c, work, "h1", h1.token, "fenced") is None
+            row = fs.get_work(c, work)
+            assert row is not None and (row["host"], row["generation"]) == ("h1", 1)
+        got = fs.revive_withdrawn(c, work, "h1", h1.token, "fenced")
+        assert got is not None and (got["host"], got["generation"]) == ("h2", 2), got
+        # No other host has room (h2 drains): revived here, as its next generation.
+        admin.drain(c, "h2")
+        other = placed_running("l2")
+        got = fs.revive_withdrawn(c, other, "h1", h1.token, "fenced")
+        assert got is not None and (got["host"], got["generation"]) == ("h1", 2), got

@@ -249,7 +249,9 @@ def _settle_orphan(conn: Any, w: dict[str, Any], why: str, *, by: str,
     """Settle live placement ``w`` (read ``FOR UPDATE``) whose copy runs nowhere: an exec
     is LOST; an agent is placed again on the freest live host other than its own
     (``revive``; ``here``: else on host ``here`` itself, the caller), REAPED or left to a
-    human (``ask``). None when no host has room (the row is left as it was: tried again)."""
+    human (``ask``). None when no host has room, or when ``here`` would take it while
+    another host with room is only locked for a moment (the row is left as it was: tried
+    again)."""
     if w["kind"] == "exec" or w["revival"] == "reap":
         state = states.LOST if w["kind"] == "exec" else states.REAPED
         states.check(w["id"], w["state"], state)
@@ -266,6 +268,11 @@ def _settle_orphan(conn: Any, w: dict[str, Any], why: str, *, by: str,
         return {"id": w["id"], "state": states.ASK}
     target = _pick(conn, w["labels"], None, exclude=w["host"])
     if target is None and here is not None:
+        if _room_elsewhere(conn, w["labels"], w["host"]):
+            # Another host has room but ``_pick`` skipped its row, locked for a moment by
+            # that host's own renewal or pass: try again next pass rather than keep the
+            # work here (it moves away from a host that was just fenced).
+            return None
         target = _room_here(conn, here, w)
     if target is None:
         return None  # no live host with room: the next sweep tries again
@@ -275,6 +282,15 @@ def _settle_orphan(conn: Any, w: dict[str, Any], why: str, *, by: str,
     conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, target["name"]))
     return {"id": w["id"], "state": states.PLACED, "host": target["name"],
             "generation": w["generation"] + 1}
+
+
+def _room_elsewhere(conn: Any, labels: Any, exclude: str) -> bool:
+    """Whether a live ACTIVE host other than ``exclude`` has ``labels`` and room, locked
+    or not (a plain read: ``_pick`` skips a row another transaction holds)."""
+    return conn.execute(
+        f"SELECT 1 FROM hosts h WHERE h.state = 'ACTIVE' AND h.lease_expires > now() AND "
+        f"h.labels @> %s::jsonb AND h.name <> %s AND h.capacity > {_LOAD} LIMIT 1",
+        (json.dumps(labels or {}), exclude)).fetchone() is not None
 
 
 def _room_here(conn: Any, name: str, w: dict[str, Any]) -> dict[str, Any] | None:

@@ -24,6 +24,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -92,6 +93,10 @@ class FleetService:
         self.owned: frozenset[str] = frozenset()  # local request keys this lease owns
         self.wake = asyncio.Event()
         self._conns: dict[str, Any] = {}
+        #: one thread per connection role: a renewal never queues behind the daemon's
+        #: other blocking work (the shared default executor), and a connection is never
+        #: used by two threads at once (a listen that timed out still running)
+        self._threads: dict[str, ThreadPoolExecutor] = {}
         self.api_url: str | None = None
         self._used_grants: dict[str, None] = {}  # attach grants used (their digests), oldest first
         self._api: Any = None  # fleet_http.HostApi once run() started it
@@ -172,13 +177,19 @@ class FleetService:
             with contextlib.suppress(Exception):
                 conn.close()
 
+    def _thread(self, role: str) -> ThreadPoolExecutor:
+        pool = self._threads.get(role)
+        if pool is None:
+            pool = self._threads[role] = ThreadPoolExecutor(1, f"fleet-{role}")
+        return pool
+
     async def _call(self, role: str, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
-        """``fn(conn, *args)`` in a worker thread; a broken connection is dropped (the
-        next call reconnects) and the error raised."""
+        """``fn(conn, *args)`` in the role's own thread; a broken connection is dropped
+        (the next call reconnects) and the error raised."""
         def run() -> Any:
             return fn(self._db(role), *args, **kw)
         try:
-            return await asyncio.to_thread(run)
+            return await asyncio.get_running_loop().run_in_executor(self._thread(role), run)
         except Exception as e:
             import psycopg
 
@@ -187,6 +198,8 @@ class FleetService:
             raise
 
     def close(self) -> None:
+        for pool in self._threads.values():
+            pool.shutdown(wait=False, cancel_futures=True)
         for role in list(self._conns):
             self._drop(role)
 
@@ -336,7 +349,8 @@ class FleetService:
                 await asyncio.wait_for(self.wake.wait(), self.cfg.interval)
             return False
         try:
-            return await asyncio.wait_for(asyncio.to_thread(listen), self.cfg.interval + 5)
+            return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
+                self._thread("listen"), listen), self.cfg.interval + 5)
         except Exception:
             self._drop("listen")
             await asyncio.sleep(self.cfg.interval)
