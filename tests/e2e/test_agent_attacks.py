@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -451,3 +452,64 @@ def test_impossible_usage_cannot_fence_the_other_agents(auto_home: DaemonProc,
     assert spent[evil] < 5000 and 0 < spent[honest] < 1, report
     assert c.lineage_get(evil).usage["input_tokens"] < BIG
     assert events(c, "agent.fenced") == []
+
+
+# ------------------------------------------------------------------ threads agents hold
+WAITED_FOR = r'''
+import os, time
+from tether.client.blocking import Client
+
+c = Client(os.environ["TETHER_HOME"], socket=os.environ["TETHER_SOCKET"], reconnect=2)
+c.agent_hook(os.environ["TETHER_SESSION"], os.environ["TETHER_TOKEN"], "claude", "Stop",
+             {"session_id": "s1", "transcript_path": os.path.abspath("never.jsonl")})
+open("sent", "w").close()
+time.sleep(300)
+'''
+TIMED_TURN = r'''
+import os, time
+from tether.client.blocking import Client
+
+c = Client(os.environ["TETHER_HOME"], socket=os.environ["TETHER_SOCKET"], reconnect=2)
+while not os.path.exists("go"):
+    time.sleep(0.05)
+t0 = time.monotonic()
+c.agent_turn(os.environ["TETHER_SESSION"], os.environ["TETHER_TOKEN"], context_pct=10)
+with open("took.tmp", "w") as f:
+    f.write(str(time.monotonic() - t0))
+os.rename("took.tmp", "took")
+time.sleep(300)
+'''
+
+
+def test_agents_naming_transcripts_that_never_come_hold_only_their_own_threads(
+        auto_home: DaemonProc, tmp_path: Path) -> None:
+    """Each Stop hook naming a transcript not yet on disk is counted by a thread that
+    waits up to 30 s for it (Claude Code writes it after the hook). Those threads were
+    the daemon's default executor's, which also writes every turn's snapshot and starts
+    monitors, and a graceful stop waited for them. Now agents' reads have a pool of
+    their own (8 threads): with eight agents waiting, an exec starts and an honest turn
+    is answered at once, and SIGTERM ends the waits (generous bounds: the old code's
+    stop took the rest of the 30 s)."""
+    d = auto_home
+    hostile = [tmp_path / f"hostile{i}" for i in range(8)]
+    honest = tmp_path / "honest"
+    for w, script in [(honest, TIMED_TURN), *((h, WAITED_FOR) for h in hostile)]:
+        w.mkdir()
+        (w / "agent.py").write_text(script)
+        _lineage_of(d, tether(d, "run", "--agent", "generic", "-d", "--", sys.executable,
+                              "agent.py", cwd=w))
+    wait_for(lambda: all((h / "sent").exists() for h in hostile), timeout=60,
+             what="the hostile hooks answered (their counts now wait in threads)")
+    t0 = time.monotonic()
+    started = tether(d, "run", "-d", "--", "true", cwd=tmp_path)
+    took = time.monotonic() - t0
+    assert started.returncode == 0 and took < 15, (took, started.stderr)
+    (honest / "go").touch()
+    wait_for(lambda: (honest / "took").exists(), timeout=60, what="the honest turn")
+    took = float((honest / "took").read_text())
+    assert took < 15, f"an honest agent's turn waited {took:.1f} s behind the others"
+    # A graceful stop ends the waits (the turns are counted at the next start); it
+    # waited for them, up to 30 s.
+    t0 = time.monotonic()
+    assert d.term(timeout=60) == 0
+    assert time.monotonic() - t0 < 10, "the stop waited for the agents' reads"

@@ -98,6 +98,9 @@ def test_a_sandboxed_agent_names_transcripts_only_beneath_its_own_places(
         for bad in (other / "secret.jsonl", mine / "link" / "secret.jsonl",
                     mine / "projects" / ".." / ".." / "other" / "secret.jsonl", mine):
             assert open_agent_file(str(bad)) is None, bad
+        # Not written yet (a CLI writes its transcript after its hook): not a refusal,
+        # so the count of a turn waits for it as for an unsandboxed agent's.
+        assert open_agent_file(str(mine / "projects" / "later.jsonl")) is None
     finally:
         AGENT_FILES.reset(token)
     assert len(files.refused) == 4

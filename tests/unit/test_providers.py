@@ -365,9 +365,16 @@ def test_claude_stop_waits_for_a_transcript_not_yet_on_disk(tmp_path: Path) -> N
 
     t = threading.Thread(target=write_late)
     t.start()
-    ev = ClaudeProvider().parse_hook("Stop", stop_payload(path, last_assistant_message=""))
-    settle(ev)
+    # A sandboxed agent's (read beneath its roots): a file not there yet is no refusal.
+    files = AgentFiles(roots=(str(tmp_path),))
+    token = AGENT_FILES.set(files)
+    try:
+        ev = ClaudeProvider().parse_hook("Stop", stop_payload(path, last_assistant_message=""))
+        settle(ev)
+    finally:
+        AGENT_FILES.reset(token)
     t.join()
+    assert files.refused == []
     assert ev.usage is not None and ev.usage.output_tokens == 180 + 320
     outside = tmp_path / "elsewhere" / "never.jsonl"
     token = AGENT_FILES.set(AgentFiles(roots=(str(tmp_path / "agent"),)))

@@ -428,6 +428,8 @@ class Daemon:
         if getattr(self, "fleet", None) is not None:
             assert self.fleet is not None
             self.fleet.close()
+        if getattr(self, "agents", None) is not None:
+            self.agents.close()
         with contextlib.suppress(Exception):
             self.monitors.close()
         with contextlib.suppress(Exception):

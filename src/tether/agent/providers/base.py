@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import threading
 from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -271,6 +272,14 @@ class AgentFiles:
 #: Set by the daemon around ``parse_hook`` for a sandboxed agent; None: an unsandboxed
 #: agent, which runs as the user and may name any file the user can read.
 AGENT_FILES: ContextVar[AgentFiles | None] = ContextVar("agent_files", default=None)
+#: Set by the daemon around a read that may wait for an agent's record (``settle_turn``):
+#: once set, the wait ends at once (the daemon is stopping; the turn is counted later).
+SETTLE_STOP: ContextVar[threading.Event | None] = ContextVar("settle_stop", default=None)
+
+
+def settle_stopped() -> bool:
+    stop = SETTLE_STOP.get()
+    return stop is not None and stop.is_set()
 
 
 def open_agent_file(path: str) -> TextIO | None:
@@ -320,8 +329,10 @@ def _open_beneath(path: str, policy: AgentFiles) -> BinaryIO:
     dfd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         fd = open_beneath(dfd, os.path.relpath(full, root), os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise  # not written yet (a CLI writes its record after its hook): not refused
     except OSError:
-        policy.refused.append(path)  # a symlink on the way, or gone
+        policy.refused.append(path)  # a symlink on the way, or not a directory
         raise
     finally:
         os.close(dfd)

@@ -50,6 +50,7 @@ from tether.agent.providers.base import (
     Usage,
     agent_file_unwritten,
     open_agent_bytes,
+    settle_stopped,
     split_args,
 )
 from tether.model.records import UsageCursor
@@ -427,7 +428,7 @@ def count_turn(path: str, cursor: UsageCursor | None, answer: str | None, *,
             break  # unreadable (refused, not a regular file): waiting changes nothing
         # (A transcript not yet on disk is waited for too: under load the CLI writes it
         # after its Stop hook has run, a new session's file included.)
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= deadline or settle_stopped():
             break
         time.sleep(SETTLE_POLL)
     usage = counter.usage(cursor.pending)

@@ -8,21 +8,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import datetime
 import functools
 import logging
 import os
 import secrets
 import signal
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from tether.agent import lifecycle as lc
 from tether.agent import snapshot
 from tether.agent.confinement import AGENT_CONFIG_PATHS
 from tether.agent.providers import get as get_provider
-from tether.agent.providers.base import AGENT_FILES, AgentFiles, HookEvent, Usage
+from tether.agent.providers.base import (
+    AGENT_FILES,
+    SETTLE_STOP,
+    AgentFiles,
+    HookEvent,
+    Usage,
+)
 from tether.cost import limits
 from tether.cost.prices import PriceTable
 from tether.cost.prices import load as load_prices
@@ -42,6 +51,11 @@ log = logging.getLogger("tether.agents")
 REAP_DELAY = 1.0  # seconds between a DEAD turn's reply and SIGTERM to the agent
 #: How long a tool call waits for the turn before it to be counted (its lifecycle).
 SETTLE_WAIT = 15.0
+#: Threads that read what agents wrote (hook payloads, transcripts). A pool of their
+#: own: a read may wait ``SETTLE_TIMEOUT`` s for a CLI's record, and agents naming files
+#: that never come would otherwise hold every thread of the daemon's default executor
+#: (turn snapshots, checkpoints, monitor starts); now they can hold only these.
+AGENT_READ_THREADS = 8
 
 
 
@@ -74,6 +88,23 @@ class Protocol:
         #: Budgets, checked at every turn's end and tool call (set by the composition
         #: root; None: no cost accounting, as in a bare AgentService).
         self.budget: CostService | None = None
+        self._reads = ThreadPoolExecutor(AGENT_READ_THREADS, "agent-read")
+        self._closing = threading.Event()  # set at close: a settle wait ends at once
+
+    async def _read(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in an agent-read thread, in this context (``AGENT_FILES``)."""
+        def call() -> Any:
+            SETTLE_STOP.set(self._closing)
+            return fn(*args)
+        ctx = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(
+            self._reads, functools.partial(ctx.run, call))
+
+    def close(self) -> None:
+        """At the daemon's stop: end the reads' waits (their turns are counted at the
+        next start), so no thread holds the process's exit."""
+        self._closing.set()
+        self._reads.shutdown(wait=False, cancel_futures=True)
 
     def authenticate(self, session: str, token: str) -> LineageRecord:
         """A session may only speak for itself, with the current attempt's token."""
@@ -271,7 +302,7 @@ class Protocol:
     @contextlib.contextmanager
     def _agent_files_of(self, rec: LineageRecord) -> Iterator[AgentFiles | None]:
         """``AGENT_FILES`` set to ``rec``'s places while a provider reads what its agent
-        named (``asyncio.to_thread`` copies the context into its worker thread)."""
+        named (``_read`` copies the context into its worker thread)."""
         files = self._agent_files(rec)
         ctx = AGENT_FILES.set(files)
         try:
@@ -320,7 +351,7 @@ class Protocol:
         provider = get_provider(provider_name)
         with self._agent_files_of(rec) as files:
             # In a thread: a turn-end hook reads the transcript file, which may be large.
-            ev: HookEvent = await asyncio.to_thread(provider.parse_hook, event, payload)
+            ev: HookEvent = await self._read(provider.parse_hook, event, payload)
         for path in files.refused if files is not None else ():
             self._refused_path(rec, provider_name, path)
         core.touch(rec)
@@ -329,7 +360,7 @@ class Protocol:
             async with core.lock(rec.id):  # the usage cursor moves under the turns' lock
                 fresh = core.store.get_lineage(rec.id) or rec
                 with self._agent_files_of(fresh) as files:
-                    cursor = await asyncio.to_thread(provider.follow_record, ev,
+                    cursor = await self._read(provider.follow_record, ev,
                                                      fresh.usage_cursor)
                 for path in files.refused if files is not None else ():
                     self._refused_path(fresh, provider_name, path)
@@ -392,7 +423,7 @@ class Protocol:
         async with self.core.lock(rec.id):
             fresh = self.core.store.get_lineage(rec.id) or rec
             with self._agent_files_of(fresh) as files:
-                cursor = await asyncio.to_thread(provider.settle_turn, ev, fresh.usage_cursor)
+                cursor = await self._read(provider.settle_turn, ev, fresh.usage_cursor)
             for path in files.refused if files is not None else ():
                 self._refused_path(fresh, provider_name, path)
             u: Usage | None = ev.usage

@@ -205,6 +205,9 @@ class AgentService:
         """After exec recovery: every live lineage without a live process is ORPHANED."""
         return await recovery.recover(self.core, self.attempts)
 
+    def close(self) -> None:
+        self.protocol.close()
+
     # ------------------------------------------------------------------ agent protocol
     def authenticate(self, session: str, token: str) -> LineageRecord:
         return self.protocol.authenticate(session, token)
