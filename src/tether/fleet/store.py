@@ -286,11 +286,8 @@ def _settle_orphan(conn: Any, w: dict[str, Any], why: str, *, by: str,
 
 def _room_elsewhere(conn: Any, labels: Any, exclude: str) -> bool:
     """Whether a live ACTIVE host other than ``exclude`` has ``labels`` and room, locked
-    or not (a plain read: ``_pick`` skips a row another transaction holds)."""
-    return conn.execute(
-        f"SELECT 1 FROM hosts h WHERE h.state = 'ACTIVE' AND h.lease_expires > now() AND "
-        f"h.labels @> %s::jsonb AND h.name <> %s AND h.capacity > {_LOAD} LIMIT 1",
-        (json.dumps(labels or {}), exclude)).fetchone() is not None
+    or not (``_pick`` skips a row another transaction holds)."""
+    return _pick(conn, labels, None, exclude=exclude, lock=False) is not None
 
 
 def _room_here(conn: Any, name: str, w: dict[str, Any]) -> dict[str, Any] | None:
@@ -325,7 +322,10 @@ def revive_withdrawn(conn: Any, work: int, name: str, token: int, why: str,
 
 # ---------------------------------------------------------------------- client side
 def _pick(conn: Any, labels: Any, host: str | None, *, exclude: str | None = None,
-          ) -> dict[str, Any] | None:
+          lock: bool = True) -> dict[str, Any] | None:
+    """The freest live ACTIVE host with ``labels`` and room (``host``: that one only;
+    never ``exclude``), its row locked; ``lock=False``: a plain read."""
+    locking = f"FOR UPDATE OF h {'' if host is not None else 'SKIP LOCKED '}" if lock else ""
     row: dict[str, Any] | None = conn.execute(
         f"SELECT h.name, h.token FROM hosts h WHERE h.state = 'ACTIVE' AND "
         f"h.lease_expires > now() AND h.labels @> %s::jsonb AND "
@@ -334,7 +334,7 @@ def _pick(conn: Any, labels: Any, host: str | None, *, exclude: str | None = Non
         # A named host is waited for: its own renewal or sweep may hold its row for a
         # moment, and skipping it would answer "no such host" for a live one. Among
         # many (``auto``), a locked one is skipped for the next.
-        f"FOR UPDATE OF h {'' if host is not None else 'SKIP LOCKED '}LIMIT 1",
+        f"{locking}LIMIT 1",
         (json.dumps(labels or {}), host, host, exclude, exclude)).fetchone()
     return row
 
